@@ -1,0 +1,119 @@
+# rewy: build, check, benchmark, test.
+#   make run        build, `rewy check` + `rewy bench` on the default suite (GPU suite when one is present)
+#   make test       C tests (plain and ASan+UBSan), CUDA compile check, Python tests (CPU)
+#   make test-cuda  device tests (needs a GPU)
+# System packages (OpenBLAS) are installed by `make deps` when missing.
+
+CC      ?= cc
+NVCC    ?= nvcc
+PYTHON  ?= python3
+BUILD   ?= build
+CUDA    ?= 0
+
+WARN     = -Wall -Wextra -Werror
+CFLAGS_BASE = -std=c11 $(WARN) -fPIC -fopenmp -Iinclude -Isrc
+CFLAGS  ?= -O2 -g
+LDLIBS   = -lopenblas -lm -fopenmp
+SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+
+NVFLAGS  = -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -Isrc \
+           -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
+           --expt-relaxed-constexpr -Werror all-warnings
+
+LIB_SRC  = src/api.c $(wildcard src/cpu/*.c)
+CU_SRC   = $(wildcard src/cuda/*.cu)
+TEST_SRC = $(wildcard tests/test_*.c)
+TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+ASAN_TESTS = $(patsubst tests/%.c,$(BUILD)/asan/tests/%,$(TEST_SRC))
+HDRS     = include/rewy.h $(wildcard src/*.h src/cpu/*.h)
+
+LIB_OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+ASAN_OBJ = $(patsubst %.c,$(BUILD)/asan/%.o,$(LIB_SRC))
+CU_OBJ   = $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
+
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell which $(NVCC)))
+CFLAGS_BASE += -DREWY_WITH_CUDA
+LIB_OBJ  += $(CU_OBJ)
+LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+endif
+
+.PHONY: all lib deps run test test-c test-asan test-python cuda-compile test-cuda bench clean
+
+all: lib $(BUILD)/rewy
+
+lib: deps $(BUILD)/librewy.a $(BUILD)/librewy.so
+
+deps:
+	@test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h || \
+	  { echo "installing libopenblas-dev"; (apt-get install -y -q libopenblas-dev >/dev/null 2>&1 || \
+	    (apt-get update -q >/dev/null && apt-get install -y -q libopenblas-dev >/dev/null)); }
+
+$(BUILD)/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/asan/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -O1 -g $(SAN) -c $< -o $@
+
+$(BUILD)/src/cuda/%.o: src/cuda/%.cu $(HDRS) $(wildcard src/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/librewy.a: $(LIB_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/librewy.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(BUILD)/asan/librewy.a: $(ASAN_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/rewy: tools/rewy.c $(BUILD)/librewy.a $(HDRS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $< $(BUILD)/librewy.a $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/librewy.a $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests $< $(BUILD)/librewy.a $(LDLIBS) -o $@
+
+$(BUILD)/asan/tests/%: tests/%.c $(BUILD)/asan/librewy.a $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -O1 -g $(SAN) -Itests $< $(BUILD)/asan/librewy.a $(LDLIBS) $(SAN) -o $@
+
+# The main job: check the chunk paths against the oracle, then benchmark.
+run: all
+	$(BUILD)/rewy check
+	$(BUILD)/rewy bench
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(MAKE) CUDA=1 BUILD=build/cuda-on && REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so $(PYTHON) bench/bench_gpu.py; fi
+
+test: test-c test-asan cuda-compile test-python
+
+test-c: lib $(TESTS) $(BUILD)/rewy
+	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
+
+# ASan + UBSan builds of the same C tests (smaller case matrix: REWY_TEST_QUICK=1).
+test-asan: deps $(ASAN_TESTS)
+	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan+ubsan)"; \
+	  REWY_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $$t; done
+
+# CI has no GPU but must compile every CUDA file for sm_80 and sm_90a.
+cuda-compile: $(CU_OBJ)
+	@echo "compiled $(words $(CU_OBJ)) CUDA files for sm_80 and sm_90a"
+
+test-python: lib
+	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
+	REWY_LIBRARY=$(CURDIR)/$(BUILD)/librewy.so PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q tests/python
+
+test-cuda:
+	$(MAKE) CUDA=1 BUILD=build/cuda-on lib
+	$(MAKE) CUDA=1 BUILD=build/cuda-on $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c))
+	@set -e; for t in $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c)); do echo "== $$t"; $$t; done
+
+build/cuda-on/tests/cuda/%: tests/cuda/%.c build/cuda-on/librewy.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests $< build/cuda-on/librewy.a $(LDLIBS) -o $@
+
+clean:
+	rm -rf $(BUILD) build
