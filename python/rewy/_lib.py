@@ -1,0 +1,136 @@
+"""ctypes binding of librewy (include/rewy.h), nothing else.
+
+The structs below mirror rewy.h field for field; enums are C ints. The library never
+allocates: callers pass workspace and saved buffers (torch uint8 tensors in this package).
+"""
+import ctypes
+import os
+from ctypes import POINTER, Structure, byref, c_char_p, c_double, c_float, c_int, c_size_t, c_void_p
+
+# rewy_status
+OK = 0
+(ERR_NULL_POINTER, ERR_MISALIGNED, ERR_BAD_SHAPE, ERR_UNSUPPORTED_DIM, ERR_BAD_CHUNK, ERR_BAD_DTYPE,
+ ERR_BAD_OP, ERR_BAD_SEQLENS, ERR_BAD_ENUM, ERR_WORKSPACE, ERR_BACKEND, ERR_MISMATCH) = range(1, 13)
+# rewy_op
+OP_DELTANET, OP_GDN, OP_KDA, OP_GDN2 = 0, 1, 2, 3
+# rewy_dtype
+F32, BF16, F16 = 0, 1, 2
+# rewy_policy
+POLICY_R, POLICY_A = 0, 1
+# rewy_bwd_algo
+BWD_REWY, BWD_WY = 0, 1
+# rewy_backend
+BACKEND_CPU, BACKEND_CUDA = 0, 1
+
+
+class Config(Structure):
+    """struct rewy_config"""
+    _fields_ = [
+        ("op", c_int), ("backend", c_int), ("dtype", c_int),
+        ("B", c_int), ("T", c_int), ("H", c_int), ("HV", c_int), ("K", c_int), ("V", c_int),
+        ("chunk_size", c_int),
+        ("scale", c_float),
+        ("cu_seqlens", c_void_p),
+        ("cu_seqlens_host", c_void_p),
+        ("num_seqs", c_int),
+        ("policy", c_int),
+        ("bwd_algo", c_int),
+        ("state_v_first", c_int),
+        ("stream", c_void_p),
+    ]
+
+
+class FwdParams(Structure):
+    """struct rewy_fwd_params"""
+    _fields_ = [("cfg", Config)] + [(n, c_void_p) for n in (
+        "q", "k", "v", "g", "beta", "b", "w", "h0", "o", "ht", "saved", "workspace")] + [
+        ("workspace_bytes", c_size_t), ("saved_bytes", c_size_t)]
+
+
+class BwdParams(Structure):
+    """struct rewy_bwd_params"""
+    _fields_ = [("cfg", Config)] + [(n, c_void_p) for n in (
+        "q", "k", "v", "g", "beta", "b", "w", "h0", "saved")] + [("saved_bytes", c_size_t)] + [
+        (n, c_void_p) for n in (
+        "do_", "dht", "dq", "dk", "dv", "dg", "dbeta", "db", "dw", "dh0", "workspace")] + [
+        ("workspace_bytes", c_size_t)]
+
+
+def _candidates():
+    env = os.environ.get("REWY_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [os.path.join(here, "librewy.so"),                              # installed copy
+            os.path.join(here, os.pardir, os.pardir, "build", "librewy.so")]  # repo checkout
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        path = os.path.normpath(path)
+        if os.path.exists(path):
+            lib = ctypes.CDLL(path)
+            break
+        tried.append(path)
+    else:
+        raise OSError("librewy.so not found (tried: %s); run `make lib` in the rewy repository "
+                      "or set REWY_LIBRARY to its path" % ", ".join(tried))
+    lib.path = path
+    st = c_int  # rewy_status
+    for name, argtypes in [("rewy_saved_size", [POINTER(Config), POINTER(c_size_t)]),
+                           ("rewy_fwd_workspace_size", [POINTER(Config), POINTER(c_size_t)]),
+                           ("rewy_bwd_workspace_size", [POINTER(Config), POINTER(c_size_t)]),
+                           ("rewy_forward", [POINTER(FwdParams)]),
+                           ("rewy_backward", [POINTER(BwdParams)]),
+                           ("rewy_validate_fwd", [POINTER(FwdParams), c_char_p, c_size_t]),
+                           ("rewy_validate_bwd", [POINTER(BwdParams), c_char_p, c_size_t])]:
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, st
+    lib.rewy_pullback_flops.argtypes, lib.rewy_pullback_flops.restype = [c_int, c_int, c_int, c_int], c_double
+    lib.rewy_strerror.argtypes, lib.rewy_strerror.restype = [c_int], c_char_p
+    lib.rewy_version.argtypes, lib.rewy_version.restype = [], c_char_p
+    lib.rewy_has_cuda.argtypes, lib.rewy_has_cuda.restype = [], c_int
+    return lib
+
+
+_LIB = None
+
+
+def lib():
+    """The loaded library (loaded on first use, so that `import rewy` never fails)."""
+    global _LIB
+    if _LIB is None:
+        _LIB = _load()
+    return _LIB
+
+
+# Statuses about element types and devices map to TypeError; everything else about the
+# arguments (values, shapes, sizes) to ValueError; the device itself failing to RuntimeError.
+_TYPE_ERRORS = (ERR_BAD_DTYPE,)
+_RUNTIME_ERRORS = (ERR_BACKEND,)
+
+
+def error(status, message):
+    text = "rewy: %s (%s)" % (message, lib().rewy_strerror(status).decode())
+    if status in _TYPE_ERRORS:
+        return TypeError(text)
+    if status in _RUNTIME_ERRORS:
+        return RuntimeError(text)
+    return ValueError(text)
+
+
+def check(status, params, validate):
+    """Raise the library's own one-line message for a failed call on params."""
+    if status == OK:
+        return
+    buf = ctypes.create_string_buffer(512)
+    vstatus = validate(byref(params), buf, len(buf))
+    msg = buf.value.decode() if vstatus != OK and buf.value else lib().rewy_strerror(status).decode()
+    raise error(status if vstatus == OK else vstatus, msg)
+
+
+def size_query(fn, cfg):
+    n = c_size_t(0)
+    status = fn(byref(cfg), byref(n))
+    return status, n.value

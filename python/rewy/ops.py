@@ -1,0 +1,286 @@
+"""FLA-compatible chunk functions: chunk_delta_rule, chunk_gated_delta_rule, chunk_kda, chunk_gdn2.
+
+Each public function only names its operator's gates (rewy.h's table, MATH §1):
+
+    operator                 g (natural log, per token)   b (erase)   w (write)
+    chunk_delta_rule         none                         β           β
+    chunk_gated_delta_rule   [B,T,HV] scalar per head      β           β
+    chunk_kda                [B,T,HV,K]                    β           β
+    chunk_gdn2               [B,T,HV,K]                    b [..,K]    w [..,V]
+
+and hands everything to `_delta_rule`, which checks the arguments, applies FLA's input
+transforms as plain differentiable torch code (l2norm, gate activation, beta sigmoid), and
+calls the core op (rewy._core), whose backward is the library's. Gradients therefore follow
+FLA's conventions: dg w.r.t. the per-token natural-log gate as passed (or its raw input with
+use_gate_in_kernel), dβ w.r.t. β as passed (or its logits), dq/dk w.r.t. the pre-l2norm q/k.
+
+rewy-only keyword arguments, accepted by all four functions:
+    backward="rewy" | "wy"     which pullback of M R = Z − E S the backward runs (MATH §4b / §4a)
+    disable_recompute=bool     policy A (True: save chunk states) or R (False, default), MATH §8
+    chunk_size=16 | 32 | 64    (FLA's option, extended to every operator)
+    state_v_first=bool         states [N,HV,V,K] instead of [N,HV,K,V]
+"""
+import torch
+import torch.nn.functional as F
+
+from . import _lib
+from ._core import DTYPES, state_shape
+
+_BACKWARD = {"rewy": _lib.BWD_REWY, "wy": _lib.BWD_WY}
+
+
+# ------------------------------------------------------------------------------------------
+# FLA's input transforms, in torch (autograd gives their backward)
+
+def l2norm(x, eps=1e-6):
+    """x / sqrt(Σ x² + eps) over the last dimension, computed in fp32 (FLA's l2norm_fwd)."""
+    x32 = x.float()
+    return (x32 * torch.rsqrt((x32 * x32).sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def gate(g, A_log=None, dt_bias=None, lower_bound=None):
+    """FLA's in-kernel gate; g is [B,T,HV] (GDN, dt_bias [HV]) or [B,T,HV,K] (KDA/GDN2, dt_bias [HV*K]).
+
+        g' = −exp(A_log) · softplus(g + dt_bias)               (softplus threshold 20)
+        g' = lower_bound · σ(exp(A_log) · (g + dt_bias))       with lower_bound
+        g' = lower_bound · σ(g + dt_bias)                      with lower_bound and no A_log
+    """
+    HV = g.shape[2]
+    per_head = (HV,) + (1,) * (g.dim() - 3)   # A_log broadcasts over K
+    x = g.float()
+    if dt_bias is not None:
+        x = x + dt_bias.float().view(g.shape[2:])
+    if lower_bound is not None:
+        if A_log is not None:
+            x = A_log.float().exp().view(per_head) * x
+        return lower_bound * torch.sigmoid(x)
+    return -A_log.float().exp().view(per_head) * F.softplus(x)
+
+
+def beta_activation(beta, allow_neg_eigval):
+    """σ(β), or 2σ(β) so that the eigenvalues 1 − β of the transition may be negative."""
+    return torch.sigmoid(beta.float()).mul(2.0 if allow_neg_eigval else 1.0).to(beta.dtype)
+
+
+# ------------------------------------------------------------------------------------------
+# argument checks (the library checks values given a config; shapes and devices are ours)
+
+def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
+                   op, gate_in_kernel, state_v_first):
+    named = dict(q=q, k=k, v=v, g=g, beta=beta, b=b, w=w, initial_state=initial_state, A_log=A_log,
+                 dt_bias=dt_bias, cu_seqlens=cu_seqlens)
+    given = {n: t for n, t in named.items() if t is not None}
+    for n, t in list(given.items()) + [("cu_seqlens_cpu", cu_seqlens_cpu)]:
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: {n} must be a torch.Tensor (got {type(t).__name__})")
+    for n, t in given.items():
+        if t.device != q.device:
+            raise TypeError(f"{name}: all tensors must be on one device, but q is on {q.device} "
+                            f"and {n} is on {t.device}")
+    if cu_seqlens_cpu is not None and cu_seqlens_cpu.device.type != "cpu":
+        raise TypeError(f"{name}: cu_seqlens_cpu must be a CPU tensor (got {cu_seqlens_cpu.device})")
+
+    if q.dtype not in DTYPES:
+        raise TypeError(f"{name}: q must be float32, bfloat16 or float16 (got {q.dtype})")
+    for n in ("k", "v"):
+        if given[n].dtype != q.dtype:
+            raise TypeError(f"{name}: q, k and v must have one dtype (q is {q.dtype}, {n} is {given[n].dtype})")
+    for n in ("g", "beta", "b", "w", "initial_state", "A_log", "dt_bias"):
+        if n in given and not given[n].is_floating_point():
+            raise TypeError(f"{name}: {n} must be a floating-point tensor (got {given[n].dtype})")
+    for n in ("cu_seqlens", "cu_seqlens_cpu"):
+        t = named.get(n, cu_seqlens_cpu)
+        if t is not None and t.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"{name}: {n} must be int32 or int64 (got {t.dtype})")
+
+    if q.dim() != 4:
+        raise ValueError(f"{name}: q must be [B, T, H, K] (got shape {list(q.shape)})")
+    B, T, H, K = q.shape
+    if v.dim() != 4 or v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"{name}: v must be [B, T, HV, V] = [{B}, {T}, HV, V] (got shape {list(v.shape)})")
+    HV, V = v.shape[2], v.shape[3]
+    expected = dict(k=(B, T, H, K), beta=(B, T, HV), b=(B, T, HV, K), w=(B, T, HV, V),
+                    g=(B, T, HV) if op == _lib.OP_GDN else (B, T, HV, K))
+    if cu_seqlens is not None:
+        if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+            raise ValueError(f"{name}: cu_seqlens must be 1-D [N+1] (got shape {list(cu_seqlens.shape)})")
+        if B != 1:
+            raise ValueError(f"{name}: the batch size is expected to be 1 rather than {B} when using "
+                             f"`cu_seqlens`; flatten variable-length inputs before processing")
+        if cu_seqlens_cpu is not None and cu_seqlens_cpu.shape != cu_seqlens.shape:
+            raise ValueError(f"{name}: cu_seqlens_cpu must have the shape of cu_seqlens "
+                             f"({list(cu_seqlens.shape)}, got {list(cu_seqlens_cpu.shape)})")
+    expected["initial_state"] = state_shape(q, v, cu_seqlens, state_v_first)
+    for n, shape in expected.items():
+        if n in given and tuple(given[n].shape) != shape:
+            raise ValueError(f"{name}: {n} must have shape {list(shape)} (got {list(given[n].shape)})")
+    if A_log is not None and A_log.numel() != HV:
+        raise ValueError(f"{name}: A_log must have HV = {HV} elements (got shape {list(A_log.shape)})")
+    n_bias = HV if op == _lib.OP_GDN else HV * K
+    if dt_bias is not None and dt_bias.numel() != n_bias:
+        raise ValueError(f"{name}: dt_bias must have {n_bias} elements "
+                         f"({'HV' if op == _lib.OP_GDN else 'HV*K'}; got shape {list(dt_bias.shape)})")
+
+
+def _check_options(name, use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_gate,
+                   use_beta_sigmoid_in_kernel, allow_neg_eigval, backward):
+    if backward not in _BACKWARD:
+        raise ValueError(f"{name}: backward must be 'rewy' or 'wy' (got {backward!r})")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError(f"{name}: `allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`")
+    if use_gate_in_kernel:
+        if A_log is None and lower_bound is None:
+            raise ValueError(f"{name}: `A_log` must be provided when `use_gate_in_kernel=True`"
+                             + (" and `lower_bound` is not set" if lower_bound is not False else ""))
+        if safe_gate and lower_bound is None:
+            raise ValueError(f"{name}: `lower_bound` must be specified when `safe_gate=True` and "
+                             f"`use_gate_in_kernel=True`")
+        if safe_gate and not -5 <= lower_bound < 0:
+            raise ValueError(f"{name}: `lower_bound` must be in the safe range [-5, 0), got {lower_bound}")
+    else:
+        for n, x in (("A_log", A_log), ("dt_bias", dt_bias), ("lower_bound", lower_bound)):
+            if x is not None and x is not False:
+                raise ValueError(f"{name}: `{n}` only applies with `use_gate_in_kernel=True` "
+                                 f"(rewy does not ignore it silently)")
+
+
+def _rewy_kwargs(name, kwargs, state_v_first, disable_recompute, fla_kwargs=()):
+    """Pop the keyword-only options of **kwargs; anything left over is an error, never ignored."""
+    if "head_first" in kwargs:
+        raise ValueError(f"{name}: head_first has been removed (as in FLA); inputs are [B, T, H, ...]")
+    if "transpose_state_layout" in kwargs:   # FLA's deprecated name of state_v_first
+        if state_v_first:
+            raise ValueError(f"{name}: cannot pass both `state_v_first` and `transpose_state_layout`")
+        state_v_first = kwargs.pop("transpose_state_layout")
+    opts = dict(chunk_size=kwargs.pop("chunk_size", 64), backward=kwargs.pop("backward", "rewy"),
+                state_v_first=kwargs.pop("state_v_first", state_v_first),
+                disable_recompute=kwargs.pop("disable_recompute", disable_recompute))
+    for n in fla_kwargs:
+        opts[n] = kwargs.pop(n, None)
+    if kwargs:
+        raise TypeError(f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, kwargs))}; "
+                        f"rewy accepts FLA's options and backward=, disable_recompute=, chunk_size=, "
+                        f"state_v_first=")
+    return opts
+
+
+def _unsupported(name, **options):
+    for n, (value, why) in options.items():
+        if value:
+            raise NotImplementedError(f"{name}: `{n}` is not supported by rewy ({why})")
+
+
+# ------------------------------------------------------------------------------------------
+# the one generic function behind the four operators
+
+def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=None, initial_state=None,
+                output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
+                A_log=None, dt_bias=None, lower_bound=None, safe_gate=False, use_beta_sigmoid_in_kernel=False,
+                allow_neg_eigval=False, cu_seqlens=None, cu_seqlens_cpu=None, disable_recompute=False,
+                state_v_first=False, chunk_size=64, backward="rewy"):
+    _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
+                   op, use_gate_in_kernel, state_v_first)
+    _check_options(name, use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_gate,
+                   use_beta_sigmoid_in_kernel, allow_neg_eigval, backward)
+
+    if use_qk_l2norm_in_kernel:
+        q, k = l2norm(q), l2norm(k)
+    if g is not None:                        # gates and states are fp32 (rewy.h)
+        g = gate(g, A_log, dt_bias, lower_bound) if use_gate_in_kernel else g.float()
+    if beta is not None and use_beta_sigmoid_in_kernel:
+        beta = beta_activation(beta, allow_neg_eigval)
+    beta, b, w = (None if t is None else t.to(q.dtype).contiguous() for t in (beta, b, w))
+    h0 = None if initial_state is None else initial_state.float().contiguous()
+    if cu_seqlens is not None:
+        cu_seqlens = cu_seqlens.to(torch.int32).contiguous()
+        if q.is_cuda:   # the CUDA backend plans from a host copy; without one this syncs
+            cu_seqlens_cpu = (cu_seqlens.cpu() if cu_seqlens_cpu is None else cu_seqlens_cpu).to(torch.int32)
+        else:
+            cu_seqlens_cpu = None            # host memory already
+    scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
+
+    o, ht, _ = torch.ops.rewy.chunk_fwd(
+        q.contiguous(), k.contiguous(), v.contiguous(), None if g is None else g.contiguous(), beta, b, w, h0,
+        cu_seqlens, cu_seqlens_cpu, op, scale, int(chunk_size),
+        _lib.POLICY_A if disable_recompute else _lib.POLICY_R, _BACKWARD[backward], bool(state_v_first),
+        bool(output_final_state))
+    return o, (ht if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------
+# FLA's four entry points: names, argument order and defaults as in fla.ops
+
+def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
+                     use_qk_l2norm_in_kernel=False, cu_seqlens=None, cu_seqlens_cpu=None, **kwargs):
+    """DeltaNet: S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,  o_t = S_tᵀ (scale q_t).
+
+    q, k [B,T,H,K]; v [B,T,HV,V]; beta [B,T,HV]. Returns (o [B,T,HV,V] in q.dtype, final state
+    [N,HV,K,V] fp32 or None). As fla.ops.delta_rule.chunk_delta_rule, plus rewy's keywords.
+    """
+    name = "chunk_delta_rule"
+    opts = _rewy_kwargs(name, kwargs, False, False)
+    return _delta_rule(name, _lib.OP_DELTANET, q, k, v, beta=beta, scale=scale, initial_state=initial_state,
+                       output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **opts)
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                           allow_neg_eigval=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+                           chunk_indices=None, cp_context=None, **kwargs):
+    """Gated DeltaNet: the delta rule with a scalar decay exp(g_t) per head, g [B,T,HV].
+
+    kwargs as FLA: use_gate_in_kernel, A_log [HV], dt_bias [HV], chunk_size; plus rewy's keywords.
+    chunk_indices is FLA's cached chunk table, derived from cu_seqlens; rewy derives its own.
+    """
+    name = "chunk_gated_delta_rule"
+    _unsupported(name, cp_context=(cp_context is not None, "context parallelism"))
+    opts = _rewy_kwargs(name, kwargs, state_v_first, False, ("use_gate_in_kernel", "A_log", "dt_bias"))
+    opts["use_gate_in_kernel"] = bool(opts["use_gate_in_kernel"])
+    return _delta_rule(name, _lib.OP_GDN, q, k, v, g=g, beta=beta, scale=scale, initial_state=initial_state,
+                       output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                       use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **opts)
+
+
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+              allow_neg_eigval=False, safe_gate=False, lower_bound=None, disable_recompute=False,
+              return_intermediate_states=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+              cp_context=None, **kwargs):
+    """Kimi Delta Attention: per-channel decay Diag(exp g_t), g [B,T,HV,K].
+
+    kwargs as FLA: A_log [HV], dt_bias [HV*K], chunk_size; plus rewy's keywords. safe_gate only
+    selects FLA kernels for bounded gates; rewy's matrix intra is safe for any gate (MATH §6),
+    so it changes nothing here beyond FLA's lower_bound check.
+    """
+    name = "chunk_kda"
+    _unsupported(name, cp_context=(cp_context is not None, "context parallelism"),
+                 return_intermediate_states=(return_intermediate_states, "chunk states are not returned"))
+    opts = _rewy_kwargs(name, kwargs, state_v_first, disable_recompute, ("A_log", "dt_bias"))
+    return _delta_rule(name, _lib.OP_KDA, q, k, v, g=g, beta=beta, scale=scale, initial_state=initial_state,
+                       output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                       use_gate_in_kernel=use_gate_in_kernel, lower_bound=lower_bound, safe_gate=safe_gate,
+                       use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **opts)
+
+
+def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False,
+               use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, cu_seqlens=None, cu_seqlens_cpu=None,
+               safe_gate=False, lower_bound=None, disable_recompute=False, return_intermediate_states=False,
+               state_v_first=False, **kwargs):
+    """GDN2: per-channel decay g [B,T,HV,K], erase gate b [B,T,HV,K], write gate w [B,T,HV,V]:
+    S_t = (I − k_t (b_t⊙k_t)ᵀ) Diag(e^{g_t}) S_{t−1} + k_t (w_t⊙v_t)ᵀ.
+
+    kwargs as FLA: A_log [HV], dt_bias [HV*K], chunk_size (rewy also takes 16 and 32); plus rewy's keywords.
+    """
+    name = "chunk_gdn2"
+    _unsupported(name, return_intermediate_states=(return_intermediate_states, "chunk states are not returned"))
+    opts = _rewy_kwargs(name, kwargs, state_v_first, disable_recompute, ("A_log", "dt_bias"))
+    return _delta_rule(name, _lib.OP_GDN2, q, k, v, g=g, b=b, w=w, scale=scale, initial_state=initial_state,
+                       output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                       use_gate_in_kernel=use_gate_in_kernel, lower_bound=lower_bound, safe_gate=safe_gate,
+                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **opts)
+
+
+chunk_gdn = chunk_gated_delta_rule

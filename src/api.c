@@ -1,0 +1,264 @@
+/* api.c: argument validation, size queries and dispatch to the CPU or CUDA backend.
+ * Every check names the argument it rejects; the backends assume a valid call. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rewy.h"
+#include "cpu/chunk.h"
+#ifdef REWY_WITH_CUDA
+#include "cuda/cuda_backend.h"
+#endif
+
+#define REWY_MAX_DIM 256
+
+const char *rewy_version(void) { return REWY_VERSION_STRING; }
+
+int rewy_has_cuda(void) {
+#ifdef REWY_WITH_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+const char *rewy_strerror(rewy_status s) {
+    switch (s) {
+    case REWY_OK: return "success";
+    case REWY_ERR_NULL_POINTER: return "a required pointer is NULL";
+    case REWY_ERR_MISALIGNED: return "a pointer is not aligned to its element size";
+    case REWY_ERR_BAD_SHAPE: return "invalid shape (B, T, H, HV, K, V must be positive and HV a multiple of H)";
+    case REWY_ERR_UNSUPPORTED_DIM: return "unsupported head dimension (K and V must be at most 256)";
+    case REWY_ERR_BAD_CHUNK: return "unsupported chunk size (16, 32 or 64)";
+    case REWY_ERR_BAD_DTYPE: return "unsupported element type (bf16, fp16 or fp32)";
+    case REWY_ERR_BAD_OP: return "unknown operator, or gate tensors that do not match the operator";
+    case REWY_ERR_BAD_SEQLENS: return "invalid cu_seqlens (must start at 0, increase strictly and end at T, with B = 1)";
+    case REWY_ERR_BAD_ENUM: return "unknown policy, backward algorithm or backend";
+    case REWY_ERR_WORKSPACE: return "workspace or saved buffer smaller than its size query";
+    case REWY_ERR_BACKEND: return "backend unavailable or failed";
+    case REWY_ERR_MISMATCH: return "backward config differs from the forward that wrote the saved buffer";
+    default: return "unknown status";
+    }
+}
+
+double rewy_pullback_flops(rewy_bwd_algo algo, int n, int K, int V) {
+    double N = n, k = K, v = V;
+    if (algo == REWY_BWD_WY) /* §9: 2nKV + 2n²V + 2n²K + 4n³ + 2n²V + 2n²K */
+        return 2 * N * k * v + 2 * N * N * v + 2 * N * N * k + 4 * N * N * N + 2 * N * N * v + 2 * N * N * k;
+    return 2 * N * N * v + 2 * N * N * v + 2 * N * k * v; /* §9: 2n²V + 2n²V + 2nKV */
+}
+
+/* --- validation ------------------------------------------------------------------- */
+
+typedef struct err { char *msg; size_t len; } err;
+
+static rewy_status fail(err e, rewy_status s, const char *fmt, ...) {
+    if (e.msg && e.len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e.msg, e.len, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+static int misaligned(const void *ptr, size_t align) { return ((uintptr_t)ptr % align) != 0; }
+
+static rewy_status check_config(const rewy_config *c, err e) {
+    if (!c) return fail(e, REWY_ERR_NULL_POINTER, "params must not be NULL");
+    if ((unsigned)c->op > REWY_OP_GDN2) return fail(e, REWY_ERR_BAD_OP, "op: unknown operator %d", (int)c->op);
+    if ((unsigned)c->backend > REWY_BACKEND_CUDA)
+        return fail(e, REWY_ERR_BAD_ENUM, "backend: unknown backend %d", (int)c->backend);
+    if ((unsigned)c->dtype > REWY_F16)
+        return fail(e, REWY_ERR_BAD_DTYPE, "dtype: unknown element type %d (bf16, fp16 or fp32)", (int)c->dtype);
+    if ((unsigned)c->policy > REWY_POLICY_A)
+        return fail(e, REWY_ERR_BAD_ENUM, "policy: unknown saving policy %d (R or A)", (int)c->policy);
+    if ((unsigned)c->bwd_algo > REWY_BWD_WY)
+        return fail(e, REWY_ERR_BAD_ENUM, "bwd_algo: unknown backward algorithm %d", (int)c->bwd_algo);
+    const struct { const char *name; int v; } dims[] = {
+        {"B", c->B}, {"T", c->T}, {"H", c->H}, {"K", c->K}, {"V", c->V}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v <= 0) return fail(e, REWY_ERR_BAD_SHAPE, "%s must be > 0 (got %d)", dims[i].name, dims[i].v);
+    if (c->HV < 0) return fail(e, REWY_ERR_BAD_SHAPE, "HV must be >= 0 (got %d; 0 means HV = H)", c->HV);
+    int HV = c->HV ? c->HV : c->H;
+    if (HV % c->H)
+        return fail(e, REWY_ERR_BAD_SHAPE, "HV (%d) must be a multiple of H (%d)", HV, c->H);
+    if (c->K > REWY_MAX_DIM || c->V > REWY_MAX_DIM)
+        return fail(e, REWY_ERR_UNSUPPORTED_DIM, "K and V must be at most %d (got K=%d, V=%d)", REWY_MAX_DIM, c->K, c->V);
+    if ((double)c->B * c->T * HV * (c->K > c->V ? c->K : c->V) * 64.0 > 9.0e18)
+        return fail(e, REWY_ERR_BAD_SHAPE, "problem too large (B*T*HV*max(K,V) overflows)");
+    if (c->chunk_size != 0 && c->chunk_size != 16 && c->chunk_size != 32 && c->chunk_size != 64)
+        return fail(e, REWY_ERR_BAD_CHUNK, "chunk_size must be 16, 32 or 64 (got %d)", c->chunk_size);
+    if (!isfinite(c->scale)) return fail(e, REWY_ERR_BAD_SHAPE, "scale must be finite");
+    if (c->cu_seqlens || c->cu_seqlens_host) {
+        if (!c->cu_seqlens) return fail(e, REWY_ERR_NULL_POINTER, "cu_seqlens_host given without cu_seqlens");
+        if (c->B != 1) return fail(e, REWY_ERR_BAD_SEQLENS, "B must be 1 with cu_seqlens (got %d)", c->B);
+        if (c->num_seqs <= 0) return fail(e, REWY_ERR_BAD_SEQLENS, "num_seqs must be > 0 with cu_seqlens (got %d)", c->num_seqs);
+        if (misaligned(c->cu_seqlens, 4) || (c->cu_seqlens_host && misaligned(c->cu_seqlens_host, 4)))
+            return fail(e, REWY_ERR_MISALIGNED, "cu_seqlens must be 4-byte aligned");
+        const int32_t *cu = c->cu_seqlens_host;
+        if (!cu && c->backend == REWY_BACKEND_CPU) cu = c->cu_seqlens;
+        if (!cu) return fail(e, REWY_ERR_NULL_POINTER, "cu_seqlens_host is required with the CUDA backend");
+        if (cu[0] != 0) return fail(e, REWY_ERR_BAD_SEQLENS, "cu_seqlens[0] must be 0 (got %d)", cu[0]);
+        for (int i = 0; i < c->num_seqs; i++)
+            if (cu[i + 1] <= cu[i])
+                return fail(e, REWY_ERR_BAD_SEQLENS, "cu_seqlens must increase strictly (cu_seqlens[%d]=%d, cu_seqlens[%d]=%d)",
+                            i, cu[i], i + 1, cu[i + 1]);
+        if (cu[c->num_seqs] != c->T)
+            return fail(e, REWY_ERR_BAD_SEQLENS, "cu_seqlens must end at T=%d (got %d)", c->T, cu[c->num_seqs]);
+    }
+    if (c->backend == REWY_BACKEND_CUDA && !rewy_has_cuda())
+        return fail(e, REWY_ERR_BACKEND, "backend: this library was built without CUDA (rebuild with make CUDA=1)");
+    return REWY_OK;
+}
+
+typedef struct tensor_arg { const char *name; const void *ptr; size_t align; int required; int allowed; } tensor_arg;
+
+/* Each tensor: required → non-NULL; not allowed for this op → must be NULL; aligned. */
+static rewy_status check_tensors(const rewy_config *c, const tensor_arg *t, int n, err e) {
+    static const char *ops[] = {"DeltaNet", "GDN", "KDA", "GDN2"};
+    for (int i = 0; i < n; i++) {
+        if (!t[i].allowed && t[i].ptr)
+            return fail(e, REWY_ERR_BAD_OP, "%s must be NULL for %s", t[i].name, ops[c->op]);
+        if (t[i].required && !t[i].ptr)
+            return fail(e, REWY_ERR_NULL_POINTER, "%s must not be NULL", t[i].name);
+        if (t[i].ptr && misaligned(t[i].ptr, t[i].align))
+            return fail(e, REWY_ERR_MISALIGNED, "%s must be %zu-byte aligned", t[i].name, t[i].align);
+    }
+    return REWY_OK;
+}
+
+static size_t elem(const rewy_config *c) { return c->dtype == REWY_F32 ? 4 : 2; }
+
+static rewy_status sizes(const rewy_config *c, size_t *saved, size_t *fwd, size_t *bwd) {
+#ifdef REWY_WITH_CUDA
+    if (c->backend == REWY_BACKEND_CUDA) {
+        if (saved) *saved = rewy_cuda_saved_size(c);
+        if (fwd) *fwd = rewy_cuda_fwd_workspace_size(c);
+        if (bwd) *bwd = rewy_cuda_bwd_workspace_size(c);
+        return REWY_OK;
+    }
+#endif
+    if (saved) *saved = rewy_cpu_saved_size(c);
+    if (fwd) *fwd = rewy_cpu_fwd_workspace_size(c);
+    if (bwd) *bwd = rewy_cpu_bwd_workspace_size(c);
+    return REWY_OK;
+}
+
+static rewy_status validate_fwd(const rewy_fwd_params *p, err e) {
+    if (!p) return fail(e, REWY_ERR_NULL_POINTER, "params must not be NULL");
+    rewy_status s = check_config(&p->cfg, e);
+    if (s) return s;
+    const rewy_config *c = &p->cfg;
+    const int gated = c->op != REWY_OP_DELTANET, gdn2 = c->op == REWY_OP_GDN2;
+    const size_t el = elem(c);
+    const tensor_arg t[] = {
+        {"q", p->q, el, 1, 1}, {"k", p->k, el, 1, 1}, {"v", p->v, el, 1, 1},
+        {"g", p->g, 4, gated, gated}, {"beta", p->beta, el, !gdn2, !gdn2},
+        {"b", p->b, el, gdn2, gdn2}, {"w", p->w, el, gdn2, gdn2},
+        {"h0", p->h0, 4, 0, 1}, {"o", p->o, el, 1, 1}, {"ht", p->ht, 4, 0, 1},
+        {"saved", p->saved, 16, 1, 1}, {"workspace", p->workspace, 16, 1, 1}};
+    if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
+    size_t need_saved, need_ws;
+    sizes(c, &need_saved, &need_ws, NULL);
+    if (p->saved_bytes < need_saved)
+        return fail(e, REWY_ERR_WORKSPACE, "saved_bytes %zu < rewy_saved_size %zu", p->saved_bytes, need_saved);
+    if (p->workspace_bytes < need_ws)
+        return fail(e, REWY_ERR_WORKSPACE, "workspace_bytes %zu < rewy_fwd_workspace_size %zu", p->workspace_bytes, need_ws);
+    return REWY_OK;
+}
+
+/* The CPU saved buffer starts with the forward's config; the backward must match it. */
+static rewy_status check_saved_header(const rewy_bwd_params *p, err e) {
+    saved_header h;
+    memcpy(&h, p->saved, sizeof h);
+    problem pb;
+    problem_init(&pb, &p->cfg);
+    if (memcmp(h.magic, "rewyCPU", 8) != 0)
+        return fail(e, REWY_ERR_MISMATCH, "saved: not written by rewy_forward (CPU)");
+    if (h.op != (int)pb.op || h.dtype != (int)pb.dt || h.B != pb.B || h.T != pb.T || h.H != pb.H ||
+        h.HV != pb.HV || h.K != pb.K || h.V != pb.V || h.BT != pb.BT || h.policy != (int)pb.policy ||
+        h.state_v_first != pb.state_v_first || h.N != pb.N || h.scale != pb.scale)
+        return fail(e, REWY_ERR_MISMATCH, "saved: the forward ran with a different config (op, dtype, shape, chunk, policy, layout or scale)");
+    if (h.has_h0 != (p->h0 != NULL))
+        return fail(e, REWY_ERR_MISMATCH, "h0: given to %s but not to the other", h.has_h0 ? "the forward" : "the backward");
+    return REWY_OK;
+}
+
+static rewy_status validate_bwd(const rewy_bwd_params *p, err e) {
+    if (!p) return fail(e, REWY_ERR_NULL_POINTER, "params must not be NULL");
+    rewy_status s = check_config(&p->cfg, e);
+    if (s) return s;
+    const rewy_config *c = &p->cfg;
+    const int gated = c->op != REWY_OP_DELTANET, gdn2 = c->op == REWY_OP_GDN2;
+    const size_t el = elem(c);
+    const tensor_arg t[] = {
+        {"q", p->q, el, 1, 1}, {"k", p->k, el, 1, 1}, {"v", p->v, el, 1, 1},
+        {"g", p->g, 4, gated, gated}, {"beta", p->beta, el, !gdn2, !gdn2},
+        {"b", p->b, el, gdn2, gdn2}, {"w", p->w, el, gdn2, gdn2}, {"h0", p->h0, 4, 0, 1},
+        {"saved", p->saved, 16, 1, 1}, {"do_", p->do_, el, 1, 1}, {"dht", p->dht, 4, 0, 1},
+        {"dq", p->dq, el, 1, 1}, {"dk", p->dk, el, 1, 1}, {"dv", p->dv, el, 1, 1},
+        {"dg", p->dg, 4, gated, gated}, {"dbeta", p->dbeta, el, !gdn2, !gdn2},
+        {"db", p->db, el, gdn2, gdn2}, {"dw", p->dw, el, gdn2, gdn2}, {"dh0", p->dh0, 4, 0, 1},
+        {"workspace", p->workspace, 16, 1, 1}};
+    if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
+    size_t need_saved, need_ws;
+    sizes(c, &need_saved, NULL, &need_ws);
+    if (p->saved_bytes < need_saved)
+        return fail(e, REWY_ERR_WORKSPACE, "saved_bytes %zu < rewy_saved_size %zu", p->saved_bytes, need_saved);
+    if (p->workspace_bytes < need_ws)
+        return fail(e, REWY_ERR_WORKSPACE, "workspace_bytes %zu < rewy_bwd_workspace_size %zu", p->workspace_bytes, need_ws);
+    if (c->backend == REWY_BACKEND_CPU) return check_saved_header(p, e);
+    return REWY_OK;
+}
+
+/* --- public entry points ------------------------------------------------------------ */
+
+rewy_status rewy_validate_fwd(const rewy_fwd_params *p, char *msg, size_t msg_len) {
+    err e = {msg, msg_len};
+    if (msg && msg_len) msg[0] = '\0';
+    return validate_fwd(p, e);
+}
+
+rewy_status rewy_validate_bwd(const rewy_bwd_params *p, char *msg, size_t msg_len) {
+    err e = {msg, msg_len};
+    if (msg && msg_len) msg[0] = '\0';
+    return validate_bwd(p, e);
+}
+
+static rewy_status size_query(const rewy_config *cfg, size_t *bytes, int which) {
+    err none = {NULL, 0};
+    if (!bytes) return REWY_ERR_NULL_POINTER;
+    rewy_status s = check_config(cfg, none);
+    if (s) return s;
+    size_t v[3];
+    sizes(cfg, &v[0], &v[1], &v[2]);
+    *bytes = v[which];
+    return REWY_OK;
+}
+
+rewy_status rewy_saved_size(const rewy_config *cfg, size_t *bytes) { return size_query(cfg, bytes, 0); }
+rewy_status rewy_fwd_workspace_size(const rewy_config *cfg, size_t *bytes) { return size_query(cfg, bytes, 1); }
+rewy_status rewy_bwd_workspace_size(const rewy_config *cfg, size_t *bytes) { return size_query(cfg, bytes, 2); }
+
+rewy_status rewy_forward(const rewy_fwd_params *p) {
+    err none = {NULL, 0};
+    rewy_status s = validate_fwd(p, none);
+    if (s) return s;
+#ifdef REWY_WITH_CUDA
+    if (p->cfg.backend == REWY_BACKEND_CUDA) return rewy_cuda_forward(p);
+#endif
+    return rewy_cpu_forward(p);
+}
+
+rewy_status rewy_backward(const rewy_bwd_params *p) {
+    err none = {NULL, 0};
+    rewy_status s = validate_bwd(p, none);
+    if (s) return s;
+#ifdef REWY_WITH_CUDA
+    if (p->cfg.backend == REWY_BACKEND_CUDA) return rewy_cuda_backward(p);
+#endif
+    return rewy_cpu_backward(p);
+}

@@ -1,0 +1,133 @@
+/* check.h: the accuracy harness shared by the C tests, the `rewy` CLI and the CUDA tests.
+ *
+ * A rewy_case describes one problem. rewy_check_run generates its inputs (MATH §10), rounds
+ * every element-typed input to the case dtype, runs the fp64 oracle on exactly those rounded
+ * values (so only compute error is measured), runs rewy_forward once and rewy_backward with
+ * each algorithm on the same saved buffer, and reports relative errors per quantity.
+ *
+ * Memory goes through an optional rewy_check_mem so the CUDA tests can reuse the harness
+ * with device buffers; NULL means host memory. Outputs and workspaces are poisoned with NaN
+ * bytes before every call, so an element the library forgets to write shows up as non-finite.
+ */
+#ifndef REWY_CHECK_H
+#define REWY_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rewy.h"
+
+#define REWY_CHECK_MAX_SEQS 32
+
+/* Acceptance thresholds (MATH §10). */
+#define REWY_CHECK_TOL_MAIN 8e-3     /* o, ht, dq, dk, dv, dh0 */
+#define REWY_CHECK_TOL_GATE 2e-2     /* dg, dbeta, db, dw */
+#define REWY_CHECK_TINY_NORM 1e-5    /* ‖ref‖ at or below this is "tiny": use the absolute bound */
+#define REWY_CHECK_TINY_ABS 1e-6     /* max |x − ref| allowed where ‖ref‖ is tiny */
+#define REWY_CHECK_AGREE_F32 1e-5    /* ‖WY − ReWY‖ / ‖ref‖ allowed for fp32 cases */
+
+typedef enum rewy_gate_regime {
+    REWY_GATES_NORMAL = 0,  /* g = log σ(x) / 16, x ~ N(0,1) */
+    REWY_GATES_STRONG = 1,  /* g uniform in [−5, 0] per token (and per feature) */
+    REWY_GATES_RESET = 2    /* normal, plus −1000 on every 37th token and on the first token
+                               of every odd-numbered sequence */
+} rewy_gate_regime;
+
+typedef enum rewy_beta_regime {
+    REWY_BETAS_NORMAL = 0,  /* β (and GDN2 b, w) uniform in [0.1, 0.9] */
+    REWY_BETAS_ZERO = 1     /* as normal, but 0 on every third token and 1e-8 on some others */
+} rewy_beta_regime;
+
+/* One problem. Zero-initialise, then set. With num_seqs > 0 the tokens are packed
+ * variable-length sequences seqlens[0..num_seqs): B is taken as 1 and T as their sum. */
+typedef struct rewy_case {
+    rewy_op op;
+    rewy_backend backend;
+    rewy_dtype dtype;
+    int B, T, H, HV, K, V;      /* HV = 0 means HV = H */
+    int chunk_size;             /* 0 means 64 */
+    rewy_policy policy;
+    int state_v_first;
+    int use_h0;                 /* nonzero: Gaussian × 0.1 initial state, and check dh0 */
+    int use_dht;                /* nonzero: Gaussian × 0.1 final-state gradient */
+    int no_ht;                  /* nonzero: do not request the final state (ht = NULL) */
+    int num_seqs;
+    int seqlens[REWY_CHECK_MAX_SEQS];
+    rewy_gate_regime gates;
+    rewy_beta_regime betas;
+    uint64_t seed;
+} rewy_case;
+
+/* Backend memory. Every function returns 0 (or non-NULL) on success. NULL = host memory. */
+typedef struct rewy_check_mem {
+    void *(*alloc)(void *user, size_t bytes);
+    void (*free)(void *user, void *ptr);
+    int (*to_backend)(void *user, void *dst, const void *src, size_t bytes);
+    int (*to_host)(void *user, void *dst, const void *src, size_t bytes);
+    void *user;
+} rewy_check_mem;
+
+typedef enum rewy_qty {
+    REWY_Q_O = 0, REWY_Q_HT, REWY_Q_DQ, REWY_Q_DK, REWY_Q_DV,
+    REWY_Q_DG, REWY_Q_DBETA, REWY_Q_DB, REWY_Q_DW, REWY_Q_DH0,
+    REWY_Q_COUNT
+} rewy_qty;
+
+/* Rows of rewy_check_result.err: the forward, then one per backward algorithm. */
+enum { REWY_RUN_FWD = 0, REWY_RUN_WY = 1, REWY_RUN_REWY = 2, REWY_RUN_COUNT = 3 };
+
+typedef struct rewy_check_err {
+    double rel;         /* ‖x − ref‖ / ‖ref‖ */
+    double max_abs;     /* max |x − ref| */
+    double ref_norm;    /* ‖ref‖ */
+    int finite;         /* every element of x finite */
+    int pass;
+} rewy_check_err;
+
+typedef struct rewy_check_result {
+    rewy_status fwd_status;
+    rewy_status bwd_status[2];          /* indexed by rewy_bwd_algo */
+    char msg[256];                      /* first failure: a validate message or a harness error */
+    int harness_error;                  /* allocation, copy or oracle failure (not the library's) */
+    int applies[REWY_Q_COUNT];          /* quantity exists for this case */
+    double tol[REWY_Q_COUNT];
+    /* err[REWY_RUN_FWD] holds o and ht; err[REWY_RUN_WY] / err[REWY_RUN_REWY] the gradients. */
+    rewy_check_err err[REWY_RUN_COUNT][REWY_Q_COUNT];
+    double wy_vs_rewy[REWY_Q_COUNT];    /* ‖x_WY − x_ReWY‖ / ‖ref‖ per gradient */
+    int agree;                          /* fp32 cases: every wy_vs_rewy ≤ REWY_CHECK_AGREE_F32 */
+    int saved_intact;                   /* the backward left the saved buffer unchanged */
+    int all_finite;
+    int pass;                           /* everything above as required */
+} rewy_check_result;
+
+/* Runs one case. Returns 0 when the run completed (the verdict is r->pass), nonzero on a
+ * harness error (r->harness_error set, r->msg says what). */
+int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_result *r);
+
+/* Header line + one line per quantity: rel errors of fwd / WY / ReWY, WY-vs-ReWY, verdict. */
+void rewy_check_print_table(FILE *f, const rewy_case *c, const rewy_check_result *r);
+/* One JSON object (no trailing newline). */
+void rewy_check_print_json(FILE *f, const rewy_case *c, const rewy_check_result *r);
+/* Short description, e.g. "gdn bf16 B2 T65 H2/4 K64 V64 c64 R h0 dht seed=1". */
+void rewy_check_describe(const rewy_case *c, char *buf, size_t len);
+
+const char *rewy_check_op_name(rewy_op op);
+const char *rewy_check_dtype_name(rewy_dtype t);
+const char *rewy_check_qty_name(rewy_qty q);
+int rewy_check_parse_op(const char *s, rewy_op *op);         /* 0 on success */
+int rewy_check_parse_dtype(const char *s, rewy_dtype *t);    /* 0 on success */
+
+/* CPU timing: median wall time over up to `reps` runs (after one warm-up run each) of the
+ * forward, the complete WY backward and the complete ReWY backward (recompute included),
+ * under the case's policy. Stops repeating a measurement once it has used max_seconds
+ * (at least one timed run each). */
+typedef struct rewy_check_timing {
+    double fwd_ms, bwd_wy_ms, bwd_rewy_ms;
+    int reps_fwd, reps_bwd;             /* timed runs actually used */
+    rewy_status status;                 /* first non-OK library status, else REWY_OK */
+} rewy_check_timing;
+
+int rewy_check_time(const rewy_case *c, int reps, double max_seconds, rewy_check_timing *t);
+
+#endif

@@ -1,0 +1,141 @@
+/* chunk.h: the CPU chunk backend (fp32 compute, CBLAS products, OpenMP over heads).
+ *
+ * Every operator is run in the generic vector form of MATH §1 (g [n][K], b [n][K],
+ * w [n][V]); DeltaNet, GDN and KDA broadcast their scalars into it. What differs between
+ * operators is only how decayed products are formed (the "intra" strategy):
+ *   scalar gate (DeltaNet, GDN): one n×n decay matrix Γ_ij = exp(G_i − G_j) (§7);
+ *   vector gate (KDA, GDN2):     centered factors α = exp(G − c), ζ = exp(c − G) (§6),
+ *                                or exact pairwise exponents when the chunk's gate range
+ *                                is too wide for fp32 (strong decay, −1000 resets).
+ */
+#ifndef REWY_CPU_CHUNK_H
+#define REWY_CPU_CHUNK_H
+
+#include <stddef.h>
+#include "rewy.h"
+
+/* Largest |G − c| (natural log) for which centered factors are used: α, ζ ≤ e^40 keeps
+ * every product of two factors below fp32's e^88 and every needed value above underflow. */
+#define REWY_CENTER_LIMIT 40.0f
+
+typedef enum intra_mode { INTRA_SCALAR, INTRA_CENTERED, INTRA_PAIRWISE } intra_mode;
+
+/* One chunk of one value head: n ≤ BT tokens, row-major fp32 matrices. */
+typedef struct chunk {
+    int n, K, V;
+    intra_mode mode;
+    float *q;      /* n×K  scale · q */
+    float *k;      /* n×K */
+    float *v;      /* n×V */
+    float *G;      /* n×K  chunk-local cumulative log decay */
+    float *b;      /* n×K  erase gate */
+    float *w;      /* n×V  write gate */
+    float *be;     /* n×K  b ⊙ k (erase direction before decay) */
+    float *Z;      /* n×V  w ⊙ v */
+    float *gam;    /* n×K  γ = exp(G) */
+    float *tail;   /* n×K  exp(G_n − G) */
+    float *E;      /* n×K  b ⊙ k ⊙ γ */
+    float *Qg;     /* n×K  q ⊙ γ */
+    float *F;      /* n×K  k ⊙ exp(G_n − G)  (= Y Λ) */
+    float *lam;    /* K    γ_n */
+    float *Gam;    /* n×n  exp(G_i − G_j), i ≥ j (scalar mode) */
+    float *alpha;  /* n×K  exp(G − c) (centered mode) */
+    float *kz;     /* n×K  k ⊙ exp(c − G) = k ⊙ ζ (centered mode) */
+} chunk;
+
+/* Where one sequence lives in the packed token axis. */
+typedef struct seq_span { long tok0; int len; long chunk0; } seq_span;
+
+/* A bump allocator over caller memory: the backend never calls malloc. */
+typedef struct arena { char *base; size_t used, cap; } arena;
+float *arena_floats(arena *a, size_t n);
+size_t chunk_floats(int BT, int K, int V);
+void chunk_alloc(chunk *c, arena *a, int BT, int K, int V);
+
+/* Everything the CPU kernels need, resolved once from the config. */
+typedef struct problem {
+    rewy_op op;
+    rewy_dtype dt;
+    int B, T, H, HV, K, V, BT, N;   /* N sequences */
+    float scale;
+    int vector_gate;                 /* KDA, GDN2 */
+    int state_v_first;
+    rewy_policy policy;
+    int Tmax;                        /* longest sequence */
+    long NC;                         /* total chunks over all sequences */
+} problem;
+
+int problem_init(problem *pb, const rewy_config *cfg);
+seq_span problem_seq(const problem *pb, const rewy_config *cfg, int s);
+
+/* Load chunk rows [t0, t0+n) of value head hv from the inputs, and derive G, E, Q_g, F, Λ
+ * and the intra factors. */
+void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void *q, const void *k,
+                const void *v, const float *g, const void *beta, const void *b, const void *w);
+
+/* Decayed products (MATH §6), masks applied by the caller or by `incl`:
+ *   coef:    C_ij = Σ_d X_id k_jd exp(G_id − G_jd) for j < i (j ≤ i if incl), else 0
+ *   apply:   out_i = Σ_j D_ij k_j ⊙ exp(G_i − G_j)         (= γ ⊙ (D Y), D lower)
+ *   apply_t: out_j = Σ_i D_ij X_i ⊙ exp(G_i − G_j)          (= (Dᵀ (X ⊙ γ)) ⊘ γ)
+ * apply/apply_t add into out. tmp: n×max(K,n) scratch. */
+void intra_coef(const chunk *c, const float *X, int incl, float *C, float *tmp);
+void intra_apply(const chunk *c, const float *D, float *out, float *tmp);
+void intra_apply_t(const chunk *c, const float *D, const float *X, float *out, float *tmp);
+
+/* C = alpha op(A) op(B) + beta C, row-major, through CBLAS. */
+void mm(int transA, int transB, int M, int N, int Kd, float alpha, const float *A, int lda,
+        const float *B, int ldb, float beta, float *C, int ldc);
+
+/* A = (I + L)⁻¹ for strictly lower L (n×n, unit lower triangular result), in place allowed. */
+void unit_lower_inverse(int n, const float *L, float *A);
+
+/* States: internal [K][V]; user layout [K][V] or [V][K]. */
+void state_load(const problem *pb, const float *src, float *S);
+void state_store(const problem *pb, const float *S, float *dst);
+
+/* Threads to use: one scratch slot each, at most the workspace holds (≥ 1, validated). */
+int cpu_slots(size_t workspace_bytes, size_t slot_bytes);
+
+/* The backend entry points (api.c has validated everything). */
+size_t rewy_cpu_saved_size(const rewy_config *cfg);
+size_t rewy_cpu_fwd_workspace_size(const rewy_config *cfg);
+size_t rewy_cpu_bwd_workspace_size(const rewy_config *cfg);
+rewy_status rewy_cpu_forward(const rewy_fwd_params *p);
+rewy_status rewy_cpu_backward(const rewy_bwd_params *p);
+
+/* Saved-buffer header: lets the backward check it got the forward's config. */
+typedef struct saved_header {
+    char magic[8];
+    int op, dtype, B, T, H, HV, K, V, BT, policy, state_v_first, N;
+    float scale;
+    int has_h0;
+} saved_header;
+#define SAVED_HEADER_BYTES 128
+
+/* Offsets (in floats, after the header) of what the forward saves:
+ * A [tok][HV][BT] always; under policy A also S_c [chunk][HV][K][V], R [tok][HV][V],
+ * W [tok][HV][K]. */
+typedef struct saved_layout { size_t A, S, R, W, floats; } saved_layout;
+saved_layout saved_layout_of(const problem *pb);
+
+/* Forward scan of one value head of one sequence. Writes o (if non-NULL) and the final
+ * state, and keeps what the backward needs: A per chunk (always), and S_c, R, W (into
+ * the S_all/R_all/W_all arrays when non-NULL). Shared by the forward and the policy-R
+ * recompute. */
+typedef struct head_io {
+    float *A;       /* A rows of this head's first token, stride ldA per token */
+    float *S_all;   /* chunk states S_c (chunk stride ldS), or NULL */
+    float *R_all;   /* R rows (stride ldR), or NULL */
+    float *W_all;   /* W rows (stride ldW), or NULL */
+    long ldA, ldS, ldR, ldW;
+} head_io;
+
+/* One value head of one sequence through the forward scan. When A_ready is set, A is read
+ * (the policy-R recompute); otherwise L and A = (I+L)⁻¹ are formed and written. S: the
+ * incoming state [K][V], updated in place to the final state. o may be NULL. */
+void head_forward(const problem *pb, seq_span sp, int hv, const void *q, const void *k,
+                  const void *v, const float *g, const void *beta, const void *b, const void *w,
+                  float *S, void *o, head_io io, int A_ready, arena scratch);
+size_t head_forward_floats(int BT, int K, int V);
+
+#endif

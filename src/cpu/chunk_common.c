@@ -1,0 +1,296 @@
+/* chunk_common.c: what the CPU forward and backward share: loading a chunk into the
+ * vector form of MATH §2, the decayed products of §6/§7, products and the inverse. */
+#include <math.h>
+#include <string.h>
+#include <cblas.h>
+#include <omp.h>
+
+#include "cpu/chunk.h"
+#include "dtype.h"
+
+float *arena_floats(arena *a, size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63; /* keep every buffer 64 B aligned */
+    float *p = (float *)(a->base + a->used);
+    a->used += bytes;
+    return a->used <= a->cap ? p : NULL;
+}
+
+size_t chunk_floats(int BT, int K, int V) {
+    /* 12 n×K, 3 n×V, Γ, Λ, plus 64 B rounding per buffer */
+    return (size_t)BT * (12 * (size_t)K + 3 * (size_t)V + (size_t)BT) + (size_t)K + 15 * 16;
+}
+
+void chunk_alloc(chunk *c, arena *a, int BT, int K, int V) {
+    size_t nk = (size_t)BT * K, nv = (size_t)BT * V;
+    c->K = K;
+    c->V = V;
+    c->q = arena_floats(a, nk);
+    c->k = arena_floats(a, nk);
+    c->G = arena_floats(a, nk);
+    c->b = arena_floats(a, nk);
+    c->be = arena_floats(a, nk);
+    c->gam = arena_floats(a, nk);
+    c->tail = arena_floats(a, nk);
+    c->E = arena_floats(a, nk);
+    c->Qg = arena_floats(a, nk);
+    c->F = arena_floats(a, nk);
+    c->alpha = arena_floats(a, nk);
+    c->kz = arena_floats(a, nk);
+    c->v = arena_floats(a, nv);
+    c->w = arena_floats(a, nv);
+    c->Z = arena_floats(a, nv);
+    c->Gam = arena_floats(a, (size_t)BT * BT);
+    c->lam = arena_floats(a, (size_t)K);
+}
+
+int problem_init(problem *pb, const rewy_config *cfg) {
+    pb->op = cfg->op;
+    pb->dt = cfg->dtype;
+    pb->B = cfg->B;
+    pb->T = cfg->T;
+    pb->H = cfg->H;
+    pb->HV = cfg->HV ? cfg->HV : cfg->H;
+    pb->K = cfg->K;
+    pb->V = cfg->V;
+    pb->BT = cfg->chunk_size ? cfg->chunk_size : 64;
+    pb->scale = cfg->scale != 0.0f ? cfg->scale : 1.0f / sqrtf((float)cfg->K);
+    pb->vector_gate = cfg->op == REWY_OP_KDA || cfg->op == REWY_OP_GDN2;
+    pb->state_v_first = cfg->state_v_first != 0;
+    pb->policy = cfg->policy;
+    pb->N = cfg->cu_seqlens ? cfg->num_seqs : cfg->B;
+    pb->Tmax = 0;
+    pb->NC = 0;
+    for (int s = 0; s < pb->N; s++) {
+        seq_span sp = problem_seq(pb, cfg, s);
+        if (sp.len > pb->Tmax) pb->Tmax = sp.len;
+        pb->NC += (sp.len + pb->BT - 1) / pb->BT;
+    }
+    return 0;
+}
+
+seq_span problem_seq(const problem *pb, const rewy_config *cfg, int s) {
+    seq_span sp;
+    const int32_t *cu = cfg->cu_seqlens_host ? cfg->cu_seqlens_host : cfg->cu_seqlens;
+    if (cu) {
+        sp.tok0 = cu[s];
+        sp.len = cu[s + 1] - cu[s];
+        sp.chunk0 = 0;
+        for (int i = 0; i < s; i++) sp.chunk0 += (cu[i + 1] - cu[i] + pb->BT - 1) / pb->BT;
+    } else {
+        sp.tok0 = (long)s * pb->T;
+        sp.len = pb->T;
+        sp.chunk0 = (long)s * ((pb->T + pb->BT - 1) / pb->BT);
+    }
+    return sp;
+}
+
+void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void *q, const void *k,
+                const void *v, const float *g, const void *beta, const void *b, const void *w) {
+    const int K = pb->K, V = pb->V, HV = pb->HV, h = hv / (pb->HV / pb->H);
+    c->n = n;
+    for (int i = 0; i < n; i++) {
+        long t = t0 + i;
+        size_t qk_off = ((size_t)t * pb->H + h) * K, hk = ((size_t)t * HV + hv) * K;
+        size_t hv_off = ((size_t)t * HV + hv) * V, hs = (size_t)t * HV + hv;
+        float bt = beta ? rewy_load(beta, pb->dt, hs) : 0.0f;
+        for (int d = 0; d < K; d++) {
+            c->q[i * K + d] = pb->scale * rewy_load(q, pb->dt, qk_off + d);
+            c->k[i * K + d] = rewy_load(k, pb->dt, qk_off + d);
+            c->b[i * K + d] = b ? rewy_load(b, pb->dt, hk + d) : bt;
+            /* chunk-local cumulative log decay G (resets at each chunk) */
+            float gi = !g ? 0.0f : pb->vector_gate ? g[hk + d] : g[hs];
+            c->G[i * K + d] = (i ? c->G[(i - 1) * K + d] : 0.0f) + gi;
+        }
+        for (int e = 0; e < V; e++) {
+            c->v[i * V + e] = rewy_load(v, pb->dt, hv_off + e);
+            c->w[i * V + e] = w ? rewy_load(w, pb->dt, hv_off + e) : bt;
+            c->Z[i * V + e] = c->w[i * V + e] * c->v[i * V + e];
+        }
+    }
+    /* Factors that stay bounded for log gates ≤ 0: E = b⊙k⊙γ, Q_g = q⊙γ, F = k⊙e^{G_n−G}. */
+    const float *Gn = c->G + (size_t)(n - 1) * K;
+    for (int d = 0; d < K; d++) c->lam[d] = expf(Gn[d]);
+    for (int i = 0; i < n; i++)
+        for (int d = 0; d < K; d++) {
+            int x = i * K + d;
+            c->gam[x] = expf(c->G[x]);
+            c->tail[x] = expf(Gn[d] - c->G[x]);
+            c->be[x] = c->b[x] * c->k[x];
+            c->E[x] = c->be[x] * c->gam[x];
+            c->Qg[x] = c->q[x] * c->gam[x];
+            c->F[x] = c->k[x] * c->tail[x];
+        }
+    if (!pb->vector_gate) {
+        /* Scalar gate: one n×n decay matrix Γ_ij = e^{G_i − G_j} (zero above the diagonal). */
+        c->mode = INTRA_SCALAR;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                c->Gam[i * n + j] = j <= i ? expf(c->G[i * K] - c->G[j * K]) : 0.0f;
+        return;
+    }
+    /* Vector gate: midpoint center per feature minimises the largest exponent (§6). */
+    float half_range = 0.0f;
+    for (int d = 0; d < K; d++) {
+        float lo = c->G[d], hi = c->G[d];
+        for (int i = 1; i < n; i++) {
+            float x = c->G[i * K + d];
+            lo = x < lo ? x : lo;
+            hi = x > hi ? x : hi;
+        }
+        float mid = 0.5f * (hi + lo);
+        if (0.5f * (hi - lo) > half_range) half_range = 0.5f * (hi - lo);
+        for (int i = 0; i < n; i++) {
+            int x = i * K + d;
+            c->alpha[x] = expf(c->G[x] - mid);
+            c->kz[x] = c->k[x] * expf(mid - c->G[x]);
+        }
+    }
+    c->mode = half_range <= REWY_CENTER_LIMIT ? INTRA_CENTERED : INTRA_PAIRWISE;
+}
+
+void mm(int transA, int transB, int M, int N, int Kd, float alpha, const float *A, int lda,
+        const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (Kd <= 0) {
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[i * ldc + j] *= beta;
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                M, N, Kd, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void unit_lower_inverse(int n, const float *L, float *A) {
+    /* Row i of A = e_i − Σ_{m<i} L_im A_m; ascending j lets A overwrite L in place. */
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < i; j++) {
+            float s = 0.0f;
+            for (int m = j; m < i; m++) s -= L[i * n + m] * A[m * n + j];
+            A[i * n + j] = s;
+        }
+        A[i * n + i] = 1.0f;
+        for (int j = i + 1; j < n; j++) A[i * n + j] = 0.0f;
+    }
+}
+
+/* --- decayed products (§6, §7) ------------------------------------------------------ */
+
+static void mask_lower(int n, float *C, int incl) {
+    for (int i = 0; i < n; i++)
+        for (int j = incl ? i + 1 : i; j < n; j++) C[i * n + j] = 0.0f;
+}
+
+void intra_coef(const chunk *c, const float *X, int incl, float *C, float *tmp) {
+    const int n = c->n, K = c->K;
+    switch (c->mode) {
+    case INTRA_SCALAR: /* (X Kᵀ) ⊙ Γ */
+        mm(0, 1, n, n, K, 1.0f, X, K, c->k, K, 0.0f, C, n);
+        for (int x = 0; x < n * n; x++) C[x] *= c->Gam[x];
+        break;
+    case INTRA_CENTERED: /* (X ⊙ α)(K ⊙ ζ)ᵀ */
+        for (int x = 0; x < n * K; x++) tmp[x] = X[x] * c->alpha[x];
+        mm(0, 1, n, n, K, 1.0f, tmp, K, c->kz, K, 0.0f, C, n);
+        break;
+    case INTRA_PAIRWISE:
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) {
+                float s = 0.0f;
+                for (int d = 0; d < K; d++)
+                    s += X[i * K + d] * c->k[j * K + d] * expf(c->G[i * K + d] - c->G[j * K + d]);
+                C[i * n + j] = s;
+            }
+        break;
+    }
+    mask_lower(n, C, incl);
+}
+
+void intra_apply(const chunk *c, const float *D, float *out, float *tmp) {
+    const int n = c->n, K = c->K;
+    switch (c->mode) {
+    case INTRA_SCALAR: /* (D ⊙ Γ) K */
+        for (int x = 0; x < n * n; x++) tmp[x] = D[x] * c->Gam[x];
+        mm(0, 0, n, K, n, 1.0f, tmp, n, c->k, K, 1.0f, out, K);
+        break;
+    case INTRA_CENTERED: /* α ⊙ (D (K ⊙ ζ)) */
+        mm(0, 0, n, K, n, 1.0f, D, n, c->kz, K, 0.0f, tmp, K);
+        for (int x = 0; x < n * K; x++) out[x] += c->alpha[x] * tmp[x];
+        break;
+    case INTRA_PAIRWISE:
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) {
+                float dij = D[i * n + j];
+                if (dij == 0.0f) continue;
+                for (int d = 0; d < K; d++)
+                    out[i * K + d] += dij * c->k[j * K + d] * expf(c->G[i * K + d] - c->G[j * K + d]);
+            }
+        break;
+    }
+}
+
+void intra_apply_t(const chunk *c, const float *D, const float *X, float *out, float *tmp) {
+    const int n = c->n, K = c->K;
+    switch (c->mode) {
+    case INTRA_SCALAR: /* (D ⊙ Γ)ᵀ X */
+        for (int x = 0; x < n * n; x++) tmp[x] = D[x] * c->Gam[x];
+        mm(1, 0, n, K, n, 1.0f, tmp, n, X, K, 1.0f, out, K);
+        break;
+    case INTRA_CENTERED: { /* ζ ⊙ (Dᵀ (X ⊙ α)), with ζ = kz / k folded as e^{c−G} */
+        float *xa = tmp, *r = tmp + (size_t)n * K;
+        for (int x = 0; x < n * K; x++) xa[x] = X[x] * c->alpha[x];
+        mm(1, 0, n, K, n, 1.0f, D, n, xa, K, 0.0f, r, K);
+        /* ζ = 1/α exactly (same center), so divide instead of storing ζ */
+        for (int x = 0; x < n * K; x++) out[x] += r[x] / c->alpha[x];
+        break;
+    }
+    case INTRA_PAIRWISE:
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) {
+                float dij = D[i * n + j];
+                if (dij == 0.0f) continue;
+                for (int d = 0; d < K; d++)
+                    out[j * K + d] += dij * X[i * K + d] * expf(c->G[i * K + d] - c->G[j * K + d]);
+            }
+        break;
+    }
+}
+
+void state_load(const problem *pb, const float *src, float *S) {
+    const int K = pb->K, V = pb->V;
+    if (!src) {
+        memset(S, 0, sizeof(float) * K * V);
+        return;
+    }
+    for (int d = 0; d < K; d++)
+        for (int e = 0; e < V; e++) S[d * V + e] = pb->state_v_first ? src[e * K + d] : src[d * V + e];
+}
+
+void state_store(const problem *pb, const float *S, float *dst) {
+    const int K = pb->K, V = pb->V;
+    for (int d = 0; d < K; d++)
+        for (int e = 0; e < V; e++) {
+            if (pb->state_v_first) dst[e * K + d] = S[d * V + e];
+            else dst[d * V + e] = S[d * V + e];
+        }
+}
+
+saved_layout saved_layout_of(const problem *pb) {
+    saved_layout L;
+    size_t tok = (size_t)pb->B * pb->T, HV = (size_t)pb->HV;
+    L.A = 0;
+    L.S = L.A + tok * HV * pb->BT;
+    L.R = L.S;
+    L.W = L.S;
+    L.floats = L.S;
+    if (pb->policy == REWY_POLICY_A) {
+        L.R = L.S + (size_t)pb->NC * HV * pb->K * pb->V;
+        L.W = L.R + tok * HV * pb->V;
+        L.floats = L.W + tok * HV * pb->K;
+    }
+    return L;
+}
+
+int cpu_slots(size_t workspace_bytes, size_t slot_bytes) {
+    size_t n = workspace_bytes / slot_bytes, m = (size_t)omp_get_max_threads();
+    n = n < m ? n : m;
+    return n ? (int)n : 1;
+}
