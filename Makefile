@@ -13,7 +13,10 @@ CUDA    ?= 0
 WARN     = -Wall -Wextra -Werror
 CFLAGS_BASE = -std=c11 $(WARN) -fPIC -fopenmp -Iinclude -Isrc
 CFLAGS  ?= -O2 -g
-LDLIBS   = -lopenblas -lm -fopenmp
+# OpenBLAS's OpenMP build: called inside our OpenMP regions it runs single-threaded,
+# where the pthread build would oversubscribe the cores.
+BLASDIR  = /usr/lib/x86_64-linux-gnu/openblas-openmp
+LDLIBS   = -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm -fopenmp
 SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
 NVFLAGS  = -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -Isrc \
@@ -45,9 +48,9 @@ all: lib $(BUILD)/rewy
 lib: deps $(BUILD)/librewy.a $(BUILD)/librewy.so
 
 deps:
-	@test -f /usr/include/x86_64-linux-gnu/cblas.h -o -f /usr/include/cblas.h || \
-	  { echo "installing libopenblas-dev"; (apt-get install -y -q libopenblas-dev >/dev/null 2>&1 || \
-	    (apt-get update -q >/dev/null && apt-get install -y -q libopenblas-dev >/dev/null)); }
+	@test -f $(BLASDIR)/libopenblas.so || \
+	  { echo "installing libopenblas-openmp-dev"; (apt-get install -y -q libopenblas-openmp-dev >/dev/null 2>&1 || \
+	    (apt-get update -q >/dev/null && apt-get install -y -q libopenblas-openmp-dev >/dev/null)); }
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)

@@ -66,7 +66,7 @@ def beta_activation(beta, allow_neg_eigval):
 # argument checks (the library checks values given a config; shapes and devices are ours)
 
 def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
-                   op, gate_in_kernel, state_v_first):
+                   op, state_v_first):
     named = dict(q=q, k=k, v=v, g=g, beta=beta, b=b, w=w, initial_state=initial_state, A_log=A_log,
                  dt_bias=dt_bias, cu_seqlens=cu_seqlens)
     given = {n: t for n, t in named.items() if t is not None}
@@ -88,8 +88,7 @@ def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, 
     for n in ("g", "beta", "b", "w", "initial_state", "A_log", "dt_bias"):
         if n in given and not given[n].is_floating_point():
             raise TypeError(f"{name}: {n} must be a floating-point tensor (got {given[n].dtype})")
-    for n in ("cu_seqlens", "cu_seqlens_cpu"):
-        t = named.get(n, cu_seqlens_cpu)
+    for n, t in (("cu_seqlens", cu_seqlens), ("cu_seqlens_cpu", cu_seqlens_cpu)):
         if t is not None and t.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"{name}: {n} must be int32 or int64 (got {t.dtype})")
 
@@ -130,8 +129,8 @@ def _check_options(name, use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_g
         raise ValueError(f"{name}: `allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`")
     if use_gate_in_kernel:
         if A_log is None and lower_bound is None:
-            raise ValueError(f"{name}: `A_log` must be provided when `use_gate_in_kernel=True`"
-                             + (" and `lower_bound` is not set" if lower_bound is not False else ""))
+            raise ValueError(f"{name}: `A_log` must be provided when `use_gate_in_kernel=True` "
+                             f"(and `lower_bound` is not set)")
         if safe_gate and lower_bound is None:
             raise ValueError(f"{name}: `lower_bound` must be specified when `safe_gate=True` and "
                              f"`use_gate_in_kernel=True`")
@@ -139,7 +138,7 @@ def _check_options(name, use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_g
             raise ValueError(f"{name}: `lower_bound` must be in the safe range [-5, 0), got {lower_bound}")
     else:
         for n, x in (("A_log", A_log), ("dt_bias", dt_bias), ("lower_bound", lower_bound)):
-            if x is not None and x is not False:
+            if x is not None:
                 raise ValueError(f"{name}: `{n}` only applies with `use_gate_in_kernel=True` "
                                  f"(rewy does not ignore it silently)")
 
@@ -179,7 +178,7 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
                 allow_neg_eigval=False, cu_seqlens=None, cu_seqlens_cpu=None, disable_recompute=False,
                 state_v_first=False, chunk_size=64, backward="rewy"):
     _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
-                   op, use_gate_in_kernel, state_v_first)
+                   op, state_v_first)
     _check_options(name, use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_gate,
                    use_beta_sigmoid_in_kernel, allow_neg_eigval, backward)
 
