@@ -116,7 +116,7 @@ test-cuda:
 
 build/cuda-on/tests/cuda/%: tests/cuda/%.c build/cuda-on/librewy.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests $< build/cuda-on/librewy.a $(LDLIBS) -o $@
+	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< build/cuda-on/librewy.a $(LDLIBS) -o $@
 
 clean:
 	rm -rf $(BUILD) build

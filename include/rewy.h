@@ -147,7 +147,7 @@ typedef struct rewy_bwd_params {
     float *dg;                  /* like g, fp32, w.r.t. the per-token natural-log g */
     void *dbeta;                /* [B,T,HV] dtype */
     void *db, *dw;              /* GDN2 [B,T,HV,K], [B,T,HV,V] dtype */
-    float *dh0;                 /* [N,HV,K,V] fp32; written when h0 is given (may be NULL otherwise) */
+    float *dh0;                 /* [N,HV,K,V] fp32; required when h0 is given, optional (gradient at a zero state) otherwise */
     void *workspace;            /* rewy_bwd_workspace_size bytes, 16 B aligned */
     size_t workspace_bytes;
 } rewy_bwd_params;

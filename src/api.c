@@ -114,7 +114,9 @@ static rewy_status check_config(const rewy_config *c, err e) {
     return REWY_OK;
 }
 
-typedef struct tensor_arg { const char *name; const void *ptr; size_t align; int required; int allowed; } tensor_arg;
+/* required: must be non-NULL; allowed: may be non-NULL for this op; gate: a missing one is
+ * an operator mismatch (REWY_ERR_BAD_OP), not a plain NULL pointer. */
+typedef struct tensor_arg { const char *name; const void *ptr; size_t align; int required, allowed, gate; } tensor_arg;
 
 /* Each tensor: required → non-NULL; not allowed for this op → must be NULL; aligned. */
 static rewy_status check_tensors(const rewy_config *c, const tensor_arg *t, int n, err e) {
@@ -122,6 +124,8 @@ static rewy_status check_tensors(const rewy_config *c, const tensor_arg *t, int 
     for (int i = 0; i < n; i++) {
         if (!t[i].allowed && t[i].ptr)
             return fail(e, REWY_ERR_BAD_OP, "%s must be NULL for %s", t[i].name, ops[c->op]);
+        if (t[i].required && !t[i].ptr && t[i].gate)
+            return fail(e, REWY_ERR_BAD_OP, "%s is required for %s", t[i].name, ops[c->op]);
         if (t[i].required && !t[i].ptr)
             return fail(e, REWY_ERR_NULL_POINTER, "%s must not be NULL", t[i].name);
         if (t[i].ptr && misaligned(t[i].ptr, t[i].align))
@@ -155,11 +159,11 @@ static rewy_status validate_fwd(const rewy_fwd_params *p, err e) {
     const int gated = c->op != REWY_OP_DELTANET, gdn2 = c->op == REWY_OP_GDN2;
     const size_t el = elem(c);
     const tensor_arg t[] = {
-        {"q", p->q, el, 1, 1}, {"k", p->k, el, 1, 1}, {"v", p->v, el, 1, 1},
-        {"g", p->g, 4, gated, gated}, {"beta", p->beta, el, !gdn2, !gdn2},
-        {"b", p->b, el, gdn2, gdn2}, {"w", p->w, el, gdn2, gdn2},
-        {"h0", p->h0, 4, 0, 1}, {"o", p->o, el, 1, 1}, {"ht", p->ht, 4, 0, 1},
-        {"saved", p->saved, 16, 1, 1}, {"workspace", p->workspace, 16, 1, 1}};
+        {"q", p->q, el, 1, 1, 0}, {"k", p->k, el, 1, 1, 0}, {"v", p->v, el, 1, 1, 0},
+        {"g", p->g, 4, gated, gated, 1}, {"beta", p->beta, el, !gdn2, !gdn2, 1},
+        {"b", p->b, el, gdn2, gdn2, 1}, {"w", p->w, el, gdn2, gdn2, 1},
+        {"h0", p->h0, 4, 0, 1, 0}, {"o", p->o, el, 1, 1, 0}, {"ht", p->ht, 4, 0, 1, 0},
+        {"saved", p->saved, 16, 1, 1, 0}, {"workspace", p->workspace, 16, 1, 1, 0}};
     if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
     size_t need_saved, need_ws;
     sizes(c, &need_saved, &need_ws, NULL);
@@ -178,10 +182,16 @@ static rewy_status check_saved_header(const rewy_bwd_params *p, err e) {
     problem_init(&pb, &p->cfg);
     if (memcmp(h.magic, "rewyCPU", 8) != 0)
         return fail(e, REWY_ERR_MISMATCH, "saved: not written by rewy_forward (CPU)");
-    if (h.op != (int)pb.op || h.dtype != (int)pb.dt || h.B != pb.B || h.T != pb.T || h.H != pb.H ||
-        h.HV != pb.HV || h.K != pb.K || h.V != pb.V || h.BT != pb.BT || h.policy != (int)pb.policy ||
-        h.state_v_first != pb.state_v_first || h.N != pb.N || h.scale != pb.scale)
-        return fail(e, REWY_ERR_MISMATCH, "saved: the forward ran with a different config (op, dtype, shape, chunk, policy, layout or scale)");
+    const struct { const char *name; double fwd, bwd; } f[] = {
+        {"op", h.op, pb.op}, {"dtype", h.dtype, pb.dt}, {"B", h.B, pb.B}, {"T", h.T, pb.T},
+        {"H", h.H, pb.H}, {"HV", h.HV, pb.HV}, {"K", h.K, pb.K}, {"V", h.V, pb.V},
+        {"chunk_size", h.BT, pb.BT}, {"policy", h.policy, pb.policy},
+        {"state_v_first", h.state_v_first, pb.state_v_first}, {"num_seqs", h.N, pb.N},
+        {"scale", h.scale, pb.scale}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].fwd != f[i].bwd)
+            return fail(e, REWY_ERR_MISMATCH, "%s differs from the forward's (%g here, %g in saved)",
+                        f[i].name, f[i].bwd, f[i].fwd);
     if (h.has_h0 != (p->h0 != NULL))
         return fail(e, REWY_ERR_MISMATCH, "h0: given to %s but not to the other", h.has_h0 ? "the forward" : "the backward");
     return REWY_OK;
@@ -195,14 +205,14 @@ static rewy_status validate_bwd(const rewy_bwd_params *p, err e) {
     const int gated = c->op != REWY_OP_DELTANET, gdn2 = c->op == REWY_OP_GDN2;
     const size_t el = elem(c);
     const tensor_arg t[] = {
-        {"q", p->q, el, 1, 1}, {"k", p->k, el, 1, 1}, {"v", p->v, el, 1, 1},
-        {"g", p->g, 4, gated, gated}, {"beta", p->beta, el, !gdn2, !gdn2},
-        {"b", p->b, el, gdn2, gdn2}, {"w", p->w, el, gdn2, gdn2}, {"h0", p->h0, 4, 0, 1},
-        {"saved", p->saved, 16, 1, 1}, {"do_", p->do_, el, 1, 1}, {"dht", p->dht, 4, 0, 1},
-        {"dq", p->dq, el, 1, 1}, {"dk", p->dk, el, 1, 1}, {"dv", p->dv, el, 1, 1},
-        {"dg", p->dg, 4, gated, gated}, {"dbeta", p->dbeta, el, !gdn2, !gdn2},
-        {"db", p->db, el, gdn2, gdn2}, {"dw", p->dw, el, gdn2, gdn2}, {"dh0", p->dh0, 4, 0, 1},
-        {"workspace", p->workspace, 16, 1, 1}};
+        {"q", p->q, el, 1, 1, 0}, {"k", p->k, el, 1, 1, 0}, {"v", p->v, el, 1, 1, 0},
+        {"g", p->g, 4, gated, gated, 1}, {"beta", p->beta, el, !gdn2, !gdn2, 1},
+        {"b", p->b, el, gdn2, gdn2, 1}, {"w", p->w, el, gdn2, gdn2, 1}, {"h0", p->h0, 4, 0, 1, 0},
+        {"saved", p->saved, 16, 1, 1, 0}, {"do_", p->do_, el, 1, 1, 0}, {"dht", p->dht, 4, 0, 1, 0},
+        {"dq", p->dq, el, 1, 1, 0}, {"dk", p->dk, el, 1, 1, 0}, {"dv", p->dv, el, 1, 1, 0},
+        {"dg", p->dg, 4, gated, gated, 0}, {"dbeta", p->dbeta, el, !gdn2, !gdn2, 0},
+        {"db", p->db, el, gdn2, gdn2, 0}, {"dw", p->dw, el, gdn2, gdn2, 0},
+        {"dh0", p->dh0, 4, p->h0 != NULL, 1, 0}, {"workspace", p->workspace, 16, 1, 1, 0}};
     if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
     size_t need_saved, need_ws;
     sizes(c, &need_saved, NULL, &need_ws);

@@ -55,7 +55,7 @@ static void usage(FILE *f) {
         "  --dtype T          bf16, fp16 or fp32 (default bf16)\n"
         "  --policy P         R, A or both (check: both; bench: R)\n"
         "  --reps N           bench: timed runs per measurement (default 5)\n"
-        "  --max-seconds S    bench: stop repeating a measurement after S seconds (default 20)\n"
+        "  --max-seconds S    bench: stop repeating a measurement after S seconds (default 10)\n"
         "  --seed N           input seed (default 1)\n"
         "  --json             machine-readable output (one JSON array)\n"
         "  -h, --help         this text\n");
@@ -89,8 +89,14 @@ static int parse_options(int argc, char **argv, options *o) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = 1, bad = 0;
+        static const char *const with_value[] = {"--op", "--shape", "--HV", "--hv", "--K", "--V",
+                                                 "--chunk", "--dtype", "--reps", "--max-seconds",
+                                                 "--seed", "--policy"};
+        int known = 0;
+        for (size_t j = 0; j < sizeof with_value / sizeof with_value[0]; j++) known |= !strcmp(a, with_value[j]);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 2;
         else if (!strcmp(a, "--json")) { o->json = 1; takes = 0; }
+        else if (!known) { fprintf(stderr, "rewy: unknown option %s\n", a); return 1; }
         else if (!val) bad = 1;
         else if (!strcmp(a, "--op")) {
             if (!strcmp(val, "all")) {
@@ -117,7 +123,7 @@ static int parse_options(int argc, char **argv, options *o) {
                 o->policies[0] = REWY_POLICY_R;
                 o->policies[1] = REWY_POLICY_A;
             } else bad = 1;
-        } else { fprintf(stderr, "rewy: unknown option %s\n", a); return 1; }
+        }
         if (bad) {
             fprintf(stderr, "rewy: bad or missing value for %s\n", a);
             return 1;
@@ -247,7 +253,7 @@ int main(int argc, char **argv) {
     memcpy(o.ops, all_ops, sizeof all_ops);
     o.dtype = REWY_BF16;
     o.reps = 5;
-    o.max_seconds = 20;
+    o.max_seconds = 10;
     o.seed = 1;
     if (check) {
         o.n_shapes = 1;

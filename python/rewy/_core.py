@@ -4,10 +4,14 @@ This is MATH §1 for all four operators at once; the operator only decides which
 gates g, beta, b, w are present (rewy.h's table). Everything FLA does around the kernels
 (l2norm, gate activation, beta sigmoid) is plain differentiable torch code in rewy.ops.
 
-Both directions are torch.library custom ops (rewy::chunk_fwd, rewy::chunk_bwd) with fake
-implementations and an autograd formula, so they trace under torch.compile. The forward
-returns the library's `saved` buffer (a uint8 tensor) for the backward. Nothing here syncs
-with a device: sizes come from shapes, and varlen plans use a host copy of cu_seqlens.
+`forward` and `backward` below fill rewy_fwd_params / rewy_bwd_params and call the library;
+the forward returns the library's `saved` buffer (a uint8 tensor) for the backward.
+They are reached two ways, with one autograd formula (`_pullback`):
+  * eagerly through `_ChunkFunction`, a plain torch.autograd.Function (cheapest per call);
+  * under torch.compile through the torch.library custom ops rewy::chunk_fwd and
+    rewy::chunk_bwd, which have fake implementations and a registered autograd formula.
+Nothing here syncs with a device: sizes come from shapes, and varlen plans use a host copy
+of cu_seqlens.
 """
 from ctypes import addressof, byref, c_int32
 from typing import Optional
@@ -26,159 +30,182 @@ def _ptr(t):
 
 
 def config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_algo, state_v_first,
-           stream=False):
-    """rewy_config from the tensors' shapes; stream=True asks for the current CUDA stream."""
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
+           real=True):
+    """rewy_config from the tensors' shapes. real=False (fake tensors) leaves out the pointers
+    to cu_seqlens and the CUDA stream; only sizes can be asked of such a config."""
+    B, T, H, K = map(int, q.shape)        # int(): under dynamic shapes this specializes
+    HV, V = int(v.shape[2]), int(v.shape[3])
     cuda = q.device.type == "cuda"
-    cfg = Config(op=op, backend=_lib.BACKEND_CUDA if cuda else _lib.BACKEND_CPU, dtype=DTYPES[q.dtype],
-                 B=B, T=T, H=H, HV=HV, K=K, V=V, chunk_size=chunk_size, scale=scale,
-                 policy=policy, bwd_algo=bwd_algo, state_v_first=int(state_v_first))
+    cfg = Config(op, _lib.BACKEND_CUDA if cuda else _lib.BACKEND_CPU, DTYPES[q.dtype], B, T, H, HV, K, V,
+                 chunk_size, scale)
+    cfg.policy, cfg.bwd_algo, cfg.state_v_first = policy, bwd_algo, state_v_first
     if cu_seqlens is not None:
-        cfg.num_seqs = cu_seqlens.shape[0] - 1
-        cfg.cu_seqlens = _ptr(cu_seqlens)
-        cfg.cu_seqlens_host = _ptr(cu_seqlens_cpu)
-    if stream and cuda:
+        cfg.num_seqs = int(cu_seqlens.shape[0]) - 1
+        if real:
+            cfg.cu_seqlens, cfg.cu_seqlens_host = cu_seqlens.data_ptr(), _ptr(cu_seqlens_cpu)
+    if real and cuda:
         cfg.stream = torch.cuda.current_stream(q.device).cuda_stream
     return cfg
 
 
-def num_states(q, cu_seqlens):
-    return q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
-
-
 def state_shape(q, v, cu_seqlens, state_v_first):
     K, HV, V = q.shape[3], v.shape[2], v.shape[3]
-    return (num_states(q, cu_seqlens), HV) + ((V, K) if state_v_first else (K, V))
+    N = q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    return (N, HV) + ((V, K) if state_v_first else (K, V))
 
 
-def saved_bytes(cfg):
-    """rewy_saved_size for the worst case of the config's shape.
+_SIZES = {}  # config fields that sizes depend on -> (saved, fwd workspace, bwd workspace) bytes
 
-    With varlen the size may depend on how T splits into sequences, which fake tensors
+
+def sizes(cfg):
+    """(status, (saved, fwd workspace, bwd workspace) bytes), cached per shape and options.
+
+    With varlen the saved size depends on how T splits into sequences, which fake tensors
     (torch.compile) cannot read. Sizing for the split with the most chunks, N-1 one-token
     sequences and one long one (Σ⌈l_i/BT⌉ ≤ N + ⌊(T-N)/BT⌋), gives fake and real calls the
-    same shape and is always large enough.
+    same shapes and is always large enough.
     """
-    if cfg.num_seqs <= 0 or cfg.cu_seqlens is None:
-        return _lib.size_query(_lib.lib().rewy_saved_size, cfg)
-    N, T = cfg.num_seqs, cfg.T
-    worst = (c_int32 * (N + 1))(*(list(range(N)) + [T]))
+    key = (cfg.op, cfg.backend, cfg.dtype, cfg.B, cfg.T, cfg.H, cfg.HV, cfg.K, cfg.V, cfg.chunk_size,
+           cfg.num_seqs, cfg.policy, cfg.state_v_first)
+    found = _SIZES.get(key)
+    if found is not None:
+        return _lib.OK, found
     probe = Config.from_buffer_copy(cfg)
-    probe.cu_seqlens = probe.cu_seqlens_host = addressof(worst)
-    return _lib.size_query(_lib.lib().rewy_saved_size, probe)
-
-
-def _fake_size(cfg, what, status, n):
-    if status != _lib.OK:
-        raise _lib.error(status, "%s size query failed for op=%d B=%d T=%d H=%d HV=%d K=%d V=%d chunk_size=%d"
-                         % (what, cfg.op, cfg.B, cfg.T, cfg.H, cfg.HV, cfg.K, cfg.V, cfg.chunk_size))
-    return n
+    if cfg.num_seqs > 0:
+        N, T = cfg.num_seqs, cfg.T
+        worst = (c_int32 * (N + 1))(*range(N), T)
+        probe.cu_seqlens = probe.cu_seqlens_host = addressof(worst)
+    L = _lib.lib()
+    result = [_lib.size_query(fn, probe) for fn in (L.rewy_saved_size, L.rewy_fwd_workspace_size,
+                                                     L.rewy_bwd_workspace_size)]
+    for status, _ in result:
+        if status != _lib.OK:
+            return status, None
+    _SIZES[key] = found = tuple(n for _, n in result)
+    return _lib.OK, found
 
 
 # ------------------------------------------------------------------------------------------
-# forward
+# the two library calls
 
-@torch.library.custom_op("rewy::chunk_fwd", mutates_args=())
-def chunk_fwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
-              b: Optional[Tensor], w: Optional[Tensor], h0: Optional[Tensor],
-              cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[Tensor],
-              op: int, scale: float, chunk_size: int, policy: int, bwd_algo: int,
-              state_v_first: bool, output_final_state: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """o, final state (empty unless output_final_state) and the saved buffer."""
+def forward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
+            b: Optional[Tensor], w: Optional[Tensor], h0: Optional[Tensor],
+            cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[Tensor],
+            op: int, scale: float, chunk_size: int, policy: int, bwd_algo: int,
+            state_v_first: bool, output_final_state: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """rewy_forward: o, the final state (empty unless output_final_state) and the saved buffer."""
     L = _lib.lib()
-    cfg = config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_algo, state_v_first,
-                 stream=True)
+    cfg = config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_algo, state_v_first)
     o = torch.empty(v.shape, dtype=q.dtype, device=q.device)
-    ht = (torch.empty(state_shape(q, v, cu_seqlens, state_v_first), dtype=torch.float32, device=q.device)
-          if output_final_state else q.new_empty(0, dtype=torch.float32))
-    p = FwdParams(cfg=cfg, q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta), b=_ptr(b), w=_ptr(w),
-                  h0=_ptr(h0), o=_ptr(o), ht=_ptr(ht) if output_final_state else None)
-    status, n_saved = saved_bytes(cfg)
+    ht = torch.empty(state_shape(q, v, cu_seqlens, state_v_first) if output_final_state else 0,
+                     dtype=torch.float32, device=q.device)
+    p = FwdParams(cfg, _ptr(q), _ptr(k), _ptr(v), _ptr(g), _ptr(beta), _ptr(b), _ptr(w), _ptr(h0), _ptr(o),
+                  _ptr(ht) if output_final_state else None)
+    status, n = sizes(cfg)
     _lib.check(status, p, L.rewy_validate_fwd)
-    status, n_ws = _lib.size_query(L.rewy_fwd_workspace_size, cfg)
-    _lib.check(status, p, L.rewy_validate_fwd)
-    saved = torch.empty(n_saved, dtype=torch.uint8, device=q.device)
-    ws = torch.empty(max(n_ws, 16), dtype=torch.uint8, device=q.device)
-    p.saved, p.saved_bytes, p.workspace, p.workspace_bytes = _ptr(saved), n_saved, _ptr(ws), n_ws
+    # zeroed: bytes the library leaves unwritten (padding, worst-case room) stay deterministic
+    saved = torch.zeros(n[0], dtype=torch.uint8, device=q.device)
+    ws = torch.empty(max(n[1], 16), dtype=torch.uint8, device=q.device)
+    p.saved, p.workspace, p.workspace_bytes, p.saved_bytes = saved.data_ptr(), ws.data_ptr(), n[1], n[0]
     _lib.check(L.rewy_forward(byref(p)), p, L.rewy_validate_fwd)
     return o, ht, saved
+
+
+def _grad_buffer(t):
+    return None if t is None else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+
+def backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
+             b: Optional[Tensor], w: Optional[Tensor], h0: Optional[Tensor],
+             cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[Tensor], saved: Tensor,
+             do: Tensor, dht: Optional[Tensor],
+             op: int, scale: float, chunk_size: int, policy: int, bwd_algo: int,
+             state_v_first: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """rewy_backward: dq, dk, dv, dg, dbeta, db, dw, dh0 (None where the input is None)."""
+    L = _lib.lib()
+    cfg = config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_algo, state_v_first)
+    grads = [_grad_buffer(t) for t in (q, k, v, g, beta, b, w, h0)]
+    p = BwdParams(cfg, _ptr(q), _ptr(k), _ptr(v), _ptr(g), _ptr(beta), _ptr(b), _ptr(w), _ptr(h0),
+                  saved.data_ptr(), saved.numel(), do.data_ptr(), _ptr(dht), *map(_ptr, grads))
+    status, n = sizes(cfg)
+    _lib.check(status, p, L.rewy_validate_bwd)
+    ws = torch.empty(max(n[2], 16), dtype=torch.uint8, device=q.device)
+    p.workspace, p.workspace_bytes = ws.data_ptr(), n[2]
+    _lib.check(L.rewy_backward(byref(p)), p, L.rewy_validate_bwd)
+    return tuple(grads)
+
+
+# ------------------------------------------------------------------------------------------
+# autograd: one formula for both routes
+
+def _save(ctx, inputs, output, eager):
+    *tensors, op, scale, chunk_size, policy, bwd_algo, state_v_first, output_final_state = inputs
+    ctx.save_for_backward(*tensors, output[2])
+    ctx.args = (op, scale, chunk_size, policy, bwd_algo, state_v_first)
+    ctx.output_final_state = output_final_state
+    ctx.eager = eager
+    ctx.mark_non_differentiable(output[2])
+
+
+def _pullback(ctx, do, dht, _dsaved):
+    q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved = ctx.saved_tensors
+    dht = dht.contiguous() if ctx.output_final_state and dht is not None else None
+    run = backward if ctx.eager else torch.ops.rewy.chunk_bwd
+    grads = run(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do.to(q.dtype).contiguous(),
+                dht, *ctx.args)
+    grads = tuple(None if t is None else d for t, d in zip((q, k, v, g, beta, b, w, h0), grads))
+    return grads + (None,) * 9   # cu_seqlens, cu_seqlens_cpu and the 7 non-tensor arguments
+
+
+class _ChunkFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = forward(*inputs)
+        _save(ctx, inputs, output, eager=True)
+        return output
+
+    @staticmethod
+    def backward(ctx, do, dht, dsaved):
+        return _pullback(ctx, do, dht, dsaved)
+
+
+# the custom ops, for torch.compile (an op returns tensors only: empty ones stand for None)
+chunk_fwd = torch.library.custom_op("rewy::chunk_fwd", forward, mutates_args=())
+chunk_bwd = torch.library.custom_op(
+    "rewy::chunk_bwd", lambda *args: tuple(args[0].new_empty(0) if d is None else d for d in backward(*args)),
+    mutates_args=(), schema=torch.library.infer_schema(backward, mutates_args=()))
+chunk_fwd.register_autograd(_pullback, setup_context=lambda ctx, inputs, output: _save(ctx, inputs, output, False))
+
+
+def _fake_sizes(cfg):
+    status, n = sizes(cfg)
+    if status != _lib.OK:
+        raise _lib.error(status, "size query failed for op=%d B=%d T=%d H=%d HV=%d K=%d V=%d chunk_size=%d"
+                         % (cfg.op, cfg.B, cfg.T, cfg.H, cfg.HV, cfg.K, cfg.V, cfg.chunk_size))
+    return n
 
 
 @chunk_fwd.register_fake
 def _(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size, policy, bwd_algo,
       state_v_first, output_final_state):
-    cfg = config(op, q, v, cu_seqlens, None, scale, chunk_size, policy, bwd_algo, state_v_first)
-    n_saved = _fake_size(cfg, "saved", *saved_bytes(cfg))
+    cfg = config(op, q, v, cu_seqlens, None, scale, chunk_size, policy, bwd_algo, state_v_first, real=False)
     o = q.new_empty(v.shape)
     ht = q.new_empty(state_shape(q, v, cu_seqlens, state_v_first) if output_final_state else (0,),
                      dtype=torch.float32)
-    return o, ht, q.new_empty(n_saved, dtype=torch.uint8)
-
-
-# ------------------------------------------------------------------------------------------
-# backward
-
-def _like(t, ref=None):
-    """Gradient buffer shaped like t, or an empty placeholder where the input is None."""
-    if t is None:
-        return ref.new_empty(0)
-    return torch.empty_like(t, memory_format=torch.contiguous_format)
-
-
-@torch.library.custom_op("rewy::chunk_bwd", mutates_args=())
-def chunk_bwd(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
-              b: Optional[Tensor], w: Optional[Tensor], h0: Optional[Tensor],
-              cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[Tensor], saved: Tensor,
-              do: Tensor, dht: Optional[Tensor],
-              op: int, scale: float, chunk_size: int, policy: int, bwd_algo: int,
-              state_v_first: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """dq, dk, dv, dg, dbeta, db, dw, dh0; an empty tensor stands for an absent input's gradient."""
-    L = _lib.lib()
-    cfg = config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_algo, state_v_first,
-                 stream=True)
-    grads = dq, dk, dv, dg, dbeta, db, dw, dh0 = [_like(t, q) for t in (q, k, v, g, beta, b, w, h0)]
-    p = BwdParams(cfg=cfg, q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta), b=_ptr(b), w=_ptr(w),
-                  h0=_ptr(h0), saved=_ptr(saved), saved_bytes=saved.numel(), do_=_ptr(do), dht=_ptr(dht),
-                  dq=_ptr(dq), dk=_ptr(dk), dv=_ptr(dv), dg=_ptr(dg) if g is not None else None,
-                  dbeta=_ptr(dbeta) if beta is not None else None, db=_ptr(db) if b is not None else None,
-                  dw=_ptr(dw) if w is not None else None, dh0=_ptr(dh0) if h0 is not None else None)
-    status, n_ws = _lib.size_query(L.rewy_bwd_workspace_size, cfg)
-    _lib.check(status, p, L.rewy_validate_bwd)
-    ws = torch.empty(max(n_ws, 16), dtype=torch.uint8, device=q.device)
-    p.workspace, p.workspace_bytes = _ptr(ws), n_ws
-    _lib.check(L.rewy_backward(byref(p)), p, L.rewy_validate_bwd)
-    return tuple(grads)
+    return o, ht, q.new_empty(_fake_sizes(cfg)[0], dtype=torch.uint8)
 
 
 @chunk_bwd.register_fake
 def _(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht, op, scale, chunk_size, policy,
       bwd_algo, state_v_first):
-    return tuple(_like(t, q) for t in (q, k, v, g, beta, b, w, h0))
+    return tuple(q.new_empty(0) if t is None else _grad_buffer(t) for t in (q, k, v, g, beta, b, w, h0))
 
 
-# ------------------------------------------------------------------------------------------
-# autograd: the backward op is the pullback of the forward op
-
-_TENSOR_INPUTS = 10  # q k v g beta b w h0 cu_seqlens cu_seqlens_cpu, then 7 non-tensor arguments
-
-
-def _setup_context(ctx, inputs, output):
-    *tensors, op, scale, chunk_size, policy, bwd_algo, state_v_first, output_final_state = inputs
-    ctx.save_for_backward(*tensors, output[2])
-    ctx.args = (op, scale, chunk_size, policy, bwd_algo, state_v_first)
-    ctx.output_final_state = output_final_state
-    ctx.mark_non_differentiable(output[2])
-
-
-def _backward(ctx, do, dht, _dsaved):
-    q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved = ctx.saved_tensors
-    dht = dht.contiguous() if ctx.output_final_state and dht is not None else None
-    grads = torch.ops.rewy.chunk_bwd(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved,
-                                     do.to(q.dtype).contiguous(), dht, *ctx.args)
-    inputs = (q, k, v, g, beta, b, w, h0)
-    grads = tuple(None if t is None else d for t, d in zip(inputs, grads))
-    return grads + (None,) * (2 + 7)
-
-
-chunk_fwd.register_autograd(_backward, setup_context=_setup_context)
+def apply(*inputs):
+    """The core op on (q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size,
+    policy, bwd_algo, state_v_first, output_final_state) -> (o, ht, saved)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.rewy.chunk_fwd(*inputs)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs[:8]):
+        return _ChunkFunction.apply(*inputs)
+    return forward(*inputs)

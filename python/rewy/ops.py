@@ -23,7 +23,7 @@ rewy-only keyword arguments, accepted by all four functions:
 import torch
 import torch.nn.functional as F
 
-from . import _lib
+from . import _core, _lib
 from ._core import DTYPES, state_shape
 
 _BACKWARD = {"rewy": _lib.BWD_REWY, "wy": _lib.BWD_WY}
@@ -67,52 +67,50 @@ def beta_activation(beta, allow_neg_eigval):
 
 def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
                    op, state_v_first):
-    named = dict(q=q, k=k, v=v, g=g, beta=beta, b=b, w=w, initial_state=initial_state, A_log=A_log,
-                 dt_bias=dt_bias, cu_seqlens=cu_seqlens)
-    given = {n: t for n, t in named.items() if t is not None}
-    for n, t in list(given.items()) + [("cu_seqlens_cpu", cu_seqlens_cpu)]:
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: {n} must be a torch.Tensor (got {type(t).__name__})")
-    for n, t in given.items():
-        if t.device != q.device:
-            raise TypeError(f"{name}: all tensors must be on one device, but q is on {q.device} "
-                            f"and {n} is on {t.device}")
-    if cu_seqlens_cpu is not None and cu_seqlens_cpu.device.type != "cpu":
-        raise TypeError(f"{name}: cu_seqlens_cpu must be a CPU tensor (got {cu_seqlens_cpu.device})")
-
+    for n, t in (("q", q), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise (ValueError if isinstance(t, torch.Tensor) else TypeError)(
+                f"{name}: {n} must be a 4-D tensor [B, T, {'H, K' if n == 'q' else 'HV, V'}] "
+                f"(got {list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__})")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"{name}: v must be [B, T, HV, V] = [{B}, {T}, HV, V] (got {list(v.shape)})")
     if q.dtype not in DTYPES:
         raise TypeError(f"{name}: q must be float32, bfloat16 or float16 (got {q.dtype})")
-    for n in ("k", "v"):
-        if given[n].dtype != q.dtype:
-            raise TypeError(f"{name}: q, k and v must have one dtype (q is {q.dtype}, {n} is {given[n].dtype})")
-    for n in ("g", "beta", "b", "w", "initial_state", "A_log", "dt_bias"):
-        if n in given and not given[n].is_floating_point():
-            raise TypeError(f"{name}: {n} must be a floating-point tensor (got {given[n].dtype})")
-    for n, t in (("cu_seqlens", cu_seqlens), ("cu_seqlens_cpu", cu_seqlens_cpu)):
-        if t is not None and t.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"{name}: {n} must be int32 or int64 (got {t.dtype})")
-
-    if q.dim() != 4:
-        raise ValueError(f"{name}: q must be [B, T, H, K] (got shape {list(q.shape)})")
-    B, T, H, K = q.shape
-    if v.dim() != 4 or v.shape[:2] != q.shape[:2]:
-        raise ValueError(f"{name}: v must be [B, T, HV, V] = [{B}, {T}, HV, V] (got shape {list(v.shape)})")
-    HV, V = v.shape[2], v.shape[3]
-    expected = dict(k=(B, T, H, K), beta=(B, T, HV), b=(B, T, HV, K), w=(B, T, HV, V),
-                    g=(B, T, HV) if op == _lib.OP_GDN else (B, T, HV, K))
-    if cu_seqlens is not None:
-        if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
-            raise ValueError(f"{name}: cu_seqlens must be 1-D [N+1] (got shape {list(cu_seqlens.shape)})")
-        if B != 1:
-            raise ValueError(f"{name}: the batch size is expected to be 1 rather than {B} when using "
-                             f"`cu_seqlens`; flatten variable-length inputs before processing")
-        if cu_seqlens_cpu is not None and cu_seqlens_cpu.shape != cu_seqlens.shape:
-            raise ValueError(f"{name}: cu_seqlens_cpu must have the shape of cu_seqlens "
-                             f"({list(cu_seqlens.shape)}, got {list(cu_seqlens_cpu.shape)})")
-    expected["initial_state"] = state_shape(q, v, cu_seqlens, state_v_first)
-    for n, shape in expected.items():
-        if n in given and tuple(given[n].shape) != shape:
-            raise ValueError(f"{name}: {n} must have shape {list(shape)} (got {list(given[n].shape)})")
+    if cu_seqlens is not None and B != 1:
+        raise ValueError(f"{name}: the batch size is expected to be 1 rather than {B} when using "
+                         f"`cu_seqlens`; flatten variable-length inputs before processing")
+    # (name, tensor, expected shape or None, what its dtype must be)
+    table = (("k", k, (B, T, H, K), "qkv"), ("v", v, None, "qkv"),
+             ("g", g, (B, T, HV) if op == _lib.OP_GDN else (B, T, HV, K), "float"),
+             ("beta", beta, (B, T, HV), "float"), ("b", b, (B, T, HV, K), "float"), ("w", w, (B, T, HV, V), "float"),
+             ("initial_state", initial_state, state_shape(q, v, cu_seqlens, state_v_first), "float"),
+             ("A_log", A_log, None, "float"), ("dt_bias", dt_bias, None, "float"),
+             ("cu_seqlens", cu_seqlens, None, "int"), ("cu_seqlens_cpu", cu_seqlens_cpu, None, "int"))
+    device = q.device
+    for n, t, shape, kind in table:
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: {n} must be a torch.Tensor (got {type(t).__name__})")
+        if n == "cu_seqlens_cpu":
+            if t.device.type != "cpu":
+                raise TypeError(f"{name}: cu_seqlens_cpu must be a CPU tensor (got {t.device})")
+        elif t.device != device:
+            raise TypeError(f"{name}: all tensors must be on one device, but q is on {device} and {n} is on {t.device}")
+        if kind == "qkv" and t.dtype != q.dtype:
+            raise TypeError(f"{name}: q, k and v must have one dtype (q is {q.dtype}, {n} is {t.dtype})")
+        if kind == "float" and not t.is_floating_point():
+            raise TypeError(f"{name}: {n} must be a floating-point tensor (got {t.dtype})")
+        if kind == "int" and (t.dtype not in (torch.int32, torch.int64) or t.dim() != 1 or t.shape[0] < 2):
+            raise (ValueError if t.dtype in (torch.int32, torch.int64) else TypeError)(
+                f"{name}: {n} must be a 1-D int32 or int64 tensor [N+1] (got {t.dtype} {list(t.shape)})")
+        if shape is not None and t.shape != shape:
+            raise ValueError(f"{name}: {n} must have shape {list(shape)} (got {list(t.shape)})")
+    if cu_seqlens_cpu is not None and (cu_seqlens is None or cu_seqlens_cpu.shape != cu_seqlens.shape):
+        raise ValueError(f"{name}: cu_seqlens_cpu must be a host copy of cu_seqlens "
+                         f"(shape {list(cu_seqlens_cpu.shape)}, cu_seqlens {cu_seqlens if cu_seqlens is None else list(cu_seqlens.shape)})")
     if A_log is not None and A_log.numel() != HV:
         raise ValueError(f"{name}: A_log must have HV = {HV} elements (got shape {list(A_log.shape)})")
     n_bias = HV if op == _lib.OP_GDN else HV * K
@@ -198,7 +196,7 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
             cu_seqlens_cpu = None            # host memory already
     scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
 
-    o, ht, _ = torch.ops.rewy.chunk_fwd(
+    o, ht, _ = _core.apply(
         q.contiguous(), k.contiguous(), v.contiguous(), None if g is None else g.contiguous(), beta, b, w, h0,
         cu_seqlens, cu_seqlens_cpu, op, scale, int(chunk_size),
         _lib.POLICY_A if disable_recompute else _lib.POLICY_R, _BACKWARD[backward], bool(state_v_first),

@@ -64,6 +64,14 @@ static void append(char *buf, size_t len, size_t *pos, const char *fmt, ...) {
     if (*pos >= len) *pos = len;
 }
 
+/* T as the library sees it: the packed length for varlen cases. */
+static int case_T(const rewy_case *c) {
+    if (c->num_seqs <= 0) return c->T;
+    int T = 0;
+    for (int s = 0; s < c->num_seqs && s < REWY_CHECK_MAX_SEQS; s++) T += c->seqlens[s];
+    return T;
+}
+
 void rewy_check_describe(const rewy_case *c, char *buf, size_t len) {
     if (!buf || len == 0) return;
     buf[0] = 0;
@@ -71,7 +79,7 @@ void rewy_check_describe(const rewy_case *c, char *buf, size_t len) {
     int HV = c->HV ? c->HV : c->H;
     append(buf, len, &pos, "%s %s%s B%d T%d H%d/%d K%d V%d c%d %s",
            rewy_check_op_name(c->op), rewy_check_dtype_name(c->dtype),
-           c->backend == REWY_BACKEND_CUDA ? " cuda" : "", c->num_seqs > 0 ? 1 : c->B, c->T,
+           c->backend == REWY_BACKEND_CUDA ? " cuda" : "", c->num_seqs > 0 ? 1 : c->B, case_T(c),
            c->H, HV, c->K, c->V, c->chunk_size ? c->chunk_size : 64,
            c->policy == REWY_POLICY_A ? "A" : "R");
     if (c->use_h0) append(buf, len, &pos, " h0");
@@ -581,8 +589,14 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
     if (st == REWY_OK) st = rewy_fwd_workspace_size(&cfg, &fws_bytes);
     if (st == REWY_OK) st = rewy_bwd_workspace_size(&cfg, &bws_bytes);
     if (st != REWY_OK) {
+        /* validate checks the config first, so its message names the bad field */
+        rewy_fwd_params vp;
+        memset(&vp, 0, sizeof vp);
+        vp.cfg = cfg;
+        char m[200] = "";
+        rewy_validate_fwd(&vp, m, sizeof m);
         r->fwd_status = st;
-        snprintf(r->msg, sizeof r->msg, "size query: %s", rewy_strerror(st));
+        snprintf(r->msg, sizeof r->msg, "size query: %s: %s", rewy_strerror(st), m);
         pool_free(&p);
         return 0;
     }
@@ -709,10 +723,11 @@ void rewy_check_print_table(FILE *f, const rewy_case *c, const rewy_check_result
     char desc[256];
     rewy_check_describe(c, desc, sizeof desc);
     fprintf(f, "%-4s %s\n", r->pass ? "PASS" : "FAIL", desc);
-    if (r->fwd_status || r->bwd_status[0] || r->bwd_status[1] || r->harness_error) {
-        fprintf(f, "     status fwd %s, bwd WY %s, bwd ReWY %s\n", status_name(r->fwd_status),
-                status_name(r->bwd_status[REWY_BWD_WY]), status_name(r->bwd_status[REWY_BWD_REWY]));
-    }
+    if (!r->harness_error && r->fwd_status)
+        fprintf(f, "     status fwd %s (backward not run)\n", status_name(r->fwd_status));
+    else if (!r->harness_error && (r->bwd_status[0] || r->bwd_status[1]))
+        fprintf(f, "     status fwd OK, bwd WY %s, bwd ReWY %s\n", status_name(r->bwd_status[REWY_BWD_WY]),
+                status_name(r->bwd_status[REWY_BWD_REWY]));
     if (r->msg[0]) fprintf(f, "     %s\n", r->msg);
     if (r->harness_error || r->fwd_status) return;
     fprintf(f, "     %-6s %10s %10s %10s %10s %8s\n", "qty", "fwd", "WY", "ReWY", "WY~ReWY", "tol");
@@ -753,9 +768,17 @@ void rewy_check_print_json(FILE *f, const rewy_case *c, const rewy_check_result 
                "\"B\": %d, \"T\": %d, \"H\": %d, \"HV\": %d, \"K\": %d, \"V\": %d, "
                "\"chunk_size\": %d, \"policy\": \"%s\", \"seed\": %llu, ",
             desc, rewy_check_op_name(c->op), rewy_check_dtype_name(c->dtype),
-            c->backend == REWY_BACKEND_CUDA ? "cuda" : "cpu", c->num_seqs > 0 ? 1 : c->B, c->T,
+            c->backend == REWY_BACKEND_CUDA ? "cuda" : "cpu", c->num_seqs > 0 ? 1 : c->B, case_T(c),
             c->H, HV, c->K, c->V, c->chunk_size ? c->chunk_size : 64,
             c->policy == REWY_POLICY_A ? "A" : "R", (unsigned long long)c->seed);
+    static const char *const gates[] = {"normal", "strong", "reset"};
+    fprintf(f, "\"state_v_first\": %s, \"use_h0\": %s, \"use_dht\": %s, \"gates\": \"%s\", "
+               "\"betas\": \"%s\", \"seqlens\": [",
+            c->state_v_first ? "true" : "false", c->use_h0 ? "true" : "false",
+            c->use_dht ? "true" : "false", (unsigned)c->gates < 3 ? gates[c->gates] : "?",
+            c->betas == REWY_BETAS_ZERO ? "zero" : "normal");
+    for (int s = 0; s < c->num_seqs && s < REWY_CHECK_MAX_SEQS; s++) fprintf(f, s ? ", %d" : "%d", c->seqlens[s]);
+    fprintf(f, "], ");
     fprintf(f, "\"status\": {\"fwd\": \"%s\", \"bwd_wy\": \"%s\", \"bwd_rewy\": \"%s\"}, ",
             status_name(r->fwd_status), status_name(r->bwd_status[REWY_BWD_WY]),
             status_name(r->bwd_status[REWY_BWD_REWY]));
@@ -845,19 +868,22 @@ int rewy_check_time(const rewy_case *c, int reps, double max_seconds, rewy_check
     double *ms = host_alloc(&p, (size_t)reps * sizeof(double));
     if (p.failed) { pool_free(&p); return 1; }
 
-    /* Three measurements: forward, backward WY, backward ReWY. Each: one untimed warm-up,
-     * then up to reps timed runs, stopping early once max_seconds are used. */
+    /* Three measurements: forward, backward WY, backward ReWY. Each starts with a warm-up
+     * run (first touch of the buffers, thread start-up) that is not timed, unless it took
+     * longer than REWY_CHECK_WARMUP_S: then those costs are noise and it counts as a timed
+     * run, which keeps large shapes affordable. Then up to reps timed runs, stopping once
+     * max_seconds have been used. The backward's forward dependency is the last forward. */
     double *out[3] = {&tm->fwd_ms, &tm->bwd_wy_ms, &tm->bwd_rewy_ms};
     for (int m = 0; m < 3 && tm->status == REWY_OK; m++) {
         bp.cfg.bwd_algo = m == 1 ? REWY_BWD_WY : REWY_BWD_REWY;
         int n = 0;
         double start = omp_get_wtime();
-        for (int i = -1; i < reps; i++) {
+        for (int i = -1; i < reps && n < reps; i++) {
             double t0 = omp_get_wtime();
             st = m == 0 ? rewy_forward(&fp) : rewy_backward(&bp);
             double t1 = omp_get_wtime();
             if (st != REWY_OK) { tm->status = st; break; }
-            if (i >= 0) ms[n++] = 1e3 * (t1 - t0);
+            if (i >= 0 || t1 - t0 > REWY_CHECK_WARMUP_S) ms[n++] = 1e3 * (t1 - t0);
             if (n > 0 && t1 - start > max_seconds) break;
         }
         if (n > 0) *out[m] = median(ms, n);

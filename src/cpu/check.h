@@ -121,7 +121,9 @@ int rewy_check_parse_dtype(const char *s, rewy_dtype *t);    /* 0 on success */
 /* CPU timing: median wall time over up to `reps` runs (after one warm-up run each) of the
  * forward, the complete WY backward and the complete ReWY backward (recompute included),
  * under the case's policy. Stops repeating a measurement once it has used max_seconds
- * (at least one timed run each). */
+ * (at least one timed run each). A warm-up longer than REWY_CHECK_WARMUP_S counts as a
+ * timed run (start-up costs are negligible there; it keeps big shapes affordable). */
+#define REWY_CHECK_WARMUP_S 1.0
 typedef struct rewy_check_timing {
     double fwd_ms, bwd_wy_ms, bwd_rewy_ms;
     int reps_fwd, reps_bwd;             /* timed runs actually used */

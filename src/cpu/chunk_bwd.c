@@ -18,26 +18,26 @@
 /* Scratch of one chunk's backward. */
 typedef struct bwd_bufs {
     float *A, *Cq, *Hq, *D, *Ab, *T1;   /* n×n */
-    float *Ob, *Rb, *P, *Wb;            /* n×V */
-    float *Ed, *ek, *yk, *qk, *Fb, *Gb; /* n×K */
+    float *Ob, *Rb, *P;                 /* n×V */
+    float *Wb, *Ed, *ek, *yk, *qk, *Fb, *Gb; /* n×K */
     float *tmp;                         /* 2·n·max(K,n) */
     float *Sres;                        /* K×V */
 } bwd_bufs;
 
 static size_t bwd_chunk_floats(int BT, int K, int V) {
     int m = K > BT ? K : BT;
-    return chunk_floats(BT, K, V) + 6 * (size_t)BT * BT + 4 * (size_t)BT * V + 6 * (size_t)BT * K +
+    return chunk_floats(BT, K, V) + 6 * (size_t)BT * BT + 3 * (size_t)BT * V + 7 * (size_t)BT * K +
            2 * (size_t)BT * m + (size_t)K * V + 20 * 16;
 }
 
 static void bwd_alloc(bwd_bufs *w, arena *a, int BT, int K, int V) {
     size_t nn = (size_t)BT * BT, nk = (size_t)BT * K, nv = (size_t)BT * V;
     float **sq[] = {&w->A, &w->Cq, &w->Hq, &w->D, &w->Ab, &w->T1};
-    float **rv[] = {&w->Ob, &w->Rb, &w->P, &w->Wb};
-    float **rk[] = {&w->Ed, &w->ek, &w->yk, &w->qk, &w->Fb, &w->Gb};
+    float **rv[] = {&w->Ob, &w->Rb, &w->P};
+    float **rk[] = {&w->Wb, &w->Ed, &w->ek, &w->yk, &w->qk, &w->Fb, &w->Gb};
     for (int i = 0; i < 6; i++) *sq[i] = arena_floats(a, nn);
-    for (int i = 0; i < 4; i++) *rv[i] = arena_floats(a, nv);
-    for (int i = 0; i < 6; i++) *rk[i] = arena_floats(a, nk);
+    for (int i = 0; i < 3; i++) *rv[i] = arena_floats(a, nv);
+    for (int i = 0; i < 7; i++) *rk[i] = arena_floats(a, nk);
     w->tmp = arena_floats(a, 2 * (size_t)BT * (K > BT ? K : BT));
     w->Sres = arena_floats(a, (size_t)K * V);
 }

@@ -24,8 +24,10 @@ constexpr int MAXBT = 64;     /* largest chunk; smem tiles have this many rows *
 constexpr int LDN = MAXBT + 4; /* leading dimension of n×n tiles (pad ≡ 4 mod 32: ≤ 2-way bank conflicts) */
 constexpr int BV = 32;        /* value-column tile of the scans and the pullback */
 constexpr int LDV = BV + 4;
+constexpr int LDVT = BV + 8;  /* V tiles kept in the input type (16-B rows) */
 constexpr int BK = 32;        /* key-column tile of the pullback */
 constexpr int LDK = BK + 4;
+constexpr int WBAR_SMEM_MAX_KP = 128; /* WY pullback: W̄ in shared memory up to this K, else workspace */
 
 /* Chunk table entry: first token (row of the [B*T] token axis), valid rows, sequence, chunk in sequence. */
 struct ChunkInfo { int tok0, n, seq, idx; };
@@ -74,13 +76,18 @@ __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Operand element (fp32, bf16 or fp16) as float. */
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
+
 /* C = A·B over the whole block (NW warps). A(i,k) = A[i*ars + k*acs] (M×Kd), B(k,j) = B[k*brs + j*bcs]
- * (Kd×N); M % 16 == 0, N % 8 == 0, Kd % 8 == 0; operands in shared memory, fp32 (rounded to tf32).
- * epi(i, j, c) is called exactly once per output element by the thread that owns it.
- * kmax(i0) (optional via KLIM) lets causal products skip k-steps: only k < klim(i0+16) are summed. */
-template <int NW, class Epi>
-__device__ __forceinline__ void bgemm(int M, int N, int Kd, const float *A, int ars, int acs,
-                                      const float *B, int brs, int bcs, Epi epi) {
+ * (Kd×N); M % 16 == 0, N % 8 == 0, Kd % 8 == 0; operands in shared memory (fp32, bf16 or fp16 elements;
+ * rounded to tf32, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
+ * epi(i, j, c) is called exactly once per output element by the thread that owns it. */
+template <int NW, class TA, class TB, class Epi>
+__device__ __forceinline__ void bgemm(int M, int N, int Kd, const TA *A, int ars, int acs,
+                                      const TB *B, int brs, int bcs, Epi epi) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int mt = M >> 4, nt = (N + 31) >> 5;
     for (int tile = warp; tile < mt * nt; tile += NW) {
@@ -89,19 +96,20 @@ __device__ __forceinline__ void bgemm(int M, int N, int Kd, const float *A, int 
         float acc[4][4];
 #pragma unroll
         for (int s = 0; s < 4; s++) acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = 0.f;
-        const float *a0p = A + (i0 + g) * ars + t * acs, *a1p = a0p + 8 * ars;
-        const float *bp = B + t * brs + (j0 + g) * bcs;
+        const TA *a0p = A + (i0 + g) * ars + t * acs, *a1p = a0p + 8 * ars;
+        const TB *bp = B + t * brs + (j0 + g) * bcs;
+#pragma unroll 2
         for (int k0 = 0; k0 < Kd; k0 += 8) {
             uint32_t a[4];
-            a[0] = to_tf32(a0p[k0 * acs]);
-            a[1] = to_tf32(a1p[k0 * acs]);
-            a[2] = to_tf32(a0p[(k0 + 4) * acs]);
-            a[3] = to_tf32(a1p[(k0 + 4) * acs]);
+            a[0] = to_tf32(ldf(a0p + k0 * acs));
+            a[1] = to_tf32(ldf(a1p + k0 * acs));
+            a[2] = to_tf32(ldf(a0p + (k0 + 4) * acs));
+            a[3] = to_tf32(ldf(a1p + (k0 + 4) * acs));
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 if (s < nsub) {
-                    const float *b = bp + k0 * brs + s * 8 * bcs;
-                    mma_tf32(acc[s], a, to_tf32(b[0]), to_tf32(b[4 * brs]));
+                    const TB *b = bp + k0 * brs + s * 8 * bcs;
+                    mma_tf32(acc[s], a, to_tf32(ldf(b)), to_tf32(ldf(b + 4 * brs)));
                 }
             }
         }
@@ -118,6 +126,44 @@ __device__ __forceinline__ void bgemm(int M, int N, int Kd, const float *A, int 
     }
 }
 
+/* ---- global → shared tile copies ----
+ * copy_tile: rows [0, rows) × cols [0, ncols) of dst (same element type as src, row stride ldd) get
+ * src[i*rs + c0 + j] for i < n and c0 + j < cmax, zero elsewhere. Aligned cases (16 B vectors of 8
+ * elements) go through cp.async (no registers, all copies in flight at once); call cp_async_wait()
+ * and __syncthreads() before reading. Other cases fall back to plain loads. ldd*sizeof(T) % 16 == 0. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int sz = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
+}
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+}
+
+template <class T>
+__device__ __forceinline__ void copy_tile(T *dst, int ldd, int rows, int ncols, const T *src, size_t rs, int n,
+                                          int c0, int cmax) {
+    constexpr int EPV = 16 / sizeof(T); /* elements per 16 B */
+    const bool vec = ((reinterpret_cast<uintptr_t>(src) & 15) == 0) && (rs % EPV == 0) && (c0 % EPV == 0) &&
+                     (cmax % EPV == 0) && (ncols % EPV == 0);
+    if (vec) {
+        const int gv = ncols / EPV, total = rows * gv;
+        for (int e = threadIdx.x; e < total; e += blockDim.x) {
+            const int i = e / gv, c = (e - i * gv) * EPV;
+            const bool ok = i < n && c0 + c < cmax;
+            cp_async16(dst + i * ldd + c, ok ? (const void *)(src + (size_t)i * rs + c0 + c) : (const void *)src, ok);
+        }
+    } else {
+        for (int e = threadIdx.x; e < rows * ncols; e += blockDim.x) {
+            const int i = e / ncols, j = e - i * ncols;
+            T x;
+            if (i < n && c0 + j < cmax) x = src[(size_t)i * rs + c0 + j];
+            else x = T(0.f);
+            dst[i * ldd + j] = x;
+        }
+    }
+}
+
 /* Load rows [0, 64) × cols [c0, c0+ncols) of a token-major array into smem (fp32, row stride ldd), zero outside
  * rows < n and cols < cmax; each value multiplied by mul. src points at row 0, column 0; rs = row stride. */
 template <class T>
@@ -129,6 +175,28 @@ __device__ __forceinline__ void load_tile(float *dst, int ldd, int ncols, const 
         if (i < n && c < cmax) x = ld<T>(src + (size_t)i * rs + c) * mul;
         dst[i * ldd + j] = x;
     }
+}
+
+/* Opt a kernel into the device's largest dynamic shared memory, once per kernel and device, so that
+ * later launches (e.g. under stream capture) issue no attribute calls. Fails if smem exceeds it. */
+template <auto kern>
+inline cudaError_t ensure_smem(size_t smem) {
+    static int done[64];
+    static int optin[64];
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
+    if (!done[dev]) {
+        int mx = 0;
+        e = cudaDeviceGetAttribute(&mx, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (e != cudaSuccess) return e;
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        if (e != cudaSuccess) return e;
+        optin[dev] = mx;
+        done[dev] = 1;
+    }
+    return smem <= (size_t)optin[dev] ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 /* State element (kk, vv) of a [K,V] (or [V,K] when svf) matrix. */

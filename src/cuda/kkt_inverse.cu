@@ -17,18 +17,19 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
     const ChunkInfo ci = p.ctab[blockIdx.x];
     const int n = ci.n;
     if (n == 0) return;
-    const int hv = blockIdx.y, h = hv / p.G, ldk = p.Kp + 4, BT = p.BT;
+    const int hv = blockIdx.y, h = hv / p.G, ldk = p.Kp + 8, BT = p.BT;
     const bool needA = Aout != nullptr;
-    float *Ks = sm;
-    float *Qs = Ks + MAXBT * ldk;
-    float *Ls = Qs + (Cq ? MAXBT * ldk : 0);
+    T *Ks = reinterpret_cast<T *>(sm);                      /* [BT][Kp+8] input type */
+    T *Qs = Ks + MAXBT * ldk;
+    float *Ls = reinterpret_cast<float *>(Qs + (Cq ? MAXBT * ldk : 0));
     float *As = Ls + MAXBT * LDN;
     float *Gs = As + MAXBT * LDN;
     float *bs = Gs + MAXBT;
 
     const size_t rs = (size_t)p.H * p.K;
-    load_tile<T>(Ks, ldk, p.Kp, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
-    if (Cq) load_tile<T>(Qs, ldk, p.Kp, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K, p.scale);
+    copy_tile<T>(Ks, ldk, BT, p.Kp, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
+    if (Cq) copy_tile<T>(Qs, ldk, BT, p.Kp, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
+    cp_async_wait();
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x, i0 = 2 * lane;
         float a = 0.f, b = 0.f;
@@ -56,7 +57,7 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
     if (Cq) {
         float *dst = Cq + base;
         bgemm<KKT_THREADS / 32>(BT, BT, p.Kp, Qs, ldk, 1, Ks, 1, ldk, [&](int i, int j, float c) {
-            dst[i * BT + j] = (i < n && j <= i) ? c * expf(Gs[i] - Gs[j]) : 0.f;
+            dst[i * BT + j] = (i < n && j <= i) ? p.scale * c * expf(Gs[i] - Gs[j]) : 0.f;
         });
     }
     if (!needA) return;
@@ -81,20 +82,20 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
             __syncthreads();
         }
     }
-    float *dst = Aout + base;
-    for (int e = threadIdx.x; e < BT * BT; e += blockDim.x) {
-        const int i = e / BT, j = e - i * BT;
-        dst[e] = As[i * LDN + j];
+    float4 *dst = reinterpret_cast<float4 *>(Aout + base);
+    for (int e = threadIdx.x; e < BT * BT / 4; e += blockDim.x) {
+        const int i = e / (BT / 4), j = (e - i * (BT / 4)) * 4;
+        dst[e] = *reinterpret_cast<const float4 *>(As + i * LDN + j);
     }
 }
 
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const float *g, const void *beta, float *Gc,
                        float *A, float *Cq, cudaStream_t s) {
-    const int ldk = p.Kp + 4;
-    const size_t smem = sizeof(float) * ((size_t)MAXBT * ldk * (Cq ? 2 : 1) + 2 * MAXBT * LDN + 2 * MAXBT);
+    const int ldk = p.Kp + 8;
+    const size_t smem = sizeof(T) * (size_t)MAXBT * ldk * (Cq ? 2 : 1) + sizeof(float) * (2 * MAXBT * LDN + 2 * MAXBT);
     auto kern = kkt_inverse_kernel<T>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaError_t e = ensure_smem<kkt_inverse_kernel<T>>(smem);
     if (e != cudaSuccess) return e;
     dim3 grid(p.NC, p.HV);
     kern<<<grid, KKT_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, g, (const T *)beta, Gc, A, Cq);

@@ -16,18 +16,19 @@ template <class T>
 __global__ void __launch_bounds__(SCAN_THREADS)
 state_scan_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const float *Gc, const float *A,
                   const float *Cq, const float *h0, T *o, float *ht, state_t *Sc, float *Rout) {
-    extern __shared__ float sm[];
-    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV, h = hv / p.G, ldk = p.Kp + 4, BT = p.BT;
+    extern __shared__ __align__(16) float sm[];
+    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV, h = hv / p.G, ldk = p.Kp + 8, BT = p.BT;
     const bool out = o != nullptr;
-    float *S = sm;                         /* [Kp][LDV] */
-    float *Ks = S + p.Kp * LDV;            /* [64][ldk] */
-    float *Qs = Ks + MAXBT * ldk;          /* [64][ldk] (output only) */
-    float *As = Qs + (out ? MAXBT * ldk : 0);
-    float *Cs = As + MAXBT * LDN;          /* (output only) */
-    float *X = Cs + (out ? MAXBT * LDN : 0);
+    float *S = sm;                                      /* [Kp][LDV] fp32 state tile */
+    float *As = S + p.Kp * LDV;                         /* [64][LDN] */
+    float *Cs = As + MAXBT * LDN;                       /* (output only) */
+    float *X = Cs + (out ? MAXBT * LDN : 0);            /* [64][LDV] */
     float *Rr = X + MAXBT * LDV;
     float *Gs = Rr + MAXBT * LDV;
     float *bs = Gs + MAXBT;
+    T *Ks = reinterpret_cast<T *>(bs + MAXBT);          /* [64][Kp+8] input type */
+    T *Qs = Ks + MAXBT * ldk;                           /* (output only) */
+    T *Vs = Qs + (out ? MAXBT * ldk : 0);               /* [64][LDVT] */
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     for (int e = threadIdx.x; e < p.Kp * BV; e += blockDim.x) {
@@ -40,24 +41,15 @@ state_scan_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, con
         const ChunkInfo ci = p.ctab[c];
         const int n = ci.n, tok0 = ci.tok0;
         const size_t ch = (size_t)c * p.HV + hv;
-        load_tile<T>(Ks, ldk, p.Kp, k + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
-        if (out) load_tile<T>(Qs, ldk, p.Kp, q + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K, p.scale);
-        for (int e = threadIdx.x; e < BT * BT; e += blockDim.x) {
-            const int i = e / BT, j = e - i * BT;
-            As[i * LDN + j] = A[ch * BT * BT + e];
-            if (out) Cs[i * LDN + j] = Cq[ch * BT * BT + e];
-        }
+        copy_tile<T>(Ks, ldk, BT, p.Kp, k + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
+        if (out) copy_tile<T>(Qs, ldk, BT, p.Kp, q + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
+        copy_tile<T>(Vs, LDVT, BT, BV, v + (size_t)tok0 * rsv + (size_t)hv * p.V, rsv, n, v0, p.V);
+        copy_tile<float>(As, LDN, BT, BT, A + ch * BT * BT, BT, BT, 0, BT);
+        if (out) copy_tile<float>(Cs, LDN, BT, BT, Cq + ch * BT * BT, BT, BT, 0, BT);
         for (int i = threadIdx.x; i < MAXBT; i += blockDim.x) {
             const int ii = min(i, n - 1);
             Gs[i] = (p.gated && Gc) ? Gc[(size_t)(tok0 + ii) * p.HV + hv] : 0.f;
             bs[i] = i < n ? ld<T>(beta + (size_t)(tok0 + i) * p.HV + hv) : 0.f;
-        }
-        for (int e = threadIdx.x; e < MAXBT * BV; e += blockDim.x) {
-            const int i = e / BV, j = e - i * BV;
-            float x = 0.f;
-            if (i < n && v0 + j < p.V)
-                x = ld<T>(beta + (size_t)(tok0 + i) * p.HV + hv) * ld<T>(v + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + v0 + j);
-            X[i * LDV + j] = x;
         }
         if (Sc) {
             state_t *dst = Sc + ch * p.K * p.V;
@@ -66,10 +58,11 @@ state_scan_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, con
                 if (v0 + j < p.V) st<state_t>(dst + (size_t)kk * p.V + v0 + j, S[kk * LDV + j]);
             }
         }
+        cp_async_wait();
         __syncthreads();
-        /* X = Z − E S */
+        /* X = Z − E S,  Z = β v */
         bgemm<SCAN_NW>(BT, BV, p.Kp, Ks, ldk, 1, S, LDV, 1, [&](int i, int j, float cc) {
-            X[i * LDV + j] -= bs[i] * expf(Gs[i]) * cc;
+            X[i * LDV + j] = bs[i] * (ldf(Vs + i * LDVT + j) - expf(Gs[i]) * cc);
         });
         __syncthreads();
         /* R = A X */
@@ -85,7 +78,7 @@ state_scan_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, con
         if (out) {
             /* O = Q_g S + C_q R */
             bgemm<SCAN_NW>(BT, BV, p.Kp, Qs, ldk, 1, S, LDV, 1, [&](int i, int j, float cc) {
-                X[i * LDV + j] = expf(Gs[i]) * cc;
+                X[i * LDV + j] = p.scale * expf(Gs[i]) * cc;
             });
             __syncthreads();
             T *dst = o + (size_t)hv * p.V + v0;
@@ -120,11 +113,12 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
                        const float *A, const float *Cq, const float *h0, void *o, float *ht, state_t *Sc, float *R,
                        cudaStream_t s) {
     const bool out = o != nullptr;
-    const int ldk = p.Kp + 4;
-    const size_t smem = sizeof(float) * ((size_t)p.Kp * LDV + (size_t)MAXBT * ldk * (out ? 2 : 1) +
-                                         (size_t)MAXBT * LDN * (out ? 2 : 1) + 2 * MAXBT * LDV + 2 * MAXBT);
+    const int ldk = p.Kp + 8;
+    const size_t smem = sizeof(float) * ((size_t)p.Kp * LDV + (size_t)MAXBT * LDN * (out ? 2 : 1) + 2 * MAXBT * LDV +
+                                         2 * MAXBT) +
+                        sizeof(T) * ((size_t)MAXBT * ldk * (out ? 2 : 1) + (size_t)MAXBT * LDVT);
     auto kern = state_scan_kernel<T>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaError_t e = ensure_smem<state_scan_kernel<T>>(smem);
     if (e != cudaSuccess) return e;
     dim3 grid(p.N, p.HV, ceil_div(p.V, BV));
     kern<<<grid, SCAN_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)v, (const T *)beta, Gc, A, Cq, h0,

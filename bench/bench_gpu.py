@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""bench_gpu.py: rewy (CUDA C, through its C API) and FLA (Triton) on one GPU, same process, same inputs.
+
+Suite (B,T,H) = (1,2048,4) (1,8192,16) (4,4096,16) (8,2048,32) (2,16384,8) (16,1024,16), K = V = 128, bf16,
+GDN and DeltaNet. Inputs as in ../shared/notes/fla-h200-baseline.md: feature-normalized Gaussian q/k,
+Gaussian v, g = logsigmoid(x)/16, beta in [0.1, 0.9], h0 = 0.1 N(0,1), final state requested.
+
+Boundaries (as the FLA baseline): forward = the call that returns o and ht (rewy: rewy_forward with
+its saved buffer and workspace allocated through PyTorch; FLA: the autograd call under no_grad).
+Backward = everything that produces dq, dk, dv, dg, dbeta, dh0 from (do, dht): rewy_backward with
+its workspace and gradient tensors allocated through PyTorch (policy R includes the recompute);
+FLA: torch.autograd.grad of (o, ht). Peak backward memory = max allocated during one backward minus
+allocated before it. Times: median of --reps CUDA-event timings after warm-up.
+
+Environment: REWY_LIBRARY (default build/cuda-on/librewy.so); FLA from PYTHONPATH with
+FLA_DISABLE_BACKEND_DISPATCH=1 (set here). Output: a table on stdout and JSON lines (--json).
+"""
+import argparse, ctypes, json, math, os, statistics, sys, time
+
+os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
+import torch
+import torch.nn.functional as F
+
+SUITE = [(1, 2048, 4), (1, 8192, 16), (4, 4096, 16), (8, 2048, 32), (2, 16384, 8), (16, 1024, 16)]
+
+# ------------------------------------------------------------------------------------------ C API
+OP = {"deltanet": 0, "gdn": 1}
+BF16, F16, F32 = 1, 2, 0
+POL = {"R": 0, "A": 1}
+ALGO = {"rewy": 0, "wy": 1}
+
+
+class Cfg(ctypes.Structure):
+    _fields_ = [("op", ctypes.c_int), ("backend", ctypes.c_int), ("dtype", ctypes.c_int),
+                ("B", ctypes.c_int), ("T", ctypes.c_int), ("H", ctypes.c_int), ("HV", ctypes.c_int),
+                ("K", ctypes.c_int), ("V", ctypes.c_int), ("chunk_size", ctypes.c_int), ("scale", ctypes.c_float),
+                ("cu_seqlens", ctypes.c_void_p), ("cu_seqlens_host", ctypes.c_void_p), ("num_seqs", ctypes.c_int),
+                ("policy", ctypes.c_int), ("bwd_algo", ctypes.c_int), ("state_v_first", ctypes.c_int),
+                ("stream", ctypes.c_void_p)]
+
+
+class Fwd(ctypes.Structure):
+    _fields_ = [("cfg", Cfg)] + [(n, ctypes.c_void_p) for n in
+                                 ("q", "k", "v", "g", "beta", "b", "w", "h0", "o", "ht", "saved", "workspace")] + \
+               [("workspace_bytes", ctypes.c_size_t), ("saved_bytes", ctypes.c_size_t)]
+
+
+class Bwd(ctypes.Structure):
+    _fields_ = [("cfg", Cfg)] + [(n, ctypes.c_void_p) for n in ("q", "k", "v", "g", "beta", "b", "w", "h0", "saved")] + \
+               [("saved_bytes", ctypes.c_size_t)] + \
+               [(n, ctypes.c_void_p) for n in ("do_", "dht", "dq", "dk", "dv", "dg", "dbeta", "db", "dw", "dh0",
+                                               "workspace")] + [("workspace_bytes", ctypes.c_size_t)]
+
+
+def ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+class Rewy:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        for fn in ("rewy_saved_size", "rewy_fwd_workspace_size", "rewy_bwd_workspace_size"):
+            getattr(self.lib, fn).argtypes = [ctypes.POINTER(Cfg), ctypes.POINTER(ctypes.c_size_t)]
+        self.lib.rewy_forward.argtypes = [ctypes.POINTER(Fwd)]
+        self.lib.rewy_backward.argtypes = [ctypes.POINTER(Bwd)]
+        self.lib.rewy_strerror.restype = ctypes.c_char_p
+        self.lib.rewy_version.restype = ctypes.c_char_p
+        assert self.lib.rewy_has_cuda(), "librewy was built without CUDA"
+
+    def cfg(self, op, B, T, H, K, V, policy="R", algo="rewy"):
+        c = Cfg()
+        c.op, c.backend, c.dtype = OP[op], 1, BF16
+        c.B, c.T, c.H, c.HV, c.K, c.V = B, T, H, H, K, V
+        c.chunk_size, c.policy, c.bwd_algo = 64, POL[policy], ALGO[algo]
+        c.stream = torch.cuda.current_stream().cuda_stream
+        return c
+
+    def size(self, fn, c):
+        n = ctypes.c_size_t()
+        st = getattr(self.lib, fn)(ctypes.byref(c), ctypes.byref(n))
+        assert st == 0, self.lib.rewy_strerror(st)
+        return n.value
+
+    def check(self, st, what):
+        if st != 0:
+            raise RuntimeError(f"{what}: {self.lib.rewy_strerror(st).decode()}")
+
+    def forward(self, c, x):
+        """x: dict of inputs. Returns o, ht, saved (the saved buffer is the autograd context)."""
+        dev = x["q"].device
+        saved = torch.empty(self.size("rewy_saved_size", c), dtype=torch.uint8, device=dev)
+        ws = torch.empty(self.size("rewy_fwd_workspace_size", c), dtype=torch.uint8, device=dev)
+        o = torch.empty_like(x["v"])
+        ht = torch.empty_like(x["h0"])
+        p = Fwd()
+        p.cfg = c
+        p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x["beta"]), ptr(x["h0"])
+        p.o, p.ht, p.saved, p.workspace = ptr(o), ptr(ht), ptr(saved), ptr(ws)
+        p.saved_bytes, p.workspace_bytes = saved.numel(), ws.numel()
+        self.check(self.lib.rewy_forward(ctypes.byref(p)), "rewy_forward")
+        return o, ht, saved
+
+    def backward(self, c, x, saved, do, dht):
+        dev = x["q"].device
+        ws = torch.empty(self.size("rewy_bwd_workspace_size", c), dtype=torch.uint8, device=dev)
+        dq, dk, dv = torch.empty_like(x["q"]), torch.empty_like(x["k"]), torch.empty_like(x["v"])
+        dg = torch.empty_like(x["g"]) if x.get("g") is not None else None
+        dbeta, dh0 = torch.empty_like(x["beta"]), torch.empty_like(x["h0"])
+        p = Bwd()
+        p.cfg = c
+        p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x["beta"]), ptr(x["h0"])
+        p.saved, p.saved_bytes = ptr(saved), saved.numel()
+        p.do_, p.dht = ptr(do), ptr(dht)
+        p.dq, p.dk, p.dv, p.dg, p.dbeta, p.dh0 = ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(dbeta), ptr(dh0)
+        p.workspace, p.workspace_bytes = ptr(ws), ws.numel()
+        self.check(self.lib.rewy_backward(ctypes.byref(p)), "rewy_backward")
+        return dq, dk, dv, dg, dbeta, dh0
+
+
+# ------------------------------------------------------------------------------------------ inputs
+def make_inputs(op, B, T, H, K, V, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dev, bf = "cuda", torch.bfloat16
+    x = {
+        "q": F.normalize(torch.randn(B, T, H, K, device=dev, generator=gen), dim=-1).to(bf),
+        "k": F.normalize(torch.randn(B, T, H, K, device=dev, generator=gen), dim=-1).to(bf),
+        "v": torch.randn(B, T, H, V, device=dev, generator=gen).to(bf),
+        "beta": (0.1 + 0.8 * torch.rand(B, T, H, device=dev, generator=gen)).to(bf),
+        "h0": 0.1 * torch.randn(B, H, K, V, device=dev, generator=gen),
+        "g": (F.logsigmoid(torch.randn(B, T, H, device=dev, generator=gen)) / 16) if op == "gdn" else None,
+    }
+    do = torch.randn(B, T, H, V, device=dev, generator=gen).to(bf)
+    dht = 0.1 * torch.randn(B, H, K, V, device=dev, generator=gen)
+    return x, do, dht
+
+
+def cuda_time(fn, reps, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def peak_mib(fn):
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del out
+    return peak / 2**20
+
+
+# ------------------------------------------------------------------------------------------ FLA
+def fla_fns(op, x, do, dht):
+    if op == "gdn":
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as f
+
+        def call(xx):
+            return f(xx["q"], xx["k"], xx["v"], xx["g"], xx["beta"], initial_state=xx["h0"], output_final_state=True)
+        names = ["q", "k", "v", "g", "beta", "h0"]
+    else:
+        from fla.ops.delta_rule import chunk_delta_rule as f
+
+        def call(xx):
+            return f(xx["q"], xx["k"], xx["v"], xx["beta"], initial_state=xx["h0"], output_final_state=True)
+        names = ["q", "k", "v", "beta", "h0"]
+    xg = {n: x[n].detach().clone().requires_grad_(True) for n in names}
+
+    def fwd():
+        with torch.no_grad():
+            return call(xg)
+
+    def fwd_bwd_parts():
+        o, ht = call(xg)
+        return o, ht
+
+    state = {}
+
+    def prep():
+        state["o"], state["ht"] = fwd_bwd_parts()
+
+    def bwd():
+        return torch.autograd.grad((state["o"], state["ht"]), [xg[n] for n in names], (do, dht), retain_graph=True)
+    return fwd, prep, bwd, call, xg
+
+
+# ------------------------------------------------------------------------------------------ flops
+def flop_model(op, B, T, H, K, V, n=64):
+    """FLOP (2 per MAC) of each rewy kernel, whole problem, chunk n. Returns dict kernel -> flops."""
+    NC = B * H * math.ceil(T / n)
+    return {
+        "kkt_inverse(fwd)": NC * (4 * n * n * K + n ** 3 / 3),
+        "state_scan(fwd,+o)": NC * (6 * n * K * V + 4 * n * n * V),
+        "kkt_inverse(Cq)": NC * (2 * n * n * K),
+        "state_scan(recompute)": NC * (4 * n * K * V + 2 * n * n * V),
+        "bwd_state_scan": NC * (6 * n * K * V + 4 * n * n * V),
+        "pullback(ReWY)": NC * (6 * n * K * V + 4 * n * n * V + 8 * n * n * K),
+        "pullback(WY)": NC * (4 * n * K * V + 6 * n * n * V + 2 * n * n * K + 4 * n ** 3 + 8 * n * n * K),
+    }
+
+
+def bytes_model(op, B, T, H, K, V, n=64, bv=32, bk=32):
+    """Approximate DRAM/L2 bytes moved by each kernel (bf16 inputs, fp32 A/Cq/R/P, bf16 chunk states)."""
+    NC = B * H * math.ceil(T / n)
+    nvt = math.ceil(V / bv)
+    tok = B * T * H
+    return {
+        "kkt_inverse(fwd)": tok * (2 * K * 2 + 8) + NC * 2 * n * n * 4,
+        "state_scan(fwd,+o)": nvt * NC * (2 * n * K * 2 + 2 * n * n * 4) + tok * (2 * V * 2),
+        "kkt_inverse(Cq)": tok * (2 * K * 2 + 8) + NC * n * n * 4,
+        "state_scan(recompute)": nvt * NC * (n * K * 2 + n * n * 4) + tok * V * 2 + NC * (K * V * 2 + n * V * 4),
+        "bwd_state_scan": nvt * NC * (2 * n * K * 2 + 2 * n * n * 4) + tok * V * 2 + NC * (K * V * 2 + n * V * 4),
+        "pullback(ReWY)": NC * ((1 + math.ceil(K / bk)) * (2 * n * V * 4 + n * V * 2) + 2 * K * V * 2) + tok * (4 * K * 2 + 2 * V * 2 + 8),
+    }
+
+
+def profile_kernels(rw, op, B, T, H, K, V):
+    """Kernel times (ms) of one rewy forward + backward (R, ReWY and WY) with torch.profiler."""
+    from torch.profiler import profile, ProfilerActivity
+    x, do, dht = make_inputs(op, B, T, H, K, V)
+    out = {}
+    for tag, pol, algo in (("R/ReWY", "R", "rewy"), ("R/WY", "R", "wy")):
+        c = rw.cfg(op, B, T, H, K, V, pol, algo)
+        for _ in range(3):
+            o, ht, saved = rw.forward(c, x)
+            rw.backward(c, x, saved, do, dht)
+        torch.cuda.synchronize()
+        reps = 10
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                o, ht, saved = rw.forward(c, x)
+                rw.backward(c, x, saved, do, dht)
+            torch.cuda.synchronize()
+        d = {}
+        for e in prof.key_averages():
+            t = getattr(e, "self_device_time_total", None)
+            if t is None:
+                t = getattr(e, "self_cuda_time_total", 0)
+            if t and e.count:
+                d[e.key] = (t / e.count / 1000.0, e.count / reps)
+        out[tag] = d
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", default="gdn,deltanet")
+    ap.add_argument("--shapes", default="all", help="'all' or e.g. 1x2048x4,8x2048x32")
+    ap.add_argument("--impl", default="rewy,fla")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", default="8x2048x32", help="shape for the per-kernel profile ('' = none)")
+    ap.add_argument("--time-limit", type=float, default=1e9, help="stop starting new shapes after this many seconds")
+    a = ap.parse_args()
+    t_start = time.time()
+    K = V = 128
+    shapes = SUITE if a.shapes == "all" else [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
+    impls = a.impl.split(",")
+    lib = os.environ.get("REWY_LIBRARY", os.path.join(os.path.dirname(__file__), "..", "build", "cuda-on", "librewy.so"))
+    rw = Rewy(lib)
+    dev = torch.cuda.get_device_name()
+    vers = {"torch": torch.__version__, "rewy": rw.lib.rewy_version().decode()}
+    try:
+        import triton
+        vers["triton"] = triton.__version__
+    except Exception:
+        pass
+    if "fla" in impls:
+        import fla
+        vers["fla"] = getattr(fla, "__version__", "?")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} {dev} {vers}")
+    jf = open(a.json, "a") if a.json else None
+    rows = []
+    for op in a.ops.split(","):
+        for (B, T, H) in shapes:
+            if time.time() - t_start > a.time_limit:
+                print(f"# time limit: skipping {op} {B},{T},{H}")
+                continue
+            x, do, dht = make_inputs(op, B, T, H, K, V)
+            r = {"op": op, "B": B, "T": T, "H": H}
+            if "rewy" in impls:
+                c = rw.cfg(op, B, T, H, K, V, "R", "rewy")
+                r["rewy_fwd"] = cuda_time(lambda: rw.forward(c, x), a.reps)
+                o, ht, saved = rw.forward(c, x)
+                for pol in ("R", "A"):
+                    for algo in ("rewy", "wy"):
+                        cb = rw.cfg(op, B, T, H, K, V, pol, algo)
+                        _, _, sv = rw.forward(cb, x)
+                        r[f"rewy_bwd_{pol}_{algo}"] = cuda_time(lambda: rw.backward(cb, x, sv, do, dht), a.reps)
+                        if algo == "rewy":
+                            r[f"rewy_peak_{pol}"] = peak_mib(lambda: rw.backward(cb, x, sv, do, dht))
+                        del sv
+                cA = rw.cfg(op, B, T, H, K, V, "A", "rewy")
+                r["rewy_fwd_A"] = cuda_time(lambda: rw.forward(cA, x), a.reps)
+                r["rewy_o"] = o.float()
+                r["rewy_ht"] = ht
+                del saved
+            if "fla" in impls:
+                fwd, prep, bwd, call, xg = fla_fns(op, x, do, dht)
+                t0 = time.time()
+                o_f, ht_f = fwd()
+                prep()
+                bwd()
+                torch.cuda.synchronize()
+                r["fla_warmup_s"] = time.time() - t0
+                r["fla_fwd"] = cuda_time(fwd, a.reps)
+                prep()
+                r["fla_bwd"] = cuda_time(bwd, a.reps)
+                r["fla_peak"] = peak_mib(bwd)
+                if "rewy_o" in r:
+                    r["o_rel_diff_vs_fla"] = ((r["rewy_o"] - o_f.float()).norm() / o_f.float().norm()).item()
+                    r["ht_rel_diff_vs_fla"] = ((r["rewy_ht"] - ht_f.float()).norm() / ht_f.float().norm()).item()
+                del xg
+            r.pop("rewy_o", None)
+            r.pop("rewy_ht", None)
+            rows.append(r)
+            line = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+            print(line, flush=True)
+            if jf:
+                jf.write(json.dumps({**r, "device": dev, **vers}) + "\n")
+                jf.flush()
+            torch.cuda.empty_cache()
+    # summary table
+    print()
+    print("| op | B,T,H | rewy fwd | FLA fwd | fwd × | rewy bwd R | rewy bwd A | FLA bwd | bwd × (R) | rewy WY bwd R | ReWY gain | peak R MiB | FLA peak MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    geo = {}
+    for r in rows:
+        f = lambda k: r.get(k, float("nan"))
+        fx = f("fla_fwd") / f("rewy_fwd")
+        bx = f("fla_bwd") / f("rewy_bwd_R_rewy")
+        gain = f("rewy_bwd_R_wy") / f("rewy_bwd_R_rewy")
+        geo.setdefault(r["op"], []).append((fx, bx, gain))
+        print(f"| {r['op']} | {r['B']},{r['T']},{r['H']} | {f('rewy_fwd'):.3f} | {f('fla_fwd'):.3f} | {fx:.2f} | "
+              f"{f('rewy_bwd_R_rewy'):.3f} | {f('rewy_bwd_A_rewy'):.3f} | {f('fla_bwd'):.3f} | {bx:.2f} | "
+              f"{f('rewy_bwd_R_wy'):.3f} | {gain:.2f} | {f('rewy_peak_R'):.1f} | {f('fla_peak'):.1f} |")
+    for op, v in geo.items():
+        gm = [math.exp(sum(math.log(t[i]) for t in v if t[i] == t[i] and t[i] > 0) / max(1, len(v))) for i in range(3)]
+        print(f"geomean {op}: fwd FLA/rewy {gm[0]:.3f}, bwd(R) FLA/rewy {gm[1]:.3f}, WY/ReWY {gm[2]:.3f}")
+    if a.profile:
+        B, T, H = (int(v) for v in a.profile.split("x"))
+        for op in a.ops.split(","):
+            prof = profile_kernels(rw, op, B, T, H, K, V)
+            fm, bm = flop_model(op, B, T, H, K, V), bytes_model(op, B, T, H, K, V)
+            print(f"\nper-kernel ({op} {B},{T},{H}, K=V=128): name, ms per call, calls per fwd+bwd")
+            for tag, d in prof.items():
+                for name, (ms, calls) in sorted(d.items(), key=lambda kv: -kv[1][0]):
+                    print(f"  {tag:7s} {ms:8.4f} ms x{calls}  {name[:90]}")
+            if jf:
+                jf.write(json.dumps({"profile": prof, "op": op, "B": B, "T": T, "H": H, "flops": fm, "bytes": bm}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+#!/bin/bash
+# device_run.sh: one device call = build, CUDA tests, compute-sanitizer, benchmark; logs under $OUT.
+#   bench/dev/device_run.sh [build] [test] [sanitize] [bench] [bench-rewy]   (default: all but bench)
+# FLA (the ignored copy under .ref/fla-src) must be carried to the device for 'bench'.
+set -u
+OUT=${OUT:-/tmp/rewy-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/../.."
+steps="${*:-build test sanitize}"
+[ -x /usr/local/cuda/bin/nvcc ] && export CUDA_HOME=/usr/local/cuda
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PWD/build/devlibs
+summary="$OUT/summary.txt"
+: > "$summary"
+log() { echo "$*" | tee -a "$summary"; }
+log "== $(date -u '+%F %T UTC') $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null) nvcc $(nvcc --version | tail -1)"
+for s in $steps; do
+  t0=$(date +%s)
+  case $s in
+  build)
+    # The device has no network for `make deps` (OpenBLAS): by default use the build/cuda-on
+    # prebuilt here (make CUDA=1 BUILD=build/cuda-on lib + the test) and carried with build/devlibs.
+    if [ "${BUILD_ON_DEVICE:-0}" = 1 ]; then
+      make -j16 CUDA=1 BUILD=build/cuda-on lib > "$OUT/build.log" 2>&1 &&
+      make CUDA=1 BUILD=build/cuda-on build/cuda-on/tests/cuda/test_cuda >> "$OUT/build.log" 2>&1
+      rc=$?; log "build rc=$rc ($(($(date +%s)-t0)) s)"; [ $rc = 0 ] || { tail -30 "$OUT/build.log"; exit 1; }
+    else
+      log "build: using the carried prebuilt build/cuda-on (BUILD_ON_DEVICE=1 to rebuild there)"
+      [ -x build/cuda-on/tests/cuda/test_cuda ] || { log "no prebuilt test_cuda"; exit 1; }
+    fi ;;
+  test)
+    timeout 400 build/cuda-on/tests/cuda/test_cuda > "$OUT/test_cuda.log" 2>&1
+    rc=$?; log "test_cuda rc=$rc ($(($(date +%s)-t0)) s): $(tail -1 "$OUT/test_cuda.log")"
+    grep -E "FAIL|graph|CUDA error" "$OUT/test_cuda.log" | head -40 ;;
+  sanitize)
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda-on/tests/cuda/test_cuda --quick > "$OUT/memcheck.log" 2>&1
+    rc=$?; log "memcheck rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tail -1)"
+    t0=$(date +%s)
+    REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 build/cuda-on/tests/cuda/test_cuda --quick > "$OUT/racecheck.log" 2>&1
+    rc=$?; log "racecheck rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/racecheck.log" | tail -1)" ;;
+  bench-rewy)
+    REWY_LIBRARY=$PWD/build/cuda-on/librewy.so timeout 300 python3 bench/bench_gpu.py --impl rewy --reps 30 \
+      --json "$OUT/bench_rewy.jsonl" > "$OUT/bench_rewy.log" 2>&1
+    rc=$?; log "bench-rewy rc=$rc ($(($(date +%s)-t0)) s)"; tail -40 "$OUT/bench_rewy.log" ;;
+  bench)
+    FLA_DISABLE_BACKEND_DISPATCH=1 PYTHONPATH=$PWD/.ref/fla-src REWY_LIBRARY=$PWD/build/cuda-on/librewy.so \
+      timeout ${BENCH_TIMEOUT:-500} python3 bench/bench_gpu.py --impl rewy,fla --reps 30 --time-limit ${BENCH_LIMIT:-420} \
+      --json "$OUT/bench.jsonl" > "$OUT/bench.log" 2>&1
+    rc=$?; log "bench rc=$rc ($(($(date +%s)-t0)) s)"; tail -45 "$OUT/bench.log" ;;
+  esac
+done
+cat "$summary"

@@ -1,0 +1,89 @@
+"""CUDA tensors: the CUDA backend on PyTorch's current stream, CUDA-graph capture, and FLA itself.
+
+Every test here is skipped without a CUDA device (and without a librewy built with CUDA=1);
+a skip is never a pass. The CPU-vs-reference matrix of test_ops.py also runs on CUDA
+(its `device` parameter)."""
+import pytest
+import torch
+
+import rewy
+from helpers import FN, OPS, TOL, check, make_inputs, rel_err, run
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.skipif(torch.cuda.is_available() and not rewy.has_cuda(),
+                       reason="librewy was built without CUDA (make CUDA=1)"),
+]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_matches_reference_varlen_gva(op):
+    cu = torch.tensor([0, 7, 8, 80, 200])
+    x = make_inputs(op, B=1, T=200, H=2, HV=4, N=4)
+    check(run(op, x, torch.bfloat16, "cuda", cu_seqlens=cu, cu_seqlens_cpu=cu))
+
+
+def test_runs_on_the_current_stream():
+    x = {n: t.float().cuda() for n, t in make_inputs("kda", T=300).items()}
+    expected, _ = rewy.chunk_kda(**x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        o, _ = rewy.chunk_kda(**x)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(o, expected)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_graph_capture(op):
+    """Forward and backward captured in one CUDA graph (varlen with cu_seqlens_cpu: no host sync)."""
+    cu = torch.tensor([0, 50, 64, 130], dtype=torch.int32)
+    x = {n: t.float().cuda().requires_grad_() for n, t in make_inputs(op, B=1, T=130, N=3).items()}
+    do = torch.randn(1, 130, 2, 24, device="cuda")
+    cu_cuda = cu.cuda()
+
+    def step():
+        o, ht = FN[op](**x, cu_seqlens=cu_cuda, cu_seqlens_cpu=cu, output_final_state=True)
+        return torch.autograd.grad((o * do).sum() + ht.sum(), list(x.values()))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        expected = step()          # warm-up (allocations, autotuning) outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(captured, expected):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# against FLA itself (where it is installed), on shapes and paths where FLA is correct
+
+def _fla(op):
+    fla = pytest.importorskip("fla.ops")
+    return {"delta": fla.chunk_delta_rule, "gdn": fla.chunk_gated_delta_rule, "kda": fla.chunk_kda,
+            "gdn2": getattr(fla, "chunk_gdn2", None)}[op]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_matches_fla(op):
+    fla_fn = _fla(op)
+    if fla_fn is None:
+        pytest.skip("this FLA has no chunk_gdn2")
+    hv = 4 if op in ("gdn", "kda") else 2
+    x = make_inputs(op, B=2, T=300, H=2, HV=hv, K=64, V=64)
+    results = {}
+    for name, fn in (("rewy", FN[op]), ("fla", fla_fn)):
+        leaves = {n: t.cuda().to(torch.float32 if n in ("g", "initial_state") else torch.bfloat16)
+                  .requires_grad_() for n, t in x.items()}
+        o, ht = fn(**leaves, output_final_state=True)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        loss = (o.float() * torch.randn(o.shape, device="cuda", generator=gen)).sum() + ht.sum()
+        results[name] = dict(o=o, ht=ht, **dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values())))))
+    for n in results["rewy"]:
+        err = rel_err(results["rewy"][n], results["fla"][n])
+        assert err <= TOL.get(n, TOL["o"]), f"{n}: {err:.3g} from FLA"
