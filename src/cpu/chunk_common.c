@@ -84,6 +84,16 @@ seq_span problem_seq(const problem *pb, const rewy_config *cfg, int s) {
     return sp;
 }
 
+/* Smallest and largest G of feature d over the chunk's rows. */
+static void gate_range(const chunk *c, int d, float *lo, float *hi) {
+    *lo = *hi = c->G[d];
+    for (int i = 1; i < c->n; i++) {
+        float x = c->G[i * c->K + d];
+        *lo = x < *lo ? x : *lo;
+        *hi = x > *hi ? x : *hi;
+    }
+}
+
 void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void *q, const void *k,
                 const void *v, const float *g, const void *beta, const void *b, const void *w) {
     const int K = pb->K, V = pb->V, HV = pb->HV, h = hv / (pb->HV / pb->H);
@@ -107,19 +117,23 @@ void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void 
             c->Z[i * V + e] = c->w[i * V + e] * c->v[i * V + e];
         }
     }
-    /* Factors that stay bounded for log gates ≤ 0: E = b⊙k⊙γ, Q_g = q⊙γ, F = k⊙e^{G_n−G}. */
+    /* Factors that stay bounded for log gates ≤ 0: E = b⊙k⊙γ, Q_g = q⊙γ, F = k⊙e^{G_n−G}.
+     * A scalar gate has one γ per row: two exponentials a row instead of two an element. */
     const float *Gn = c->G + (size_t)(n - 1) * K;
     for (int d = 0; d < K; d++) c->lam[d] = expf(Gn[d]);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        const float *Gi = c->G + (size_t)i * K;
+        const float row_gam = expf(Gi[0]), row_tail = expf(Gn[0] - Gi[0]);
         for (int d = 0; d < K; d++) {
             int x = i * K + d;
-            c->gam[x] = expf(c->G[x]);
-            c->tail[x] = expf(Gn[d] - c->G[x]);
+            c->gam[x] = pb->vector_gate ? expf(Gi[d]) : row_gam;
+            c->tail[x] = pb->vector_gate ? expf(Gn[d] - Gi[d]) : row_tail;
             c->be[x] = c->b[x] * c->k[x];
             c->E[x] = c->be[x] * c->gam[x];
             c->Qg[x] = c->q[x] * c->gam[x];
             c->F[x] = c->k[x] * c->tail[x];
         }
+    }
     if (!pb->vector_gate) {
         /* Scalar gate: one n×n decay matrix Γ_ij = e^{G_i − G_j} (zero above the diagonal). */
         c->mode = INTRA_SCALAR;
@@ -128,24 +142,26 @@ void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void 
                 c->Gam[i * n + j] = j <= i ? expf(c->G[i * K] - c->G[j * K]) : 0.0f;
         return;
     }
-    /* Vector gate: midpoint center per feature minimises the largest exponent (§6). */
+    /* Vector gate: the midpoint center per feature minimises the largest exponent (§6);
+     * a chunk whose range is too wide for fp32 factors takes exact pairwise exponents. */
     float half_range = 0.0f;
     for (int d = 0; d < K; d++) {
-        float lo = c->G[d], hi = c->G[d];
-        for (int i = 1; i < n; i++) {
-            float x = c->G[i * K + d];
-            lo = x < lo ? x : lo;
-            hi = x > hi ? x : hi;
-        }
-        float mid = 0.5f * (hi + lo);
+        float lo, hi;
+        gate_range(c, d, &lo, &hi);
         if (0.5f * (hi - lo) > half_range) half_range = 0.5f * (hi - lo);
+    }
+    c->mode = half_range <= REWY_CENTER_LIMIT ? INTRA_CENTERED : INTRA_PAIRWISE;
+    if (c->mode == INTRA_PAIRWISE) return;
+    for (int d = 0; d < K; d++) {
+        float lo, hi;
+        gate_range(c, d, &lo, &hi);
+        const float mid = 0.5f * (hi + lo);
         for (int i = 0; i < n; i++) {
             int x = i * K + d;
             c->alpha[x] = expf(c->G[x] - mid);
-            c->kz[x] = c->k[x] * expf(mid - c->G[x]);
+            c->kz[x] = c->k[x] / c->alpha[x]; /* k ⊙ ζ, ζ = 1/α (same center) */
         }
     }
-    c->mode = half_range <= REWY_CENTER_LIMIT ? INTRA_CENTERED : INTRA_PAIRWISE;
 }
 
 void mm(int transA, int transB, int M, int N, int Kd, float alpha, const float *A, int lda,

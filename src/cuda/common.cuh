@@ -27,6 +27,7 @@ constexpr int LDV = BV + 4;
 constexpr int LDVT = BV + 8;  /* V tiles kept in the input type (16-B rows) */
 constexpr int BK = 32;        /* key-column tile of the pullback */
 constexpr int LDK = BK + 4;
+constexpr int LDKT = BK + 8;  /* K tiles kept in the input type */
 constexpr int WBAR_SMEM_MAX_KP = 128; /* WY pullback: W̄ in shared memory up to this K, else workspace */
 
 /* Chunk table entry: first token (row of the [B*T] token axis), valid rows, sequence, chunk in sequence. */

@@ -40,69 +40,57 @@ __device__ float block_sum(float x, float *red) {
     return s;
 }
 
-/* state tile [BK rows kk][BV cols vv] of a [K][V] chunk state, rows k0.., cols v0.. */
-__device__ __forceinline__ void load_state_tile(float *dst, const state_t *src, const Prob &p, int k0, int v0) {
-    for (int e = threadIdx.x; e < BK * BV; e += blockDim.x) {
-        const int kk = e / BV, j = e - kk * BV;
-        float x = 0.f;
-        if (k0 + kk < p.K && v0 + j < p.V) x = ld<state_t>(src + (size_t)(k0 + kk) * p.V + v0 + j);
-        dst[kk * LDV + j] = x;
-    }
-}
-
-__device__ __forceinline__ void load_f32_tile(float *dst, const float *src, int n, int ncols_total, int c0) {
-    for (int e = threadIdx.x; e < MAXBT * BV; e += blockDim.x) {
-        const int i = e / BV, j = e - i * BV;
-        dst[i * LDV + j] = (i < n && c0 + j < ncols_total) ? src[(size_t)i * ncols_total + c0 + j] : 0.f;
-    }
-}
-
 template <class T>
 __global__ void __launch_bounds__(PB_THREADS)
 pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const float *Gc, const float *A,
                 const T *do_, const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, int wy,
                 float *Wbar, float *acc, T *dq, T *dk, T *dv, T *dbeta, float *dg) {
-    extern __shared__ float sm[];
+    extern __shared__ __align__(16) float sm[];
     const int c = blockIdx.x, h = blockIdx.y, BT = p.BT, Kp = p.Kp, tid = threadIdx.x;
     const ChunkInfo ci = p.ctab[c];
     const int n = ci.n, tok0 = ci.tok0;
     if (n == 0) return;
-    float *Dm = sm;                    /* [64][LDN] */
-    float *Hm = Dm + MAXBT * LDN;
-    float *Pt = Hm + MAXBT * LDN;      /* [64][LDV]; T1 */
-    float *Ot = Pt + MAXBT * LDV;      /* T2 */
-    float *Rt = Ot + MAXBT * LDV;      /* T3 */
-    float *Sct = Rt + MAXBT * LDV;     /* [BK][LDV]; T4 spans Sct and Sbt */
-    float *Sbt = Sct + BK * LDV;
-    float *Xp = Sbt + BK * LDV;        /* [64][LDK] */
+    float *Dm = sm;                    /* [64][LDN] Γ */
+    float *Hm = Dm + MAXBT * LDN;      /* [64][LDN] Γ_H */
+    float *Pt = Hm + MAXBT * LDN;      /* [64][LDV]; T1 in pass B */
+    float *Rt = Pt + MAXBT * LDV;      /* T3 in pass B */
+    float *Xp = Rt + MAXBT * LDV;      /* [64][LDK] */
     float *Xo = Xp + MAXBT * LDK;
     float *Xf = Xo + MAXBT * LDK;
-    float *Kt = Xf + MAXBT * LDK;
-    float *Kbt = Kt + MAXBT * LDK;
-    float *Qt = Kbt + MAXBT * LDK;
-    float *Gs = Qt + MAXBT * LDK;
+    float *Kbt = Xf + MAXBT * LDK;
+    float *T2 = Kbt + MAXBT * LDK;
+    float *T4 = T2 + MAXBT * LDK;
+    float *Gs = T4 + MAXBT * LDK;
     float *bs = Gs + MAXBT;
     float *rdb = bs + MAXBT;
     float *rdg = rdb + MAXBT;
-    float *red = rdg + MAXBT;          /* [32] */
-    float *As = red + 32;              /* WY only: [64][LDN] ×3, [64][LDV] ×2 */
+    float *red = rdg + MAXBT;          /* [64] */
+    T *Ot = reinterpret_cast<T *>(red + 64);          /* [64][LDVT] */
+    T *Vt = Ot + MAXBT * LDVT;                        /* [64][LDVT] */
+    T *Kt = Vt + MAXBT * LDVT;                        /* [64][LDKT] */
+    T *Qt = Kt + MAXBT * LDKT;
+    state_t *Sct = reinterpret_cast<state_t *>(Qt + MAXBT * LDKT); /* [BK][LDVT] */
+    state_t *Sbt = Sct + BK * LDVT;
+    float *As = reinterpret_cast<float *>(Sbt + BK * LDVT);          /* WY only */
     float *Ab = As + MAXBT * LDN;
     float *Zt = Ab + MAXBT * LDN;
     float *Bt = Zt + MAXBT * LDV;
     float *Wsm = Bt + MAXBT * LDV;     /* WY, Kp <= 128: W̄ [64][Kp+4] in shared memory */
-    float *T1 = Pt, *T2 = Ot, *T3 = Rt, *T4 = Sct;
+    float *T1 = Pt, *T3 = Rt;
     float *Tm = Xo;                    /* WY: Aᵀ Ā, [64][LDN] fits in Xo..Xf */
     const bool wsm = Kp <= WBAR_SMEM_MAX_KP;
     const int ldw = wsm ? Kp + 4 : Kp;
 
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     const int row = tid >> 2, part = tid & 3;
+    const T *kc = k + ((size_t)tok0 * p.H + h) * p.K, *qc = q + ((size_t)tok0 * p.H + h) * p.K;
 
     for (int r = 0; r < p.G; r++) {
         const int hv = h * p.G + r;
         const size_t ch = (size_t)c * p.HV + hv;
         const float *Rc = R + ch * BT * p.V, *PRc = PR + ch * BT * p.V;
         const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
+        const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
         for (int i = tid; i < MAXBT; i += blockDim.x) {
             const int ii = min(i, n - 1);
             Gs[i] = (p.gated && Gc) ? Gc[(size_t)(tok0 + ii) * p.HV + hv] : 0.f;
@@ -115,31 +103,26 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
             Hm[e] = 0.f;
             if (wy) Ab[e] = 0.f;
         }
-        if (wy)
-            for (int e = tid; e < BT * BT; e += blockDim.x) {
-                const int i = e / BT, j = e - i * BT;
-                As[i * LDN + j] = A[ch * BT * BT + e];
-            }
+        if (wy) copy_tile<float>(As, LDN, BT, BT, A + ch * BT * BT, BT, BT, 0, BT);
         __syncthreads();
         const float gl = Gs[n - 1], gn = expf(gl);
 
         /* ---- phase 1: over V slabs: P (WY: Aᵀ R̄), dv, ⟨P,v⟩, P Rᵀ (ReWY) / R̄ Zᵀ (WY), Ō Rᵀ ---- */
         for (int v0 = 0; v0 < p.V; v0 += BV) {
-            load_tile<T>(Ot, LDV, BV, do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, rsv, n, v0, p.V);
-            load_f32_tile(Rt, Rc, n, p.V, v0);
-            if (!wy) {
-                load_f32_tile(Pt, PRc, n, p.V, v0);
-            } else {
-                load_f32_tile(Bt, PRc, n, p.V, v0);
-                for (int e = tid; e < MAXBT * BV; e += blockDim.x) {
-                    const int i = e / BV, j = e - i * BV;
-                    Zt[i * LDV + j] = (i < n && v0 + j < p.V)
-                        ? bs[i] * ld<T>(v + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + v0 + j) : 0.f;
-                }
-                __syncthreads();
-                bgemm<PB_NW>(BT, BV, BT, As, 1, LDN, Bt, LDV, 1, [&](int i, int j, float cc) { Pt[i * LDV + j] = cc; });
-            }
+            copy_tile<T>(Ot, LDVT, BT, BV, doc, rsv, n, v0, p.V);
+            copy_tile<T>(Vt, LDVT, BT, BV, vc, rsv, n, v0, p.V);
+            copy_tile<float>(Rt, LDV, BT, BV, Rc, p.V, n, v0, p.V);
+            copy_tile<float>(wy ? Bt : Pt, LDV, BT, BV, PRc, p.V, n, v0, p.V);
+            cp_async_wait();
             __syncthreads();
+            if (wy) {
+                for (int e = tid; e < BT * BV; e += blockDim.x) {
+                    const int i = e / BV, j = e - i * BV;
+                    Zt[i * LDV + j] = bs[i] * ldf(Vt + i * LDVT + j);
+                }
+                bgemm<PB_NW>(BT, BV, BT, As, 1, LDN, Bt, LDV, 1, [&](int i, int j, float cc) { Pt[i * LDV + j] = cc; });
+                __syncthreads();
+            }
             {
                 float s = 0.f;
                 if (row < n) {
@@ -149,7 +132,7 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
                         if (v0 + j < p.V) {
                             const float pv = Pt[row * LDV + j];
                             st<T>(dv + vb + j, bs[row] * pv);
-                            s += pv * ld<T>(v + vb + j);
+                            s += pv * ldf(Vt + row * LDVT + j);
                         }
                     }
                 }
@@ -160,28 +143,30 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
                 bgemm<PB_NW>(BT, BT, BV, Pt, LDV, 1, Rt, 1, LDV, [&](int i, int j, float cc) { Dm[i * LDN + j] += cc; });
             else
                 bgemm<PB_NW>(BT, BT, BV, Bt, LDV, 1, Zt, 1, LDV, [&](int i, int j, float cc) { Ab[i * LDN + j] += cc; });
-            bgemm<PB_NW>(BT, BT, BV, Ot, LDV, 1, Rt, 1, LDV, [&](int i, int j, float cc) { Hm[i * LDN + j] += cc; });
+            bgemm<PB_NW>(BT, BT, BV, Ot, LDVT, 1, Rt, 1, LDV, [&](int i, int j, float cc) { Hm[i * LDN + j] += cc; });
             __syncthreads();
         }
 
-        /* ---- WY pass A: W̄ = −R̄ S_cᵀ (stored), Ā += W̄ Eᵀ; then M̄ = −Aᵀ Ā Aᵀ ---- */
+        /* ---- WY pass A: W̄ = −R̄ S_cᵀ (kept), Ā += W̄ Eᵀ; then M̄ = −Aᵀ Ā Aᵀ ---- */
         if (wy) {
             float *Wc = wsm ? Wsm : Wbar + ch * BT * Kp;
             for (int k0 = 0; k0 < Kp; k0 += BK) {
                 for (int e = tid; e < MAXBT * LDK; e += blockDim.x) Xp[e] = 0.f;
                 for (int v0 = 0; v0 < p.V; v0 += BV) {
-                    load_f32_tile(Bt, PRc, n, p.V, v0);
-                    load_state_tile(Sct, Scc, p, k0, v0);
+                    copy_tile<float>(Bt, LDV, BT, BV, PRc, p.V, n, v0, p.V);
+                    copy_tile<state_t>(Sct, LDVT, BK, BV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+                    cp_async_wait();
                     __syncthreads();
-                    bgemm<PB_NW>(BT, BK, BV, Bt, LDV, 1, Sct, 1, LDV, [&](int i, int j, float cc) { Xp[i * LDK + j] += cc; });
+                    bgemm<PB_NW>(BT, BK, BV, Bt, LDV, 1, Sct, 1, LDVT, [&](int i, int j, float cc) { Xp[i * LDK + j] += cc; });
                     __syncthreads();
                 }
-                load_tile<T>(Kbt, LDK, BK, k + ((size_t)tok0 * p.H + h) * p.K, rsk, n, k0, p.K);
+                copy_tile<T>(Kt, LDKT, BT, BK, kc, rsk, n, k0, p.K);
+                cp_async_wait();
                 __syncthreads();
-                for (int e = tid; e < MAXBT * BK; e += blockDim.x) {
+                for (int e = tid; e < BT * BK; e += blockDim.x) {
                     const int i = e / BK, j = e - i * BK;
-                    Kbt[i * LDK + j] *= bs[i] * expf(Gs[i]);
-                    if (i < BT) Wc[(size_t)i * ldw + k0 + j] = -Xp[i * LDK + j];
+                    Kbt[i * LDK + j] = bs[i] * expf(Gs[i]) * ldf(Kt + i * LDKT + j);
+                    Wc[(size_t)i * ldw + k0 + j] = -Xp[i * LDK + j];
                 }
                 __syncthreads();
                 bgemm<PB_NW>(BT, BT, BK, Xp, LDK, 1, Kbt, 1, LDK, [&](int i, int j, float cc) { Ab[i * LDN + j] -= cc; });
@@ -211,44 +196,45 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
                 Xf[e] = 0.f;
             }
             for (int v0 = 0; v0 < p.V; v0 += BV) {
-                load_tile<T>(Ot, LDV, BV, do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, rsv, n, v0, p.V);
-                load_f32_tile(Rt, Rc, n, p.V, v0);
-                if (!wy) load_f32_tile(Pt, PRc, n, p.V, v0);
-                load_state_tile(Sct, Scc, p, k0, v0);
-                load_state_tile(Sbt, Sbc, p, k0, v0);
+                copy_tile<T>(Ot, LDVT, BT, BV, doc, rsv, n, v0, p.V);
+                copy_tile<float>(Rt, LDV, BT, BV, Rc, p.V, n, v0, p.V);
+                if (!wy) copy_tile<float>(Pt, LDV, BT, BV, PRc, p.V, n, v0, p.V);
+                copy_tile<state_t>(Sct, LDVT, BK, BV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+                copy_tile<state_t>(Sbt, LDVT, BK, BV, Sbc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+                cp_async_wait();
                 __syncthreads();
                 for (int e = tid; e < BK * BV; e += blockDim.x) {
                     const int kk = e / BV, j = e - kk * BV;
-                    lam += Sct[kk * LDV + j] * Sbt[kk * LDV + j];
+                    lam += ldf(Sct + kk * LDVT + j) * ldf(Sbt + kk * LDVT + j);
                 }
                 if (!wy)
-                    bgemm<PB_NW>(BT, BK, BV, Pt, LDV, 1, Sct, 1, LDV, [&](int i, int j, float cc) { Xp[i * LDK + j] += cc; });
-                bgemm<PB_NW>(BT, BK, BV, Ot, LDV, 1, Sct, 1, LDV, [&](int i, int j, float cc) { Xo[i * LDK + j] += cc; });
-                bgemm<PB_NW>(BT, BK, BV, Rt, LDV, 1, Sbt, 1, LDV, [&](int i, int j, float cc) { Xf[i * LDK + j] += cc; });
+                    bgemm<PB_NW>(BT, BK, BV, Pt, LDV, 1, Sct, 1, LDVT, [&](int i, int j, float cc) { Xp[i * LDK + j] += cc; });
+                bgemm<PB_NW>(BT, BK, BV, Ot, LDVT, 1, Sct, 1, LDVT, [&](int i, int j, float cc) { Xo[i * LDK + j] += cc; });
+                bgemm<PB_NW>(BT, BK, BV, Rt, LDV, 1, Sbt, 1, LDVT, [&](int i, int j, float cc) { Xf[i * LDK + j] += cc; });
                 __syncthreads();
             }
+            copy_tile<T>(Kt, LDKT, BT, BK, kc, rsk, n, k0, p.K);
+            copy_tile<T>(Qt, LDKT, BT, BK, qc, rsk, n, k0, p.K);
             if (wy) {
                 const float *Wc = wsm ? Wsm : Wbar + ch * BT * Kp;
-                for (int e = tid; e < MAXBT * BK; e += blockDim.x) {
+                for (int e = tid; e < BT * BK; e += blockDim.x) {
                     const int i = e / BK, j = e - i * BK;
-                    T1[i * LDK + j] = i < BT ? Wc[(size_t)i * ldw + k0 + j] : 0.f;
+                    T1[i * LDK + j] = Wc[(size_t)i * ldw + k0 + j];
                 }
-                __syncthreads();
+            }
+            cp_async_wait();
+            __syncthreads();
+            if (wy)
                 bgemm<PB_NW>(BT, BK, BT, As, 1, LDN, T1, LDK, 1, [&](int i, int j, float cc) { Xp[i * LDK + j] = -cc; });
-                __syncthreads();
-            }
-            load_tile<T>(Kt, LDK, BK, k + ((size_t)tok0 * p.H + h) * p.K, rsk, n, k0, p.K);
-            load_tile<T>(Qt, LDK, BK, q + ((size_t)tok0 * p.H + h) * p.K, rsk, n, k0, p.K, p.scale);
-            __syncthreads();
-            for (int e = tid; e < MAXBT * BK; e += blockDim.x) {
+            for (int e = tid; e < BT * BK; e += blockDim.x) {
                 const int i = e / BK, j = e - i * BK;
-                Kbt[i * LDK + j] = bs[i] * Kt[i * LDK + j];
+                Kbt[i * LDK + j] = bs[i] * ldf(Kt + i * LDKT + j);
             }
             __syncthreads();
-            bgemm<PB_NW>(BT, BK, BT, Dm, LDN, 1, Kt, LDK, 1, [&](int i, int j, float cc) { T1[i * LDK + j] = cc; });
+            bgemm<PB_NW>(BT, BK, BT, Dm, LDN, 1, Kt, LDKT, 1, [&](int i, int j, float cc) { T1[i * LDK + j] = cc; });
             bgemm<PB_NW>(BT, BK, BT, Dm, 1, LDN, Kbt, LDK, 1, [&](int i, int j, float cc) { T2[i * LDK + j] = cc; });
-            bgemm<PB_NW>(BT, BK, BT, Hm, LDN, 1, Kt, LDK, 1, [&](int i, int j, float cc) { T3[i * LDK + j] = cc; });
-            bgemm<PB_NW>(BT, BK, BT, Hm, 1, LDN, Qt, LDK, 1, [&](int i, int j, float cc) { T4[i * LDK + j] = cc; });
+            bgemm<PB_NW>(BT, BK, BT, Hm, LDN, 1, Kt, LDKT, 1, [&](int i, int j, float cc) { T3[i * LDK + j] = cc; });
+            bgemm<PB_NW>(BT, BK, BT, Hm, 1, LDN, Qt, LDKT, 1, [&](int i, int j, float cc) { T4[i * LDK + j] = p.scale * cc; });
             __syncthreads();
             {
                 float sdb = 0.f, sdg = 0.f;
@@ -260,7 +246,8 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
                         const int j = part * (BK / 4) + jj, d = k0 + j;
                         if (d >= p.K) break;
                         const int o = row * LDK + j;
-                        const float kv = Kt[o], qv = Qt[o], xp = Xp[o], xo = Xo[o], xf = Xf[o];
+                        const float kv = ldf(Kt + row * LDKT + j), qv = p.scale * ldf(Qt + row * LDKT + j);
+                        const float xp = Xp[o], xo = Xo[o], xf = Xf[o];
                         const float t1 = T1[o], t2 = T2[o], t3 = T3[o], t4 = T4[o];
                         float dqv = p.scale * (gi * xo + t3);
                         float dkv = -b * gi * xp + b * t1 + t2 + t4 + eF * xf;
@@ -318,9 +305,10 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
                        const float *A, const void *do_, const state_t *Sc, const state_t *Sbar, const float *R,
                        const float *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta,
                        float *dg, cudaStream_t s) {
-    size_t fl = 2 * MAXBT * LDN + 3 * MAXBT * LDV + 2 * BK * LDV + 6 * MAXBT * LDK + 4 * MAXBT + 32;
-    if (wy) fl += 2 * MAXBT * LDN + 2 * MAXBT * LDV + (p.Kp <= WBAR_SMEM_MAX_KP ? MAXBT * (p.Kp + 4) : 0);
-    const size_t smem = fl * sizeof(float);
+    size_t fl = 2 * MAXBT * LDN + 2 * MAXBT * LDV + 6 * MAXBT * LDK + 4 * MAXBT + 64;
+    size_t bytes = fl * sizeof(float) + sizeof(T) * (2 * MAXBT * LDVT + 2 * MAXBT * LDKT) + sizeof(state_t) * 2 * BK * LDVT;
+    if (wy) bytes += sizeof(float) * (2 * MAXBT * LDN + 2 * MAXBT * LDV + (p.Kp <= WBAR_SMEM_MAX_KP ? MAXBT * (p.Kp + 4) : 0));
+    const size_t smem = bytes;
     auto kern = pullback_kernel<T>;
     cudaError_t e = ensure_smem<pullback_kernel<T>>(smem);
     if (e != cudaSuccess) return e;

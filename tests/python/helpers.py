@@ -17,7 +17,8 @@ TOL = dict(o=0.008, ht=0.008, q=0.008, k=0.008, v=0.008, initial_state=0.008,
 # inputs kept in fp32 whatever the element type (rewy.h: gates and states are fp32)
 FP32_INPUTS = ("g", "initial_state", "A_log", "dt_bias")
 
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not (torch.cuda.is_available() and rewy.has_cuda()),
+                                                     reason="needs a CUDA device and librewy built with CUDA=1"))
 DEVICES = ["cpu", CUDA]
 
 

@@ -1,4 +1,4 @@
-"""CUDA tensors: the CUDA backend on PyTorch's current stream, CUDA-graph capture, and FLA itself.
+"""CUDA tensors: the CUDA backend on PyTorch's current stream and CUDA-graph capture.
 
 Every test here is skipped without a CUDA device (and without a librewy built with CUDA=1);
 a skip is never a pass. The CPU-vs-reference matrix of test_ops.py also runs on CUDA
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import rewy
-from helpers import FN, OPS, TOL, check, make_inputs, rel_err, run
+from helpers import FN, OPS, check, make_inputs, run
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
@@ -58,32 +58,3 @@ def test_cuda_graph_capture(op):
     torch.cuda.synchronize()
     for a, b in zip(captured, expected):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
-
-
-# ------------------------------------------------------------------------------------------
-# against FLA itself (where it is installed), on shapes and paths where FLA is correct
-
-def _fla(op):
-    fla = pytest.importorskip("fla.ops")
-    return {"delta": fla.chunk_delta_rule, "gdn": fla.chunk_gated_delta_rule, "kda": fla.chunk_kda,
-            "gdn2": getattr(fla, "chunk_gdn2", None)}[op]
-
-
-@pytest.mark.parametrize("op", OPS)
-def test_matches_fla(op):
-    fla_fn = _fla(op)
-    if fla_fn is None:
-        pytest.skip("this FLA has no chunk_gdn2")
-    hv = 4 if op in ("gdn", "kda") else 2
-    x = make_inputs(op, B=2, T=300, H=2, HV=hv, K=64, V=64)
-    results = {}
-    for name, fn in (("rewy", FN[op]), ("fla", fla_fn)):
-        leaves = {n: t.cuda().to(torch.float32 if n in ("g", "initial_state") else torch.bfloat16)
-                  .requires_grad_() for n, t in x.items()}
-        o, ht = fn(**leaves, output_final_state=True)
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        loss = (o.float() * torch.randn(o.shape, device="cuda", generator=gen)).sum() + ht.sum()
-        results[name] = dict(o=o, ht=ht, **dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values())))))
-    for n in results["rewy"]:
-        err = rel_err(results["rewy"][n], results["fla"][n])
-        assert err <= TOL.get(n, TOL["o"]), f"{n}: {err:.3g} from FLA"
