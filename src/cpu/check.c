@@ -868,28 +868,47 @@ int rewy_check_time(const rewy_case *c, int reps, double max_seconds, rewy_check
     double *ms = host_alloc(&p, (size_t)reps * sizeof(double));
     if (p.failed) { pool_free(&p); return 1; }
 
-    /* Three measurements: forward, backward WY, backward ReWY. Each starts with a warm-up
-     * run (first touch of the buffers, thread start-up) that is not timed, unless it took
-     * longer than REWY_CHECK_WARMUP_S: then those costs are noise and it counts as a timed
-     * run, which keeps large shapes affordable. Then up to reps timed runs, stopping once
-     * max_seconds have been used. The backward's forward dependency is the last forward. */
-    double *out[3] = {&tm->fwd_ms, &tm->bwd_wy_ms, &tm->bwd_rewy_ms};
-    for (int m = 0; m < 3 && tm->status == REWY_OK; m++) {
-        bp.cfg.bwd_algo = m == 1 ? REWY_BWD_WY : REWY_BWD_REWY;
-        int n = 0;
-        double start = omp_get_wtime();
-        for (int i = -1; i < reps && n < reps; i++) {
-            double t0 = omp_get_wtime();
-            st = m == 0 ? rewy_forward(&fp) : rewy_backward(&bp);
-            double t1 = omp_get_wtime();
-            if (st != REWY_OK) { tm->status = st; break; }
-            if (i >= 0 || t1 - t0 > REWY_CHECK_WARMUP_S) ms[n++] = 1e3 * (t1 - t0);
-            if (n > 0 && t1 - start > max_seconds) break;
-        }
-        if (n > 0) *out[m] = median(ms, n);
-        if (m == 0) tm->reps_fwd = n;
-        else tm->reps_bwd = n;
+    /* The forward alone, then the two backwards interleaved (WY, ReWY, ReWY, WY, ...) so
+     * that drift in the machine's load falls on both alike. Each measurement starts with a
+     * warm-up run (first touch of the buffers, thread start-up) that is not timed, unless
+     * it took longer than REWY_CHECK_WARMUP_S: then those costs are noise and it counts as
+     * a timed run, which keeps large shapes affordable. Then up to reps timed runs,
+     * stopping once max_seconds have been used. */
+    double *wy = host_alloc(&p, (size_t)reps * sizeof(double));
+    if (p.failed) { pool_free(&p); return 1; }
+    int n = 0;
+    double start = omp_get_wtime();
+    for (int i = -1; i < reps && n < reps; i++) {
+        double t0 = omp_get_wtime();
+        st = rewy_forward(&fp);
+        double t1 = omp_get_wtime();
+        if (st != REWY_OK) { tm->status = st; pool_free(&p); return 0; }
+        if (i >= 0 || t1 - t0 > REWY_CHECK_WARMUP_S) ms[n++] = 1e3 * (t1 - t0);
+        if (n > 0 && t1 - start > max_seconds) break;
     }
+    tm->fwd_ms = median(ms, n);
+    tm->reps_fwd = n;
+    n = 0;
+    start = omp_get_wtime();
+    for (int i = -1; i < reps && n < reps; i++) {
+        double t[2];
+        for (int j = 0; j < 2; j++) {
+            int algo = (i & 1) ? 1 - j : j; /* ABBA order */
+            bp.cfg.bwd_algo = algo ? REWY_BWD_REWY : REWY_BWD_WY;
+            double t0 = omp_get_wtime();
+            st = rewy_backward(&bp);
+            t[algo] = omp_get_wtime() - t0;
+            if (st != REWY_OK) { tm->status = st; pool_free(&p); return 0; }
+        }
+        if (i >= 0 || t[0] + t[1] > 2 * REWY_CHECK_WARMUP_S) {
+            wy[n] = 1e3 * t[0];
+            ms[n++] = 1e3 * t[1];
+        }
+        if (n > 0 && omp_get_wtime() - start > max_seconds) break;
+    }
+    tm->bwd_wy_ms = median(wy, n);
+    tm->bwd_rewy_ms = median(ms, n);
+    tm->reps_bwd = n;
     pool_free(&p);
     return 0;
 }
