@@ -107,6 +107,7 @@ cuda-compile: $(CU_OBJ)
 
 test-python: lib
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
+	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
 	REWY_LIBRARY=$(CURDIR)/$(BUILD)/librewy.so PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q tests/python
 
 test-cuda:

@@ -66,7 +66,8 @@ def sizes(cfg):
     same shapes and is always large enough.
     """
     key = (cfg.op, cfg.backend, cfg.dtype, cfg.B, cfg.T, cfg.H, cfg.HV, cfg.K, cfg.V, cfg.chunk_size,
-           cfg.num_seqs, cfg.policy, cfg.state_v_first)
+           cfg.num_seqs, cfg.policy, cfg.state_v_first,
+           torch.get_num_threads())  # CPU workspaces scale with OpenMP threads (one runtime with torch's)
     found = _SIZES.get(key)
     if found is not None:
         return _lib.OK, found
@@ -138,11 +139,10 @@ def backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optiona
 # ------------------------------------------------------------------------------------------
 # autograd: one formula for both routes
 
-def _save(ctx, inputs, output, eager):
-    *tensors, op, scale, chunk_size, policy, bwd_algo, state_v_first, output_final_state = inputs
+def _save(ctx, tensors, options, output, eager):
+    """tensors: q k v g beta b w h0 cu_seqlens cu_seqlens_cpu; options: the 7 other arguments."""
     ctx.save_for_backward(*tensors, output[2])
-    ctx.args = (op, scale, chunk_size, policy, bwd_algo, state_v_first)
-    ctx.output_final_state = output_final_state
+    ctx.args, ctx.output_final_state = options[:6], options[6]
     ctx.eager = eager
     ctx.mark_non_differentiable(output[2])
 
@@ -154,14 +154,16 @@ def _pullback(ctx, do, dht, _dsaved):
     grads = run(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do.to(q.dtype).contiguous(),
                 dht, *ctx.args)
     grads = tuple(None if t is None else d for t, d in zip((q, k, v, g, beta, b, w, h0), grads))
-    return grads + (None,) * 9   # cu_seqlens, cu_seqlens_cpu and the 7 non-tensor arguments
+    # then cu_seqlens, cu_seqlens_cpu and the options (one tuple eagerly, 7 arguments in the op)
+    return grads + (None,) * (3 if ctx.eager else 9)
 
 
 class _ChunkFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, *inputs):
-        output = forward(*inputs)
-        _save(ctx, inputs, output, eager=True)
+    def forward(ctx, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, options):
+        tensors = (q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu)
+        output = forward(*tensors, *options)
+        _save(ctx, tensors, options, output, eager=True)
         return output
 
     @staticmethod
@@ -174,7 +176,8 @@ chunk_fwd = torch.library.custom_op("rewy::chunk_fwd", forward, mutates_args=())
 chunk_bwd = torch.library.custom_op(
     "rewy::chunk_bwd", lambda *args: tuple(args[0].new_empty(0) if d is None else d for d in backward(*args)),
     mutates_args=(), schema=torch.library.infer_schema(backward, mutates_args=()))
-chunk_fwd.register_autograd(_pullback, setup_context=lambda ctx, inputs, output: _save(ctx, inputs, output, False))
+chunk_fwd.register_autograd(
+    _pullback, setup_context=lambda ctx, inputs, output: _save(ctx, inputs[:10], inputs[10:], output, False))
 
 
 def _fake_sizes(cfg):
@@ -207,5 +210,5 @@ def apply(*inputs):
     if torch.compiler.is_compiling():
         return torch.ops.rewy.chunk_fwd(*inputs)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs[:8]):
-        return _ChunkFunction.apply(*inputs)
+        return _ChunkFunction.apply(*inputs[:10], inputs[10:])
     return forward(*inputs)

@@ -78,6 +78,8 @@ def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, 
         raise ValueError(f"{name}: v must be [B, T, HV, V] = [{B}, {T}, HV, V] (got {list(v.shape)})")
     if q.dtype not in DTYPES:
         raise TypeError(f"{name}: q must be float32, bfloat16 or float16 (got {q.dtype})")
+    if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"{name}: cu_seqlens must be a torch.Tensor (got {type(cu_seqlens).__name__})")
     if cu_seqlens is not None and B != 1:
         raise ValueError(f"{name}: the batch size is expected to be 1 rather than {B} when using "
                          f"`cu_seqlens`; flatten variable-length inputs before processing")

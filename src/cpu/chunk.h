@@ -93,8 +93,9 @@ void unit_lower_inverse(int n, const float *L, float *A);
 void state_load(const problem *pb, const float *src, float *S);
 void state_store(const problem *pb, const float *S, float *dst);
 
-/* Threads to use: one scratch slot each, at most the workspace holds (≥ 1, validated). */
-int cpu_slots(size_t workspace_bytes, size_t slot_bytes);
+/* Threads to use: one scratch slot each, no more than the workspace holds or there are
+ * work items (≥ 1). */
+int cpu_slots(size_t workspace_bytes, size_t slot_bytes, int items);
 
 /* The backend entry points (api.c has validated everything). */
 size_t rewy_cpu_saved_size(const rewy_config *cfg);

@@ -185,10 +185,10 @@ rewy_status rewy_cpu_backward(const rewy_bwd_params *p) {
     const float *saved = (const float *)((const char *)p->saved + SAVED_HEADER_BYTES);
     const saved_layout L = saved_layout_of(&pb);
     const size_t slot = bwd_slot_floats(&pb) * sizeof(float);
-    const int nslots = cpu_slots(p->workspace_bytes, slot), items = pb.N * pb.H;
+    const int nslots = cpu_slots(p->workspace_bytes, slot, pb.N * pb.H), items = pb.N * pb.H;
     const int K = pb.K, V = pb.V, KV = K * V, HV = pb.HV, BT = pb.BT, group = pb.HV / pb.H;
 
-#pragma omp parallel for num_threads(nslots) schedule(dynamic)
+#pragma omp parallel for num_threads(nslots) schedule(dynamic) if (nslots > 1)
     for (int it = 0; it < items; it++) {
         const int s = it / pb.H, h = it % pb.H;
         const seq_span sp = problem_seq(&pb, &p->cfg, s);

@@ -305,8 +305,9 @@ saved_layout saved_layout_of(const problem *pb) {
     return L;
 }
 
-int cpu_slots(size_t workspace_bytes, size_t slot_bytes) {
+int cpu_slots(size_t workspace_bytes, size_t slot_bytes, int items) {
     size_t n = workspace_bytes / slot_bytes, m = (size_t)omp_get_max_threads();
     n = n < m ? n : m;
+    n = n < (size_t)items ? n : (size_t)items; /* no idle threads: a lone item runs inline */
     return n ? (int)n : 1;
 }

@@ -110,10 +110,10 @@ rewy_status rewy_cpu_forward(const rewy_fwd_params *p) {
     float *saved = (float *)((char *)p->saved + SAVED_HEADER_BYTES);
     const saved_layout L = saved_layout_of(&pb);
     const size_t slot = fwd_slot_floats(&pb) * sizeof(float);
-    const int nslots = cpu_slots(p->workspace_bytes, slot), items = pb.N * pb.HV;
+    const int nslots = cpu_slots(p->workspace_bytes, slot, pb.N * pb.HV), items = pb.N * pb.HV;
     const int KV = pb.K * pb.V, HV = pb.HV;
 
-#pragma omp parallel for num_threads(nslots) schedule(dynamic)
+#pragma omp parallel for num_threads(nslots) schedule(dynamic) if (nslots > 1)
     for (int it = 0; it < items; it++) {
         const int s = it / HV, hv = it % HV;
         arena a = {(char *)p->workspace + (size_t)omp_get_thread_num() * slot, 0, slot};

@@ -9,134 +9,171 @@
 
 namespace rewy_cuda {
 
-constexpr int BSCAN_THREADS = 128;
+constexpr int BSCAN_THREADS = 256;
 constexpr int BSCAN_NW = BSCAN_THREADS / 32;
-constexpr int BSCAN_SHARE_KQ_KP = 128;
+constexpr size_t BSCAN_SHARE_KQ_BYTES = 512;
 
 template <class T>
 __global__ void __launch_bounds__(BSCAN_THREADS)
-bwd_state_scan_kernel(Prob p, const T *q, const T *k, const T *beta, const float *Gc, const float *A,
-                      const float *Cq, const T *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
+bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const float *A, const float *Cq, const T *do_,
+                      const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
     extern __shared__ __align__(16) float sm[];
-    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV, h = hv / p.G, ldk = p.Kp + 8, BT = p.BT;
-    const bool share = p.Kp > BSCAN_SHARE_KQ_KP; /* large K: Q reuses K's buffer (reloaded in the chunk) */
-    float *Sb = sm;                  /* [Kp][LDV] */
-    float *As = Sb + p.Kp * LDV;     /* [64][LDN] */
-    float *Cs = As + MAXBT * LDN;
-    float *Rb = Cs + MAXBT * LDN;    /* [64][LDV]: R̄, then γ ⊙ Ō */
-    float *Ps = Rb + MAXBT * LDV;
-    float *Gs = Ps + MAXBT * LDV;
-    float *bs = Gs + MAXBT;
-    T *Ks = reinterpret_cast<T *>(bs + MAXBT);   /* [64][Kp+8] */
-    T *Qs = share ? Ks : Ks + MAXBT * ldk;
-    T *Os = Qs + MAXBT * ldk;                    /* [64][LDVT] */
+    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV, h = hv / p.G, BT = p.BT;
+    const int ldk = scan_ldk<T>(p.Kp), ldvt = scan_ldvt<T>(), lds = scan_lds(p.Kp);
+    /* fp32 inputs with K > 128: one K/Q buffer (Q reloaded inside the chunk, no K/Q prefetch) */
+    const bool share = sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES;
+    /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ (then (γ⊙Ō)ᵀ), Pst = Pᵀ */
+    float *Sbt = sm;                 /* [BV][Kp+8] */
+    float *As = Sbt + BV * lds;      /* [64][LDA] */
+    float *Cs = As + MAXBT * LDA;
+    float *Rbt = Cs + MAXBT * LDA;   /* [BV][LDX] */
+    float *Pst = Rbt + BV * LDX;
+    float *GBs = Pst + BV * LDX;     /* [2][2][64] */
+    T *KQ0 = reinterpret_cast<T *>(GBs + 4 * MAXBT);   /* [64][ldk] ×2 (×1 when sharing) */
+    T *KQ1 = share ? KQ0 : KQ0 + MAXBT * ldk;
+    T *Os = KQ1 + MAXBT * ldk;                          /* [64][ldvt] */
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     for (int e = threadIdx.x; e < p.Kp * BV; e += blockDim.x) {
-        const int kk = e / BV, j = e - kk * BV;
-        Sb[kk * LDV + j] = (dht && kk < p.K && v0 + j < p.V) ? dht[sbase + st_idx(p, kk, v0 + j)] : 0.f;
+        const int j = e / p.Kp, kk = e - j * p.Kp;
+        Sbt[j * lds + kk] = (dht && kk < p.K && v0 + j < p.V) ? dht[sbase + st_idx(p, kk, v0 + j)] : 0.f;
     }
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
-    const int c_begin = p.coff[sq];
-    for (int c = p.coff[sq + 1] - 1; c >= c_begin; c--) {
+    auto issue_k = [&](T *dst, const ChunkInfo &cj) {
+        copy_tile<T>(dst, ldk, BT, p.Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+    };
+    auto issue_q = [&](T *dst, const ChunkInfo &cj) {
+        copy_tile<T>(dst, ldk, BT, p.Kp, q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+    };
+    auto issue_o = [&](const ChunkInfo &cj) {
+        copy_tile<T>(Os, ldvt, BT, BV, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+    };
+    auto issue_nn = [&](float *dst, const float *src, int cj) {
+        copy_tile<float>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
+    };
+    auto issue_gb = [&](float *dst, int cj) {
+        copy_tile<float>(dst, 2 * BT, 1, 2 * BT, GB + ((size_t)cj * p.HV + hv) * 2 * BT, 2 * BT, 1, 0, 2 * BT);
+    };
+    const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
+    if (c_last >= c_begin) {
+        const ChunkInfo cl = p.ctab[c_last];
+        issue_k(KQ0, cl);
+        if (!share) issue_q(KQ1, cl);
+        issue_o(cl);
+        issue_nn(As, A, c_last);
+        issue_nn(Cs, Cq, c_last);
+        issue_gb(GBs, c_last);
+    }
+    int kb = 0, cur = 0;
+    for (int c = c_last; c >= c_begin; c--) {
         const ChunkInfo ci = p.ctab[c];
-        const int n = ci.n, tok0 = ci.tok0;
+        const int n = ci.n;
+        const bool has_next = c - 1 >= c_begin;
+        ChunkInfo cn = ci;
+        if (has_next) cn = p.ctab[c - 1];
         const size_t ch = (size_t)c * p.HV + hv;
-        copy_tile<T>(Ks, ldk, BT, p.Kp, k + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
-        if (!share) copy_tile<T>(Qs, ldk, BT, p.Kp, q + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
-        copy_tile<T>(Os, LDVT, BT, BV, do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, rsv, n, v0, p.V);
-        copy_tile<float>(As, LDN, BT, BT, A + ch * BT * BT, BT, BT, 0, BT);
-        copy_tile<float>(Cs, LDN, BT, BT, Cq + ch * BT * BT, BT, BT, 0, BT);
-        for (int i = threadIdx.x; i < MAXBT; i += blockDim.x) {
-            const int ii = min(i, n - 1);
-            Gs[i] = (p.gated && Gc) ? Gc[(size_t)(tok0 + ii) * p.HV + hv] : 0.f;
-            bs[i] = i < n ? ld<T>(beta + (size_t)(tok0 + i) * p.HV + hv) : 0.f;
-        }
+        T *Ks = kb ? KQ1 : KQ0, *Qs = kb ? KQ0 : KQ1;
+        const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT;
+        cp_async_wait();
+        __syncthreads();
+        if (has_next) issue_gb(GBs + (cur ^ 1) * 2 * MAXBT, c - 1);
         {
             state_t *dst = Sbar + ch * p.K * p.V;
             for (int e = threadIdx.x; e < p.K * BV; e += blockDim.x) {
                 const int kk = e / BV, j = e - kk * BV;
-                if (v0 + j < p.V) st<state_t>(dst + (size_t)kk * p.V + v0 + j, Sb[kk * LDV + j]);
+                if (v0 + j < p.V) st<state_t>(dst + (size_t)kk * p.V + v0 + j, Sbt[j * lds + kk]);
             }
         }
-        cp_async_wait();
-        __syncthreads();
         const float gl = Gs[n - 1];
         /* R̄ = F S̄⁺ + C_qᵀ Ō */
-        bgemm<BSCAN_NW>(BT, BV, p.Kp, Ks, ldk, 1, Sb, LDV, 1, [&](int i, int j, float cc) {
-            Rb[i * LDV + j] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
+        bgemm<BSCAN_NW>(BT, BV, p.Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
+            Rbt[j * LDX + i] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
         });
         __syncthreads();
-        bgemm<BSCAN_NW>(BT, BV, BT, Cs, 1, LDN, Os, LDVT, 1, [&](int i, int j, float cc) { Rb[i * LDV + j] += cc; });
+        bgemm<BSCAN_NW>(BT, BV, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
         __syncthreads();
+        if (has_next) issue_nn(Cs, Cq, c - 1);
         /* P = Aᵀ R̄ */
-        bgemm<BSCAN_NW>(BT, BV, BT, As, 1, LDN, Rb, LDV, 1, [&](int i, int j, float cc) { Ps[i * LDV + j] = cc; });
+        bgemm<BSCAN_NW>(BT, BV, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) { Pst[j * LDX + i] = cc; });
         __syncthreads();
+        if (has_next) issue_nn(As, A, c - 1);
         {
-            const float *src = wy ? Rb : Ps;
+            const float *src = wy ? Rbt : Pst;
             float *dst = PR + ch * BT * p.V;
             for (int e = threadIdx.x; e < n * BV; e += blockDim.x) {
                 const int i = e / BV, j = e - i * BV;
-                if (v0 + j < p.V) dst[(size_t)i * p.V + v0 + j] = src[i * LDV + j];
+                if (v0 + j < p.V) dst[(size_t)i * p.V + v0 + j] = src[j * LDX + i];
             }
         }
         __syncthreads();
         for (int e = threadIdx.x; e < BT * BV; e += blockDim.x) {
-            const int i = e / BV, j = e - i * BV;
+            const int j = e / BT, i = e - j * BT;
             const float gi = expf(Gs[i]);
-            Rb[i * LDV + j] = gi * ldf(Os + i * LDVT + j);
-            Ps[i * LDV + j] *= bs[i] * gi;
+            Rbt[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
+            Pst[j * LDX + i] *= bs[i] * gi;
         }
         __syncthreads();
-        /* S̄ ← Λ S̄⁺ − Eᵀ P + Q_gᵀ Ō */
+        if (has_next) issue_o(cn);
+        /* S̄ ← Λ S̄⁺ + Q_gᵀ Ō − Eᵀ P */
         const float gn = expf(gl);
-        bgemm<BSCAN_NW>(p.Kp, BV, BT, Ks, 1, ldk, Ps, LDV, 1, [&](int i, int j, float cc) {
-            Sb[i * LDV + j] = gn * Sb[i * LDV + j] - cc;
-        });
-        __syncthreads();
-        if (share) {
-            copy_tile<T>(Qs, ldk, BT, p.Kp, q + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
+        if (!share) {
+            bgemm<BSCAN_NW>(p.Kp, BV, BT, Qs, 1, ldk, Rbt, 1, LDX, [&](int i, int j, float cc) {
+                Sbt[j * lds + i] = gn * Sbt[j * lds + i] + p.scale * cc;
+            });
+            __syncthreads();
+            if (has_next) issue_k(Qs, cn);
+            bgemm<BSCAN_NW>(p.Kp, BV, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
+            __syncthreads();
+            if (has_next) issue_q(Ks, cn);
+            kb ^= 1;
+        } else {
+            bgemm<BSCAN_NW>(p.Kp, BV, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) {
+                Sbt[j * lds + i] = gn * Sbt[j * lds + i] - cc;
+            });
+            __syncthreads();
+            issue_q(Ks, ci);
             cp_async_wait();
             __syncthreads();
+            bgemm<BSCAN_NW>(p.Kp, BV, BT, Ks, 1, ldk, Rbt, 1, LDX, [&](int i, int j, float cc) {
+                Sbt[j * lds + i] += p.scale * cc;
+            });
+            __syncthreads();
+            if (has_next) issue_k(Ks, cn);
         }
-        bgemm<BSCAN_NW>(p.Kp, BV, BT, Qs, 1, ldk, Rb, LDV, 1, [&](int i, int j, float cc) {
-            Sb[i * LDV + j] += p.scale * cc;
-        });
-        __syncthreads();
+        cur ^= 1;
     }
     if (dh0) {
         for (int e = threadIdx.x; e < p.K * BV; e += blockDim.x) {
             const int kk = e / BV, j = e - kk * BV;
-            if (v0 + j < p.V) dh0[sbase + st_idx(p, kk, v0 + j)] = Sb[kk * LDV + j];
+            if (v0 + j < p.V) dh0[sbase + st_idx(p, kk, v0 + j)] = Sbt[j * lds + kk];
         }
     }
 }
 
 template <class T>
-static cudaError_t run(const Prob &p, const void *q, const void *k, const void *beta, const float *Gc, const float *A,
-                       const float *Cq, const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy,
-                       cudaStream_t s) {
-    const int ldk = p.Kp + 8;
-    const int nkq = p.Kp > BSCAN_SHARE_KQ_KP ? 1 : 2;
-    const size_t smem = sizeof(float) * ((size_t)p.Kp * LDV + 2 * (size_t)MAXBT * LDN + 2 * (size_t)MAXBT * LDV +
-                                         2 * MAXBT) +
-                        sizeof(T) * (nkq * (size_t)MAXBT * ldk + (size_t)MAXBT * LDVT);
+static cudaError_t run(const Prob &p, const void *q, const void *k, const float *GB, const float *A, const float *Cq,
+                       const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s) {
+    const int nkq = sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES ? 1 : 2;
+    const size_t smem = sizeof(float) * ((size_t)BV * scan_lds(p.Kp) + 2 * (size_t)MAXBT * LDA + 2 * (size_t)BV * LDX +
+                                         4 * MAXBT) +
+                        sizeof(T) * (nkq * (size_t)MAXBT * scan_ldk<T>(p.Kp) + (size_t)MAXBT * scan_ldvt<T>());
     auto kern = bwd_state_scan_kernel<T>;
     cudaError_t e = ensure_smem<bwd_state_scan_kernel<T>>(smem);
     if (e != cudaSuccess) return e;
     dim3 grid(p.N, p.HV, ceil_div(p.V, BV));
-    kern<<<grid, BSCAN_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)beta, Gc, A, Cq, (const T *)do_,
-                                           dht, dh0, Sbar, PR, wy);
+    kern<<<grid, BSCAN_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, GB, A, Cq, (const T *)do_, dht, dh0, Sbar,
+                                           PR, wy);
     return cudaGetLastError();
 }
 
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
-                                  const float *Gc, const float *A, const float *Cq, const void *do_,
+                                  const float *GB, const float *A, const float *Cq, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s) {
+    (void)beta; /* β comes from GB */
     switch (dt) {
-    case REWY_BF16: return run<__nv_bfloat16>(p, q, k, beta, Gc, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
-    case REWY_F16: return run<__half>(p, q, k, beta, Gc, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
-    default: return run<float>(p, q, k, beta, Gc, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
+    case REWY_BF16: return run<__nv_bfloat16>(p, q, k, GB, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
+    case REWY_F16: return run<__half>(p, q, k, GB, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
+    default: return run<float>(p, q, k, GB, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
     }
 }
 

@@ -25,10 +25,17 @@ constexpr int LDN = MAXBT + 4; /* leading dimension of n×n tiles (pad ≡ 4 mod
 constexpr int BV = 32;        /* value-column tile of the scans and the pullback */
 constexpr int LDV = BV + 4;
 constexpr int LDVT = BV + 8;  /* V tiles kept in the input type (16-B rows) */
+constexpr int LDA = MAXBT + 8; /* scans: n×n tiles (≡ 8 mod 32 words: conflict-free paired loads) */
+constexpr int LDX = MAXBT + 8; /* scans: transposed [BV][token] tiles */
+/* scans: K/Q tiles in the input type; transposed state tiles [BV][Kp+8] fp32 */
+template <class T> __host__ __device__ inline int scan_ldk(int Kp) { return Kp + (sizeof(T) == 4 ? 4 : 8); }
+template <class T> __host__ __device__ inline int scan_ldvt() { return sizeof(T) == 4 ? BV + 4 : BV + 8; }
+__host__ __device__ inline int scan_lds(int Kp) { return Kp + 8; }
 constexpr int BK = 32;        /* key-column tile of the pullback */
 constexpr int LDK = BK + 4;
 constexpr int LDKT = BK + 8;  /* K tiles kept in the input type */
-constexpr int WBAR_SMEM_MAX_KP = 128; /* WY pullback: W̄ in shared memory up to this K, else workspace */
+constexpr int WBAR_SMEM_MAX_KP = 128; /* WY pullback: W̄ in shared memory up to this K (2-byte inputs), else workspace */
+__host__ __device__ inline bool wbar_in_smem(int Kp, int elem_bytes) { return Kp <= WBAR_SMEM_MAX_KP && elem_bytes == 2; }
 
 /* Chunk table entry: first token (row of the [B*T] token axis), valid rows, sequence, chunk in sequence. */
 struct ChunkInfo { int tok0, n, seq, idx; };
@@ -82,35 +89,72 @@ __device__ __forceinline__ float ldf(const float *p) { return *p; }
 __device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
 
+/* Two operand values at k and k+1 (stride = distance between them) as tf32 bit patterns.
+ * fp32 is passed as is (the tensor core ignores the low 13 mantissa bits); bf16/fp16 convert exactly.
+ * KC: k is contiguous (stride 1), one 64/32-bit shared load for both. */
+template <bool KC>
+__device__ __forceinline__ void ld_pair(const float *p, int stride, uint32_t &x0, uint32_t &x1) {
+    if (KC) {
+        const float2 v = *reinterpret_cast<const float2 *>(p);
+        x0 = __float_as_uint(v.x);
+        x1 = __float_as_uint(v.y);
+    } else {
+        x0 = __float_as_uint(p[0]);
+        x1 = __float_as_uint(p[stride]);
+    }
+}
+template <bool KC>
+__device__ __forceinline__ void ld_pair(const __nv_bfloat16 *p, int stride, uint32_t &x0, uint32_t &x1) {
+    if (KC) {
+        const uint32_t w = *reinterpret_cast<const uint32_t *>(p);
+        x0 = w << 16;
+        x1 = w & 0xffff0000u;
+    } else {
+        x0 = (uint32_t)(*reinterpret_cast<const unsigned short *>(p)) << 16;
+        x1 = (uint32_t)(*reinterpret_cast<const unsigned short *>(p + stride)) << 16;
+    }
+}
+template <bool KC>
+__device__ __forceinline__ void ld_pair(const __half *p, int stride, uint32_t &x0, uint32_t &x1) {
+    float2 f;
+    if (KC) f = __half22float2(*reinterpret_cast<const __half2 *>(p));
+    else f = make_float2(__half2float(p[0]), __half2float(p[stride]));
+    x0 = __float_as_uint(f.x);
+    x1 = __float_as_uint(f.y);
+}
+
 /* C = A·B over the whole block (NW warps). A(i,k) = A[i*ars + k*acs] (M×Kd), B(k,j) = B[k*brs + j*bcs]
  * (Kd×N); M % 16 == 0, N % 8 == 0, Kd % 8 == 0; operands in shared memory (fp32, bf16 or fp16 elements;
- * rounded to tf32, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
- * epi(i, j, c) is called exactly once per output element by the thread that owns it. */
-template <int NW, class TA, class TB, class Epi>
-__device__ __forceinline__ void bgemm(int M, int N, int Kd, const TA *A, int ars, int acs,
-                                      const TB *B, int brs, int bcs, Epi epi) {
+ * tf32 operands, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
+ * Each lane takes the k pair (2t, 2t+1) of every 8-wide k step for the mma slots (t, t+4) of both A
+ * and B (the sum over k is unchanged), so k-contiguous operands load both with one instruction.
+ * epi(i, j, c) is called exactly once per output element by the thread that owns it; the owner of
+ * (i, j) depends only on (M, N), so products of one shape may update the same element without a barrier. */
+template <int NW, bool AKC, bool BKC, class TA, class TB, class Epi>
+__device__ __forceinline__ void bgemm_impl(int M, int N, int Kd, const TA *A, int ars, int acs,
+                                           const TB *B, int brs, int bcs, Epi &epi) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int mt = M >> 4, nt = (N + 31) >> 5;
+    /* warp tiles of 16×32, or 16×16 when that is what it takes to keep every warp busy */
+    const int mt = M >> 4, wn = (mt * ((N + 31) >> 5) >= NW) ? 4 : 2, nt = (N + 8 * wn - 1) / (8 * wn);
     for (int tile = warp; tile < mt * nt; tile += NW) {
-        const int i0 = (tile % mt) << 4, j0 = (tile / mt) << 5;
-        const int nsub = min(4, (N - j0) >> 3);
+        const int i0 = (tile % mt) << 4, j0 = (tile / mt) * 8 * wn;
+        const int nsub = min(wn, (N - j0) >> 3);
         float acc[4][4];
 #pragma unroll
         for (int s = 0; s < 4; s++) acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = 0.f;
-        const TA *a0p = A + (i0 + g) * ars + t * acs, *a1p = a0p + 8 * ars;
-        const TB *bp = B + t * brs + (j0 + g) * bcs;
+        const TA *a0p = A + (i0 + g) * ars + 2 * t * acs, *a1p = a0p + 8 * ars;
+        const TB *bp = B + 2 * t * brs + (j0 + g) * bcs;
 #pragma unroll 2
         for (int k0 = 0; k0 < Kd; k0 += 8) {
             uint32_t a[4];
-            a[0] = to_tf32(ldf(a0p + k0 * acs));
-            a[1] = to_tf32(ldf(a1p + k0 * acs));
-            a[2] = to_tf32(ldf(a0p + (k0 + 4) * acs));
-            a[3] = to_tf32(ldf(a1p + (k0 + 4) * acs));
+            ld_pair<AKC>(a0p + k0 * acs, acs, a[0], a[2]);
+            ld_pair<AKC>(a1p + k0 * acs, acs, a[1], a[3]);
 #pragma unroll
             for (int s = 0; s < 4; s++) {
                 if (s < nsub) {
-                    const TB *b = bp + k0 * brs + s * 8 * bcs;
-                    mma_tf32(acc[s], a, to_tf32(ldf(b)), to_tf32(ldf(b + 4 * brs)));
+                    uint32_t b0, b1;
+                    ld_pair<BKC>(bp + k0 * brs + s * 8 * bcs, brs, b0, b1);
+                    mma_tf32(acc[s], a, b0, b1);
                 }
             }
         }
@@ -124,6 +168,18 @@ __device__ __forceinline__ void bgemm(int M, int N, int Kd, const TA *A, int ars
                 epi(i0 + g + 8, j + 1, acc[s][3]);
             }
         }
+    }
+}
+
+template <int NW, class TA, class TB, class Epi>
+__device__ __forceinline__ void bgemm(int M, int N, int Kd, const TA *A, int ars, int acs,
+                                      const TB *B, int brs, int bcs, Epi epi) {
+    if (acs == 1) {
+        if (brs == 1) bgemm_impl<NW, true, true>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
+        else bgemm_impl<NW, true, false>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
+    } else {
+        if (brs == 1) bgemm_impl<NW, false, true>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
+        else bgemm_impl<NW, false, false>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
     }
 }
 

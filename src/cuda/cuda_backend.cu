@@ -7,11 +7,11 @@
  * Every kernel runs on cfg.stream; nothing synchronizes the host; all scratch comes from the
  * caller's workspace or saved buffer, whose layouts are below (each region 256-B aligned).
  *
- * saved:   ChunkInfo[NC] | int coff[N+1] | G fp32 [B*T*HV] (GDN) | A fp32 [NC*HV][BT][BT]
+ * saved:   ChunkInfo[NC] | int coff[N+1] | GB fp32 [NC*HV][2][BT] (G, β per chunk) | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q fp32 [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R fp32 [NC*HV][BT][V]
  * fwd ws:  policy R: C_q; policy A: nothing
  * bwd ws:  policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) fp32 [NC*HV][BT][V]
- *          K > 128: + W̄ fp32 [NC*HV][BT][Kp] (WY scratch) | GVA (HV > H): + q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp]
+ *          K > 128 or fp32: + W̄ fp32 [NC*HV][BT][Kp] (WY scratch) | GVA (HV > H): + q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp]
  * NC = number of chunks: exact from cu_seqlens_host when given, else ⌈T/BT⌉ + num_seqs (varlen)
  * or B·⌈T/BT⌉. */
 #include "cuda_backend.h"
@@ -58,7 +58,7 @@ Layout plan(const rewy_config *c) {
     size_t o = 0;
     L.ctab = o; o += al(sizeof(ChunkInfo) * L.NC);
     L.coff = o; o += al(sizeof(int) * (L.N + 1));
-    L.G = o; if (c->op == REWY_OP_GDN) o += al(sizeof(float) * (size_t)c->B * c->T * L.HV);
+    L.G = o; o += al(sizeof(float) * chh * 2 * L.BT);
     L.A = o; o += al(sizeof(float) * chh * nn);
     if (polA) {
         L.Cq = o; o += al(sizeof(float) * chh * nn);
@@ -79,7 +79,7 @@ Layout plan(const rewy_config *c) {
     L.PR = o; o += al(rv);
     /* W̄ scratch of the WY pullback when it does not fit in shared memory. Sized whatever the
      * algorithm: a backward may switch bwd_algo against the same workspace size. */
-    L.Wbar = o; if (L.Kp > WBAR_SMEM_MAX_KP) o += al(sizeof(float) * chh * L.BT * L.Kp);
+    L.Wbar = o; if (!wbar_in_smem(L.Kp, c->dtype == REWY_F32 ? 4 : 2)) o += al(sizeof(float) * chh * L.BT * L.Kp);
     L.acc = o; if (L.HV > c->H) o += al(2 * sizeof(float) * (size_t)L.NC * c->H * L.BT * L.Kp);
     L.bwd = o;
     return L;
@@ -121,7 +121,7 @@ extern "C" rewy_status rewy_cuda_forward(const rewy_fwd_params *a) {
     const Prob p = make_prob(c, L, a->saved);
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A;
-    float *Gc = p.gated ? at<float>(a->saved, L.G) : nullptr;
+    float *Gc = at<float>(a->saved, L.G);
     float *A = at<float>(a->saved, L.A);
     float *Cq = polA ? at<float>(a->saved, L.Cq) : at<float>(a->workspace, L.fCq);
     TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
@@ -138,7 +138,7 @@ extern "C" rewy_status rewy_cuda_backward(const rewy_bwd_params *a) {
     const Prob p = make_prob(c, L, a->saved);
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A, wy = c->bwd_algo == REWY_BWD_WY;
-    const float *Gc = p.gated ? at<const float>(a->saved, L.G) : nullptr;
+    const float *Gc = at<const float>(a->saved, L.G);
     const float *A = at<const float>(a->saved, L.A);
     const float *Cq;
     const state_t *Sc;
@@ -159,7 +159,7 @@ extern "C" rewy_status rewy_cuda_backward(const rewy_bwd_params *a) {
     float *PR = at<float>(a->workspace, L.PR);
     TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, a->beta, Gc, A, Cq, a->do_, a->dht, a->dh0, Sbar, PR, wy, s));
     TRY(launch_pullback(p, c->dtype, a->q, a->k, a->v, a->beta, Gc, A, a->do_, Sc, Sbar, R, PR, wy,
-                        (wy && L.Kp > WBAR_SMEM_MAX_KP) ? at<float>(a->workspace, L.Wbar) : nullptr,
+                        (wy && !wbar_in_smem(L.Kp, c->dtype == REWY_F32 ? 4 : 2)) ? at<float>(a->workspace, L.Wbar) : nullptr,
                         p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr,
                         a->dq, a->dk, a->dv, a->dbeta, p.gated ? a->dg : nullptr, s));
     return REWY_OK;

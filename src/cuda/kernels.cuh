@@ -12,27 +12,28 @@ namespace rewy_cuda {
 cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInfo *ctab, int *coff, cudaStream_t s);
 
 /* kkt_inverse.cu: chunk-local gate cumsum (G, MATH §2), L = 𝓛_<(E Yᵀ), A = (I+L)⁻¹, C_q = 𝓛_≤(Q_g Yᵀ).
- * Any output pointer may be NULL (skipped). */
+ * GB: per chunk and value head, [2][BT] fp32 = G then β (the gather every later stage reads with one
+ * 16-B copy). Any output pointer may be NULL (skipped); A NULL also skips L and the inverse. */
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                               const void *beta, float *Gc, float *A, float *Cq, cudaStream_t s);
+                               const void *beta, float *GB, float *A, float *Cq, cudaStream_t s);
 
 /* state_scan.cu: forward chunk scan: R = A(Z − E S), O = Q_g S + C_q R, S ← Λ S + Fᵀ R.
  * o NULL: no output (backward recompute); Sc / R NULL: not stored; ht NULL: not stored. */
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
-                              const void *beta, const float *Gc, const float *A, const float *Cq, const float *h0,
+                              const void *beta, const float *GB, const float *A, const float *Cq, const float *h0,
                               void *o, float *ht, state_t *Sc, float *R, cudaStream_t s);
 
 /* bwd_state_scan.cu: reverse scan: R̄ = C_qᵀŌ + F S̄⁺, P = AᵀR̄, S̄ = Q_gᵀŌ + ΛS̄⁺ − EᵀP.
  * Stores S̄⁺ per chunk, and P (ReWY) or R̄ (WY) per chunk; dh0 when not NULL. */
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
-                                  const float *Gc, const float *A, const float *Cq, const void *do_,
+                                  const float *GB, const float *A, const float *Cq, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s);
 
 /* pullback.cu: per chunk, the local pullback (ReWY: 3 products, or the 7-product WY graph) fused with
  * the output-gradient consumers, Gram elimination for ḡ, the reverse in-chunk cumsum of ḡ and the
  * GVA group sums of q̄, k̄. Wbar: WY scratch [NC*HV][BT][Kp] (used only when Kp > WBAR_SMEM_MAX_KP); acc: GVA scratch 2×[NC*H][64][Kp]. */
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
-                            const void *beta, const float *Gc, const float *A, const void *do_,
+                            const void *beta, const float *GB, const float *A, const void *do_,
                             const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, int wy,
                             float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, float *dg,
                             cudaStream_t s);

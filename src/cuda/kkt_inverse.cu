@@ -3,7 +3,8 @@
  *   L   = 𝓛_<(E Yᵀ),  L_ij = β_i (k_i·k_j) e^{G_i − G_j}     (tensor cores, tf32)
  *   A   = (I + L)⁻¹  by forward substitution, fp32
  *   C_q = 𝓛_≤(Q_g Yᵀ), (C_q)_ij = (scale q_i·k_j) e^{G_i − G_j}
- * Grid (NC, HV), 256 threads. Outputs A, C_q are [chunk][hv][BT][BT] fp32 (zero outside the valid rows). */
+ * Grid (NC, HV), 256 threads. Outputs A, C_q are [chunk][hv][BT][BT] fp32 (zero outside the valid rows);
+ * GB [chunk][hv][2][BT] holds G (rows ≥ n repeat G_{n-1}) and β as fp32 (0 on rows ≥ n) for the later stages. */
 #include "kernels.cuh"
 
 namespace rewy_cuda {
@@ -12,7 +13,7 @@ constexpr int KKT_THREADS = 256;
 
 template <class T>
 __global__ void __launch_bounds__(KKT_THREADS)
-kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *Gc, float *Aout, float *Cq) {
+kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, float *Cq) {
     extern __shared__ float sm[];
     const ChunkInfo ci = p.ctab[blockIdx.x];
     const int n = ci.n;
@@ -50,8 +51,13 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
     for (int i = threadIdx.x; i < MAXBT; i += blockDim.x)
         bs[i] = i < n ? ld<T>(beta + (size_t)(ci.tok0 + i) * p.HV + hv) : 0.f;
     __syncthreads();
-    if (Gc && p.gated)
-        for (int i = threadIdx.x; i < n; i += blockDim.x) Gc[(size_t)(ci.tok0 + i) * p.HV + hv] = Gs[i];
+    if (GB) {
+        float *dst = GB + ((size_t)blockIdx.x * p.HV + hv) * 2 * BT;
+        for (int i = threadIdx.x; i < BT; i += blockDim.x) {
+            dst[i] = Gs[i];
+            dst[BT + i] = bs[i];
+        }
+    }
 
     const size_t nn = (size_t)BT * BT, base = ((size_t)blockIdx.x * p.HV + hv) * nn;
     if (Cq) {
@@ -90,7 +96,7 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
 }
 
 template <class T>
-static cudaError_t run(const Prob &p, const void *q, const void *k, const float *g, const void *beta, float *Gc,
+static cudaError_t run(const Prob &p, const void *q, const void *k, const float *g, const void *beta, float *GB,
                        float *A, float *Cq, cudaStream_t s) {
     const int ldk = p.Kp + 8;
     const size_t smem = sizeof(T) * (size_t)MAXBT * ldk * (Cq ? 2 : 1) + sizeof(float) * (2 * MAXBT * LDN + 2 * MAXBT);
@@ -98,16 +104,16 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
     cudaError_t e = ensure_smem<kkt_inverse_kernel<T>>(smem);
     if (e != cudaSuccess) return e;
     dim3 grid(p.NC, p.HV);
-    kern<<<grid, KKT_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, g, (const T *)beta, Gc, A, Cq);
+    kern<<<grid, KKT_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, g, (const T *)beta, GB, A, Cq);
     return cudaGetLastError();
 }
 
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                               const void *beta, float *Gc, float *A, float *Cq, cudaStream_t s) {
+                               const void *beta, float *GB, float *A, float *Cq, cudaStream_t s) {
     switch (dt) {
-    case REWY_BF16: return run<__nv_bfloat16>(p, q, k, g, beta, Gc, A, Cq, s);
-    case REWY_F16: return run<__half>(p, q, k, g, beta, Gc, A, Cq, s);
-    default: return run<float>(p, q, k, g, beta, Gc, A, Cq, s);
+    case REWY_BF16: return run<__nv_bfloat16>(p, q, k, g, beta, GB, A, Cq, s);
+    case REWY_F16: return run<__half>(p, q, k, g, beta, GB, A, Cq, s);
+    default: return run<float>(p, q, k, g, beta, GB, A, Cq, s);
     }
 }
 

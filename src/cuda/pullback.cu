@@ -20,13 +20,18 @@
 
 namespace rewy_cuda {
 
-constexpr int PB_THREADS = 256;
+constexpr int PB_THREADS = 512;
+constexpr int PB_PARTS = PB_THREADS / MAXBT; /* threads per row in the row-wise stages */
 constexpr int PB_NW = PB_THREADS / 32;
-static_assert(LDN * MAXBT <= 2 * MAXBT * LDK, "Tm must fit in Xo..Xf");
+constexpr int PBV = 64;        /* V slab of the pullback */
+constexpr int PLDV = PBV + 4;  /* fp32 V tiles */
+constexpr int PLDVT = PBV + 8; /* input-type / state V tiles */
+static_assert(LDN <= 4 * (32 + 4) && PLDV <= 4 * (32 + 4), "Bt, Tm must fit in the four accumulators");
 
+/* sum over the PB_PARTS adjacent lanes that share a row */
 __device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    x += __shfl_xor_sync(0xffffffffu, x, 2);
+#pragma unroll
+    for (int o = 1; o < PB_PARTS; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
 
@@ -40,9 +45,32 @@ __device__ float block_sum(float x, float *red) {
     return s;
 }
 
+/* Shared-memory layout of the pullback (floats unless noted); bk = K slab (64, or 32 for WY / fp32). */
+struct PbLayout {
+    int bk, ldk2, ldkt, off_T, off_S, off_WY, total_bytes;
+};
+__host__ __device__ inline PbLayout pb_layout(int elem_bytes, int wy, int Kp) {
+    PbLayout L;
+    L.bk = (elem_bytes == 2 && !wy) ? 64 : 32;
+    L.ldk2 = L.bk + 4;
+    L.ldkt = L.bk + 8;
+    /* fp32: Dm, Hm [64][LDN]; Pt, Rt [64][PLDV]; Kbt + 4 accumulators [64][ldk2]; G/β, eF, γ, rdb, rdg, red */
+    const int nf = 2 * MAXBT * LDN + 2 * MAXBT * PLDV + 5 * MAXBT * L.ldk2 + 8 * MAXBT;
+    L.off_T = nf * 4;
+    /* input type: Ot, Vt [64][PLDVT]; Kt, Qt [64][ldkt] */
+    const int nt = 2 * MAXBT * PLDVT + 2 * MAXBT * L.ldkt;
+    L.off_S = L.off_T + nt * elem_bytes;
+    /* state_t: Sct, Sbt [bk][PLDVT] */
+    L.off_WY = L.off_S + 2 * L.bk * PLDVT * (int)sizeof(state_t);
+    int total = L.off_WY;
+    if (wy) total += 4 * (2 * MAXBT * LDN + (wbar_in_smem(Kp, elem_bytes) ? MAXBT * (Kp + 4) : 0));
+    L.total_bytes = total;
+    return L;
+}
+
 template <class T>
 __global__ void __launch_bounds__(PB_THREADS)
-pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const float *Gc, const float *A,
+pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A,
                 const T *do_, const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, int wy,
                 float *Wbar, float *acc, T *dq, T *dk, T *dv, T *dbeta, float *dg) {
     extern __shared__ __align__(16) float sm[];
@@ -50,40 +78,42 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
     const ChunkInfo ci = p.ctab[c];
     const int n = ci.n, tok0 = ci.tok0;
     if (n == 0) return;
+    const PbLayout L = pb_layout(sizeof(T), wy, Kp);
+    const int bk = L.bk, ldk2 = L.ldk2, ldkt = L.ldkt;
     float *Dm = sm;                    /* [64][LDN] Γ */
     float *Hm = Dm + MAXBT * LDN;      /* [64][LDN] Γ_H */
-    float *Pt = Hm + MAXBT * LDN;      /* [64][LDV]; T1 in pass B */
-    float *Rt = Pt + MAXBT * LDV;      /* T3 in pass B */
-    float *Xp = Rt + MAXBT * LDV;      /* [64][LDK] */
-    float *Xo = Xp + MAXBT * LDK;
-    float *Xf = Xo + MAXBT * LDK;
-    float *Kbt = Xf + MAXBT * LDK;
-    float *T2 = Kbt + MAXBT * LDK;
-    float *T4 = T2 + MAXBT * LDK;
-    float *Gs = T4 + MAXBT * LDK;
-    float *bs = Gs + MAXBT;
-    float *rdb = bs + MAXBT;
+    float *Pt = Hm + MAXBT * LDN;      /* [64][PLDV] P (ReWY from the scan; WY Aᵀ R̄) */
+    float *Rt = Pt + MAXBT * PLDV;     /* [64][PLDV] R */
+    float *Kbt = Rt + MAXBT * PLDV;    /* [64][ldk2] β ⊙ K (WY pass A: βγ ⊙ K) */
+    float *dKa = Kbt + MAXBT * ldk2;   /* accumulators [64][ldk2]: k̄, q̄, per-element β̄ and Ḡ terms */
+    float *dQa = dKa + MAXBT * ldk2;
+    float *dBa = dQa + MAXBT * ldk2;
+    float *dGa = dBa + MAXBT * ldk2;
+    float *Gs = dGa + MAXBT * ldk2;    /* [2][64]: G then β (from GB) */
+    float *bs = Gs + BT;
+    float *gam = Gs + 2 * MAXBT;       /* γ_i */
+    float *eFr = gam + MAXBT;          /* e^{G_n − G_i} */
+    float *rdb = eFr + MAXBT;
     float *rdg = rdb + MAXBT;
     float *red = rdg + MAXBT;          /* [64] */
-    T *Ot = reinterpret_cast<T *>(red + 64);          /* [64][LDVT] */
-    T *Vt = Ot + MAXBT * LDVT;                        /* [64][LDVT] */
-    T *Kt = Vt + MAXBT * LDVT;                        /* [64][LDKT] */
-    T *Qt = Kt + MAXBT * LDKT;
-    state_t *Sct = reinterpret_cast<state_t *>(Qt + MAXBT * LDKT); /* [BK][LDVT] */
-    state_t *Sbt = Sct + BK * LDVT;
-    float *As = reinterpret_cast<float *>(Sbt + BK * LDVT);          /* WY only */
+    T *Ot = reinterpret_cast<T *>(reinterpret_cast<char *>(sm) + L.off_T); /* [64][PLDVT] */
+    T *Vt = Ot + MAXBT * PLDVT;
+    T *Kt = Vt + MAXBT * PLDVT;                                            /* [64][ldkt] */
+    T *Qt = Kt + MAXBT * ldkt;
+    state_t *Sct = reinterpret_cast<state_t *>(reinterpret_cast<char *>(sm) + L.off_S); /* [bk][PLDVT] */
+    state_t *Sbt = Sct + bk * PLDVT;
+    float *As = reinterpret_cast<float *>(reinterpret_cast<char *>(sm) + L.off_WY);     /* WY only */
     float *Ab = As + MAXBT * LDN;
-    float *Zt = Ab + MAXBT * LDN;
-    float *Bt = Zt + MAXBT * LDV;
-    float *Wsm = Bt + MAXBT * LDV;     /* WY, Kp <= 128: W̄ [64][Kp+4] in shared memory */
-    float *T1 = Pt, *T3 = Rt;
-    float *Tm = Xo;                    /* WY: Aᵀ Ā, [64][LDN] fits in Xo..Xf */
-    const bool wsm = Kp <= WBAR_SMEM_MAX_KP;
+    float *Wsm = Ab + MAXBT * LDN;     /* WY, wbar_in_smem: W̄ [64][Kp+4] */
+    float *Bt = dKa;                   /* WY phase 1 / pass A: R̄ tile [64][PLDV] over the accumulators */
+    float *Tm = dKa;                   /* WY: Aᵀ Ā [64][LDN] over the accumulators */
+    const bool wsm = wbar_in_smem(Kp, sizeof(T));
     const int ldw = wsm ? Kp + 4 : Kp;
 
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
-    const int row = tid >> 2, part = tid & 3;
+    const int row = tid / PB_PARTS, part = tid % PB_PARTS;
     const T *kc = k + ((size_t)tok0 * p.H + h) * p.K, *qc = q + ((size_t)tok0 * p.H + h) * p.K;
+    const float sc = p.scale;
 
     for (int r = 0; r < p.G; r++) {
         const int hv = h * p.G + r;
@@ -91,48 +121,48 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
         const float *Rc = R + ch * BT * p.V, *PRc = PR + ch * BT * p.V;
         const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
         const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
-        for (int i = tid; i < MAXBT; i += blockDim.x) {
-            const int ii = min(i, n - 1);
-            Gs[i] = (p.gated && Gc) ? Gc[(size_t)(tok0 + ii) * p.HV + hv] : 0.f;
-            bs[i] = i < n ? ld<T>(beta + (size_t)(tok0 + i) * p.HV + hv) : 0.f;
-            rdb[i] = 0.f;
-            rdg[i] = 0.f;
-        }
+        float *Wc = wsm ? Wsm : Wbar + ch * BT * Kp;
+        copy_tile<float>(Gs, 2 * BT, 1, 2 * BT, GB + ch * 2 * BT, 2 * BT, 1, 0, 2 * BT);
+        if (wy) copy_tile<float>(As, LDN, BT, BT, A + ch * BT * BT, BT, BT, 0, BT);
         for (int e = tid; e < MAXBT * LDN; e += blockDim.x) {
             Dm[e] = 0.f;
             Hm[e] = 0.f;
             if (wy) Ab[e] = 0.f;
         }
-        if (wy) copy_tile<float>(As, LDN, BT, BT, A + ch * BT * BT, BT, BT, 0, BT);
+        for (int i = tid; i < MAXBT; i += blockDim.x) {
+            rdb[i] = 0.f;
+            rdg[i] = 0.f;
+        }
+        cp_async_wait();
         __syncthreads();
         const float gl = Gs[n - 1], gn = expf(gl);
+        for (int i = tid; i < BT; i += blockDim.x) {
+            gam[i] = expf(Gs[i]);
+            eFr[i] = i < n ? expf(gl - Gs[i]) : 0.f;
+        }
 
         /* ---- phase 1: over V slabs: P (WY: Aᵀ R̄), dv, ⟨P,v⟩, P Rᵀ (ReWY) / R̄ Zᵀ (WY), Ō Rᵀ ---- */
-        for (int v0 = 0; v0 < p.V; v0 += BV) {
-            copy_tile<T>(Ot, LDVT, BT, BV, doc, rsv, n, v0, p.V);
-            copy_tile<T>(Vt, LDVT, BT, BV, vc, rsv, n, v0, p.V);
-            copy_tile<float>(Rt, LDV, BT, BV, Rc, p.V, n, v0, p.V);
-            copy_tile<float>(wy ? Bt : Pt, LDV, BT, BV, PRc, p.V, n, v0, p.V);
+        for (int v0 = 0; v0 < p.V; v0 += PBV) {
+            copy_tile<T>(Ot, PLDVT, BT, PBV, doc, rsv, n, v0, p.V);
+            copy_tile<T>(Vt, PLDVT, BT, PBV, vc, rsv, n, v0, p.V);
+            copy_tile<float>(Rt, PLDV, BT, PBV, Rc, p.V, n, v0, p.V);
+            copy_tile<float>(wy ? Bt : Pt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
             cp_async_wait();
             __syncthreads();
             if (wy) {
-                for (int e = tid; e < BT * BV; e += blockDim.x) {
-                    const int i = e / BV, j = e - i * BV;
-                    Zt[i * LDV + j] = bs[i] * ldf(Vt + i * LDVT + j);
-                }
-                bgemm<PB_NW>(BT, BV, BT, As, 1, LDN, Bt, LDV, 1, [&](int i, int j, float cc) { Pt[i * LDV + j] = cc; });
+                bgemm<PB_NW>(BT, PBV, BT, As, 1, LDN, Bt, PLDV, 1, [&](int i, int j, float cc) { Pt[i * PLDV + j] = cc; });
                 __syncthreads();
             }
             {
                 float s = 0.f;
                 if (row < n) {
                     const size_t vb = (size_t)(tok0 + row) * rsv + (size_t)hv * p.V + v0;
-                    for (int jj = 0; jj < BV / 4; jj++) {
-                        const int j = part * (BV / 4) + jj;
+                    for (int jj = 0; jj < PBV / PB_PARTS; jj++) {
+                        const int j = part * (PBV / PB_PARTS) + jj;
                         if (v0 + j < p.V) {
-                            const float pv = Pt[row * LDV + j];
+                            const float pv = Pt[row * PLDV + j];
                             st<T>(dv + vb + j, bs[row] * pv);
-                            s += pv * ldf(Vt + row * LDVT + j);
+                            s += pv * ldf(Vt + row * PLDVT + j);
                         }
                     }
                 }
@@ -140,36 +170,36 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
                 if (part == 0 && row < n) rdb[row] += s;
             }
             if (!wy)
-                bgemm<PB_NW>(BT, BT, BV, Pt, LDV, 1, Rt, 1, LDV, [&](int i, int j, float cc) { Dm[i * LDN + j] += cc; });
-            else
-                bgemm<PB_NW>(BT, BT, BV, Bt, LDV, 1, Zt, 1, LDV, [&](int i, int j, float cc) { Ab[i * LDN + j] += cc; });
-            bgemm<PB_NW>(BT, BT, BV, Ot, LDVT, 1, Rt, 1, LDV, [&](int i, int j, float cc) { Hm[i * LDN + j] += cc; });
+                bgemm<PB_NW>(BT, BT, PBV, Pt, PLDV, 1, Rt, 1, PLDV, [&](int i, int j, float cc) { Dm[i * LDN + j] += cc; });
+            else /* Ā += R̄ Zᵀ, Z = β ⊙ V */
+                bgemm<PB_NW>(BT, BT, PBV, Bt, PLDV, 1, Vt, 1, PLDVT, [&](int i, int j, float cc) { Ab[i * LDN + j] += bs[j] * cc; });
+            bgemm<PB_NW>(BT, BT, PBV, Ot, PLDVT, 1, Rt, 1, PLDV, [&](int i, int j, float cc) { Hm[i * LDN + j] += cc; });
             __syncthreads();
         }
 
         /* ---- WY pass A: W̄ = −R̄ S_cᵀ (kept), Ā += W̄ Eᵀ; then M̄ = −Aᵀ Ā Aᵀ ---- */
         if (wy) {
-            float *Wc = wsm ? Wsm : Wbar + ch * BT * Kp;
-            for (int k0 = 0; k0 < Kp; k0 += BK) {
-                for (int e = tid; e < MAXBT * LDK; e += blockDim.x) Xp[e] = 0.f;
-                for (int v0 = 0; v0 < p.V; v0 += BV) {
-                    copy_tile<float>(Bt, LDV, BT, BV, PRc, p.V, n, v0, p.V);
-                    copy_tile<state_t>(Sct, LDVT, BK, BV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+            for (int k0 = 0; k0 < Kp; k0 += bk) {
+                for (int v0 = 0; v0 < p.V; v0 += PBV) {
+                    copy_tile<float>(Bt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
+                    copy_tile<state_t>(Sct, PLDVT, bk, PBV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
                     cp_async_wait();
                     __syncthreads();
-                    bgemm<PB_NW>(BT, BK, BV, Bt, LDV, 1, Sct, 1, LDVT, [&](int i, int j, float cc) { Xp[i * LDK + j] += cc; });
+                    bgemm<PB_NW>(BT, bk, PBV, Bt, PLDV, 1, Sct, 1, PLDVT, [&](int i, int j, float cc) {
+                        float *w = Wc + (size_t)i * ldw + k0 + j;
+                        *w = (v0 == 0 ? 0.f : *w) - cc;
+                    });
                     __syncthreads();
                 }
-                copy_tile<T>(Kt, LDKT, BT, BK, kc, rsk, n, k0, p.K);
+                copy_tile<T>(Kt, ldkt, BT, bk, kc, rsk, n, k0, p.K);
                 cp_async_wait();
                 __syncthreads();
-                for (int e = tid; e < BT * BK; e += blockDim.x) {
-                    const int i = e / BK, j = e - i * BK;
-                    Kbt[i * LDK + j] = bs[i] * expf(Gs[i]) * ldf(Kt + i * LDKT + j);
-                    Wc[(size_t)i * ldw + k0 + j] = -Xp[i * LDK + j];
+                for (int e = tid; e < BT * bk; e += blockDim.x) {
+                    const int i = e / bk, j = e - i * bk;
+                    Kbt[i * ldk2 + j] = bs[i] * gam[i] * ldf(Kt + i * ldkt + j);
                 }
                 __syncthreads();
-                bgemm<PB_NW>(BT, BT, BK, Xp, LDK, 1, Kbt, 1, LDK, [&](int i, int j, float cc) { Ab[i * LDN + j] -= cc; });
+                bgemm<PB_NW>(BT, BT, bk, Wc + k0, ldw, 1, Kbt, 1, ldk2, [&](int i, int j, float cc) { Ab[i * LDN + j] += cc; });
                 __syncthreads();
             }
             bgemm<PB_NW>(BT, BT, BT, As, 1, LDN, Ab, LDN, 1, [&](int i, int j, float cc) { Tm[i * LDN + j] = cc; });
@@ -187,73 +217,102 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
         }
         __syncthreads();
 
-        /* ---- pass B: over K slabs ---- */
+        /* ---- pass B: over K slabs; every product's epilogue adds its terms to the accumulators ---- */
         float lam = 0.f, endp = 0.f;
-        for (int k0 = 0; k0 < Kp; k0 += BK) {
-            for (int e = tid; e < MAXBT * LDK; e += blockDim.x) {
-                if (!wy) Xp[e] = 0.f;
-                Xo[e] = 0.f;
-                Xf[e] = 0.f;
+        for (int k0 = 0; k0 < Kp; k0 += bk) {
+            for (int e = tid; e < MAXBT * ldk2; e += blockDim.x) {
+                dKa[e] = 0.f;
+                dQa[e] = 0.f;
+                dBa[e] = 0.f;
+                dGa[e] = 0.f;
             }
-            for (int v0 = 0; v0 < p.V; v0 += BV) {
-                copy_tile<T>(Ot, LDVT, BT, BV, doc, rsv, n, v0, p.V);
-                copy_tile<float>(Rt, LDV, BT, BV, Rc, p.V, n, v0, p.V);
-                if (!wy) copy_tile<float>(Pt, LDV, BT, BV, PRc, p.V, n, v0, p.V);
-                copy_tile<state_t>(Sct, LDVT, BK, BV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
-                copy_tile<state_t>(Sbt, LDVT, BK, BV, Sbc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+            copy_tile<T>(Kt, ldkt, BT, bk, kc, rsk, n, k0, p.K);
+            copy_tile<T>(Qt, ldkt, BT, bk, qc, rsk, n, k0, p.K);
+            /* Ē_dir = −Xp: contributions of xp to k̄, β̄, Ḡ */
+            auto on_xp = [&](int i, int j, float xp) {
+                const float kv = ldf(Kt + i * ldkt + j), bg = bs[i] * gam[i];
+                const int o = i * ldk2 + j;
+                dKa[o] -= bg * xp;
+                dBa[o] -= gam[i] * xp * kv;
+                dGa[o] -= bg * xp * kv;
+            };
+            for (int v0 = 0; v0 < p.V; v0 += PBV) {
+                copy_tile<T>(Ot, PLDVT, BT, PBV, doc, rsv, n, v0, p.V);
+                copy_tile<float>(Rt, PLDV, BT, PBV, Rc, p.V, n, v0, p.V);
+                if (!wy) copy_tile<float>(Pt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
+                copy_tile<state_t>(Sct, PLDVT, bk, PBV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+                copy_tile<state_t>(Sbt, PLDVT, bk, PBV, Sbc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
                 cp_async_wait();
                 __syncthreads();
-                for (int e = tid; e < BK * BV; e += blockDim.x) {
-                    const int kk = e / BV, j = e - kk * BV;
-                    lam += ldf(Sct + kk * LDVT + j) * ldf(Sbt + kk * LDVT + j);
+                for (int e = tid; e < bk * PBV; e += blockDim.x) {
+                    const int kk = e / PBV, j = e - kk * PBV;
+                    lam += ldf(Sct + kk * PLDVT + j) * ldf(Sbt + kk * PLDVT + j);
                 }
-                if (!wy)
-                    bgemm<PB_NW>(BT, BK, BV, Pt, LDV, 1, Sct, 1, LDVT, [&](int i, int j, float cc) { Xp[i * LDK + j] += cc; });
-                bgemm<PB_NW>(BT, BK, BV, Ot, LDVT, 1, Sct, 1, LDVT, [&](int i, int j, float cc) { Xo[i * LDK + j] += cc; });
-                bgemm<PB_NW>(BT, BK, BV, Rt, LDV, 1, Sbt, 1, LDVT, [&](int i, int j, float cc) { Xf[i * LDK + j] += cc; });
+                if (!wy) bgemm<PB_NW>(BT, bk, PBV, Pt, PLDV, 1, Sct, 1, PLDVT, on_xp);
+                /* Xo = Ō S_cᵀ */
+                bgemm<PB_NW>(BT, bk, PBV, Ot, PLDVT, 1, Sct, 1, PLDVT, [&](int i, int j, float xo) {
+                    const int o = i * ldk2 + j;
+                    dQa[o] += sc * gam[i] * xo;
+                    dGa[o] += gam[i] * xo * sc * ldf(Qt + i * ldkt + j);
+                });
+                /* Xf = R S̄⁺ᵀ (F̄) */
+                bgemm<PB_NW>(BT, bk, PBV, Rt, PLDV, 1, Sbt, 1, PLDVT, [&](int i, int j, float xf) {
+                    const int o = i * ldk2 + j;
+                    const float t = eFr[i] * xf, kv = ldf(Kt + i * ldkt + j);
+                    dKa[o] += t;
+                    dGa[o] -= t * kv;
+                    endp += t * kv;
+                });
                 __syncthreads();
             }
-            copy_tile<T>(Kt, LDKT, BT, BK, kc, rsk, n, k0, p.K);
-            copy_tile<T>(Qt, LDKT, BT, BK, qc, rsk, n, k0, p.K);
-            if (wy) {
-                const float *Wc = wsm ? Wsm : Wbar + ch * BT * Kp;
-                for (int e = tid; e < BT * BK; e += blockDim.x) {
-                    const int i = e / BK, j = e - i * BK;
-                    T1[i * LDK + j] = Wc[(size_t)i * ldw + k0 + j];
-                }
-            }
-            cp_async_wait();
-            __syncthreads();
-            if (wy)
-                bgemm<PB_NW>(BT, BK, BT, As, 1, LDN, T1, LDK, 1, [&](int i, int j, float cc) { Xp[i * LDK + j] = -cc; });
-            for (int e = tid; e < BT * BK; e += blockDim.x) {
-                const int i = e / BK, j = e - i * BK;
-                Kbt[i * LDK + j] = bs[i] * ldf(Kt + i * LDKT + j);
+            /* WY: Xp = −Aᵀ W̄ */
+            if (wy) bgemm<PB_NW>(BT, bk, BT, As, 1, LDN, Wc + k0, ldw, 1, [&](int i, int j, float cc) { on_xp(i, j, -cc); });
+            for (int e = tid; e < BT * bk; e += blockDim.x) {
+                const int i = e / bk, j = e - i * bk;
+                Kbt[i * ldk2 + j] = bs[i] * ldf(Kt + i * ldkt + j);
             }
             __syncthreads();
-            bgemm<PB_NW>(BT, BK, BT, Dm, LDN, 1, Kt, LDKT, 1, [&](int i, int j, float cc) { T1[i * LDK + j] = cc; });
-            bgemm<PB_NW>(BT, BK, BT, Dm, 1, LDN, Kbt, LDK, 1, [&](int i, int j, float cc) { T2[i * LDK + j] = cc; });
-            bgemm<PB_NW>(BT, BK, BT, Hm, LDN, 1, Kt, LDKT, 1, [&](int i, int j, float cc) { T3[i * LDK + j] = cc; });
-            bgemm<PB_NW>(BT, BK, BT, Hm, 1, LDN, Qt, LDKT, 1, [&](int i, int j, float cc) { T4[i * LDK + j] = p.scale * cc; });
+            /* T1 = Γ K */
+            bgemm<PB_NW>(BT, bk, BT, Dm, LDN, 1, Kt, ldkt, 1, [&](int i, int j, float t) {
+                const int o = i * ldk2 + j;
+                const float kv = ldf(Kt + i * ldkt + j);
+                dKa[o] += bs[i] * t;
+                dBa[o] += t * kv;
+                dGa[o] += bs[i] * t * kv;
+            });
+            /* T2 = Γᵀ (β ⊙ K) */
+            bgemm<PB_NW>(BT, bk, BT, Dm, 1, LDN, Kbt, ldk2, 1, [&](int i, int j, float t) {
+                const int o = i * ldk2 + j;
+                dKa[o] += t;
+                dGa[o] -= t * ldf(Kt + i * ldkt + j);
+            });
+            /* T3 = Γ_H K */
+            bgemm<PB_NW>(BT, bk, BT, Hm, LDN, 1, Kt, ldkt, 1, [&](int i, int j, float t) {
+                const int o = i * ldk2 + j;
+                dQa[o] += sc * t;
+                dGa[o] += t * sc * ldf(Qt + i * ldkt + j);
+            });
+            /* T4 = Γ_Hᵀ Q */
+            bgemm<PB_NW>(BT, bk, BT, Hm, 1, LDN, Qt, ldkt, 1, [&](int i, int j, float t) {
+                const int o = i * ldk2 + j;
+                t *= sc;
+                dKa[o] += t;
+                dGa[o] -= t * ldf(Kt + i * ldkt + j);
+            });
             __syncthreads();
             {
                 float sdb = 0.f, sdg = 0.f;
+                const int per = bk / PB_PARTS;
                 if (row < n) {
-                    const float gi = expf(Gs[row]), eF = expf(gl - Gs[row]), b = bs[row];
                     const size_t qb = ((size_t)(tok0 + row) * p.H + h) * p.K;
                     const size_t ab = (((size_t)c * p.H + h) * BT + row) * Kp;
-                    for (int jj = 0; jj < BK / 4; jj++) {
-                        const int j = part * (BK / 4) + jj, d = k0 + j;
+                    for (int jj = 0; jj < per; jj++) {
+                        const int j = part * per + jj, d = k0 + j;
                         if (d >= p.K) break;
-                        const int o = row * LDK + j;
-                        const float kv = ldf(Kt + row * LDKT + j), qv = p.scale * ldf(Qt + row * LDKT + j);
-                        const float xp = Xp[o], xo = Xo[o], xf = Xf[o];
-                        const float t1 = T1[o], t2 = T2[o], t3 = T3[o], t4 = T4[o];
-                        float dqv = p.scale * (gi * xo + t3);
-                        float dkv = -b * gi * xp + b * t1 + t2 + t4 + eF * xf;
-                        sdb += (t1 - gi * xp) * kv;
-                        sdg += (b * (t1 - gi * xp) - t2 - t4 - eF * xf) * kv + (gi * xo + t3) * qv;
-                        endp += eF * xf * kv;
+                        const int o = row * ldk2 + j;
+                        float dqv = dQa[o], dkv = dKa[o];
+                        sdb += dBa[o];
+                        sdg += dGa[o];
                         if (p.G == 1) {
                             st<T>(dq + qb + d, dqv);
                             st<T>(dk + qb + d, dkv);
@@ -284,7 +343,7 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
             __syncthreads();
         }
         const float lam_all = block_sum(lam, red);
-        const float endp_all = block_sum(endp, red + 8);
+        const float endp_all = block_sum(endp, red + 32);
         if (tid == 0) {
             if (dbeta)
                 for (int i = 0; i < n; i++) st<T>(dbeta + (size_t)(tok0 + i) * p.HV + hv, rdb[i]);
@@ -301,36 +360,34 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const
 }
 
 template <class T>
-static cudaError_t run(const Prob &p, const void *q, const void *k, const void *v, const void *beta, const float *Gc,
+static cudaError_t run(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                        const float *A, const void *do_, const state_t *Sc, const state_t *Sbar, const float *R,
                        const float *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta,
                        float *dg, cudaStream_t s) {
-    size_t fl = 2 * MAXBT * LDN + 2 * MAXBT * LDV + 6 * MAXBT * LDK + 4 * MAXBT + 64;
-    size_t bytes = fl * sizeof(float) + sizeof(T) * (2 * MAXBT * LDVT + 2 * MAXBT * LDKT) + sizeof(state_t) * 2 * BK * LDVT;
-    if (wy) bytes += sizeof(float) * (2 * MAXBT * LDN + 2 * MAXBT * LDV + (p.Kp <= WBAR_SMEM_MAX_KP ? MAXBT * (p.Kp + 4) : 0));
-    const size_t smem = bytes;
+    const size_t smem = pb_layout(sizeof(T), wy, p.Kp).total_bytes;
     auto kern = pullback_kernel<T>;
     cudaError_t e = ensure_smem<pullback_kernel<T>>(smem);
     if (e != cudaSuccess) return e;
     dim3 grid(p.NC, p.H);
-    kern<<<grid, PB_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)v, (const T *)beta, Gc, A,
+    kern<<<grid, PB_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)v, GB, A,
                                         (const T *)do_, Sc, Sbar, R, PR, wy, Wbar, acc, (T *)dq, (T *)dk, (T *)dv,
                                         (T *)dbeta, dg);
     return cudaGetLastError();
 }
 
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
-                            const void *beta, const float *Gc, const float *A, const void *do_,
+                            const void *beta, const float *GB, const float *A, const void *do_,
                             const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, int wy,
                             float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, float *dg,
                             cudaStream_t s) {
+    (void)beta; /* β comes from GB */
     switch (dt) {
     case REWY_BF16:
-        return run<__nv_bfloat16>(p, q, k, v, beta, Gc, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
+        return run<__nv_bfloat16>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
     case REWY_F16:
-        return run<__half>(p, q, k, v, beta, Gc, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
+        return run<__half>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
     default:
-        return run<float>(p, q, k, v, beta, Gc, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
+        return run<float>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
     }
 }
 

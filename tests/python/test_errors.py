@@ -166,3 +166,8 @@ def test_cuda_tensors_need_a_cuda_build():
     x = {n: t.cuda() for n, t in inputs().items()}
     with pytest.raises(RuntimeError, match="built without CUDA"):
         rewy.chunk_gated_delta_rule(**x)
+
+
+def test_cu_seqlens_must_be_a_tensor():
+    with pytest.raises(TypeError, match="cu_seqlens must be a torch.Tensor"):
+        rewy.chunk_gated_delta_rule(**inputs(B=1, h0=False), cu_seqlens=[0, 5, 16])

@@ -220,3 +220,17 @@ def test_gradient_of_final_state_only():
 def test_library_info():
     assert rewy.library_version() == "0.1.0"
     assert isinstance(rewy.has_cuda(), bool)
+
+
+def test_thread_count_change():
+    """CPU workspace sizes follow the OpenMP thread count; changing it between calls still works."""
+    x = {n: t.float() for n, t in make_inputs("gdn", T=30).items()}
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for n in (1, 2, 1):
+            torch.set_num_threads(n)
+            outs.append(rewy.chunk_gated_delta_rule(**x)[0])
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.allclose(o, outs[0], rtol=1e-5, atol=1e-6) for o in outs)
