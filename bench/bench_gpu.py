@@ -204,8 +204,10 @@ def flop_model(op, B, T, H, K, V, n=64):
         "kkt_inverse(Cq)": NC * (2 * n * n * K),
         "state_scan(recompute)": NC * (4 * n * K * V + 2 * n * n * V),
         "bwd_state_scan": NC * (6 * n * K * V + 4 * n * n * V),
+        # ReWY: P Rᵀ, P S_cᵀ (P = AᵀR̄ is in the scan), plus the same shared consumers
         "pullback(ReWY)": NC * (6 * n * K * V + 4 * n * n * V + 8 * n * n * K),
-        "pullback(WY)": NC * (4 * n * K * V + 6 * n * n * V + 2 * n * n * K + 4 * n ** 3 + 8 * n * n * K),
+        # WY: R̄S_cᵀ, R̄Zᵀ, W̄Eᵀ, Aᵀ·Ā·Aᵀ (2), AᵀR̄, AᵀW̄, plus the shared consumers ŌRᵀ, ŌS_cᵀ, RS̄⁺ᵀ, 4 n×n×K
+        "pullback(WY)": NC * (6 * n * K * V + 6 * n * n * V + 12 * n * n * K + 4 * n ** 3),
     }
 
 

@@ -43,7 +43,7 @@ for s in $steps; do
     rc=$?; log "bench-rewy rc=$rc ($(($(date +%s)-t0)) s)"; tail -40 "$OUT/bench_rewy.log" ;;
   bench)
     FLA_DISABLE_BACKEND_DISPATCH=1 PYTHONPATH=$PWD/.ref/fla-src REWY_LIBRARY=$PWD/build/cuda-on/librewy.so \
-      timeout ${BENCH_TIMEOUT:-500} python3 bench/bench_gpu.py --impl rewy,fla --reps 30 --time-limit ${BENCH_LIMIT:-420} \
+      timeout ${BENCH_TIMEOUT:-500} python3 bench/bench_gpu.py --impl rewy,fla --reps 30 --time-limit ${BENCH_LIMIT:-420} --profile '' \
       --json "$OUT/bench.jsonl" > "$OUT/bench.log" 2>&1
     rc=$?; log "bench rc=$rc ($(($(date +%s)-t0)) s)"; tail -45 "$OUT/bench.log" ;;
   esac

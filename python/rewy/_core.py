@@ -89,31 +89,82 @@ def sizes(cfg):
 # ------------------------------------------------------------------------------------------
 # the two library calls
 
+_PLANS = {}  # shapes and options -> (Config without per-call pointers, sizes, final-state shape)
+
+
+def _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first):
+    """(status, plan): the config, the buffer sizes and the final-state shape of one problem, built
+    once per shape and options (the per-call pointers, cu_seqlens and the stream, are not in it).
+
+    plan is (cfg, (saved, fwd workspace, bwd workspace) bytes, final-state shape); after a
+    failed size query the sizes are None (and nothing is cached), for the caller to report on its
+    params through the library's validation."""
+    key = (op, q.dtype, q.device, q.shape, v.shape, None if cu_seqlens is None else cu_seqlens.shape[0],
+           scale, chunk_size, policy, bwd_algo, state_v_first,
+           torch.get_num_threads())  # CPU workspaces scale with OpenMP threads (as in sizes)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return _lib.OK, plan
+    cfg = config(op, q, v, cu_seqlens, None, scale, chunk_size, policy, bwd_algo, state_v_first, real=False)
+    status, n = sizes(cfg)
+    plan = (cfg, n, state_shape(q, v, cu_seqlens, state_v_first))
+    if status == _lib.OK:
+        _PLANS[key] = plan
+    return status, plan
+
+
+def _set_pointers(cfg, q, cu_seqlens, cu_seqlens_cpu):
+    """The per-call fields of a config (within a params struct): cu_seqlens and the CUDA stream."""
+    if cu_seqlens is not None:
+        cfg.cu_seqlens, cfg.cu_seqlens_host = cu_seqlens.data_ptr(), _ptr(cu_seqlens_cpu)
+    if q.is_cuda:
+        cfg.stream = torch.cuda.current_stream(q.device).cuda_stream
+
+
 def forward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
             b: Optional[Tensor], w: Optional[Tensor], h0: Optional[Tensor],
             cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[Tensor],
             op: int, scale: float, chunk_size: int, policy: int, bwd_algo: int,
             state_v_first: bool, output_final_state: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """rewy_forward: o, the final state (empty unless output_final_state) and the saved buffer."""
+    """rewy_forward: o, the final state (empty unless output_final_state) and the saved buffer.
+
+    This is the custom op rewy::chunk_fwd: its saved buffer is zeroed, so that the bytes the
+    library leaves unwritten (padding, varlen worst-case room) are deterministic, as
+    torch.library.opcheck and compiled graphs compare whole outputs."""
+    return _forward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size, policy,
+                    bwd_algo, state_v_first, output_final_state, True)
+
+
+def _forward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size, policy, bwd_algo,
+             state_v_first, output_final_state, zero_saved):
+    """forward, with the saved buffer left uninitialised unless zero_saved. The eager path never
+    shows that buffer to anyone but rewy_backward, which reads only what rewy_forward wrote (the
+    C tests poison it); zeroing it would cost a memset of the whole buffer per call."""
     L = _lib.lib()
-    cfg = config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_algo, state_v_first)
-    o = torch.empty(v.shape, dtype=q.dtype, device=q.device)
-    ht = torch.empty(state_shape(q, v, cu_seqlens, state_v_first) if output_final_state else 0,
-                     dtype=torch.float32, device=q.device)
-    p = FwdParams(cfg, _ptr(q), _ptr(k), _ptr(v), _ptr(g), _ptr(beta), _ptr(b), _ptr(w), _ptr(h0), _ptr(o),
-                  _ptr(ht) if output_final_state else None)
-    status, n = sizes(cfg)
-    _lib.check(status, p, L.rewy_validate_fwd)
-    # zeroed: bytes the library leaves unwritten (padding, worst-case room) stay deterministic
-    saved = torch.zeros(n[0], dtype=torch.uint8, device=q.device)
-    ws = torch.empty(max(n[1], 16), dtype=torch.uint8, device=q.device)
-    p.saved, p.workspace, p.workspace_bytes, p.saved_bytes = saved.data_ptr(), ws.data_ptr(), n[1], n[0]
-    _lib.check(L.rewy_forward(byref(p)), p, L.rewy_validate_fwd)
+    status, (cfg, n, ht_shape) = _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first)
+    device = q.device
+    o = torch.empty_like(v, dtype=q.dtype, memory_format=torch.contiguous_format)
+    ht = torch.empty(ht_shape if output_final_state else 0, dtype=torch.float32, device=device)
+    if n is None:   # a failed size query: the library's validation says why
+        p = FwdParams(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
+                      _ptr(h0), o.data_ptr(), ht.data_ptr() if output_final_state else None)
+        _set_pointers(p.cfg, q, cu_seqlens, cu_seqlens_cpu)
+        _lib.check(status, p, L.rewy_validate_fwd)
+    saved = (torch.zeros if zero_saved else torch.empty)(n[0], dtype=torch.uint8, device=device)
+    ws = torch.empty(max(n[1], 16), dtype=torch.uint8, device=device)
+    p = FwdParams(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
+                  _ptr(h0), o.data_ptr(), ht.data_ptr() if output_final_state else None,
+                  saved.data_ptr(), ws.data_ptr(), n[1], n[0])
+    if cu_seqlens is not None or q.is_cuda:
+        _set_pointers(p.cfg, q, cu_seqlens, cu_seqlens_cpu)
+    status = L.rewy_forward(byref(p))
+    if status != _lib.OK:
+        _lib.check(status, p, L.rewy_validate_fwd)
     return o, ht, saved
 
 
 def _grad_buffer(t):
-    return None if t is None else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    return None if t is None else torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
 def backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
@@ -124,16 +175,21 @@ def backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optiona
              state_v_first: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """rewy_backward: dq, dk, dv, dg, dbeta, db, dw, dh0 (None where the input is None)."""
     L = _lib.lib()
-    cfg = config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_algo, state_v_first)
-    grads = [_grad_buffer(t) for t in (q, k, v, g, beta, b, w, h0)]
-    p = BwdParams(cfg, _ptr(q), _ptr(k), _ptr(v), _ptr(g), _ptr(beta), _ptr(b), _ptr(w), _ptr(h0),
-                  saved.data_ptr(), saved.numel(), do.data_ptr(), _ptr(dht), *map(_ptr, grads))
-    status, n = sizes(cfg)
-    _lib.check(status, p, L.rewy_validate_bwd)
+    status, (cfg, n, _) = _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first)
+    grads = (_grad_buffer(q), _grad_buffer(k), _grad_buffer(v), _grad_buffer(g), _grad_buffer(beta),
+             _grad_buffer(b), _grad_buffer(w), _grad_buffer(h0))
+    p = BwdParams(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
+                  _ptr(h0), saved.data_ptr(), saved.numel(), do.data_ptr(), _ptr(dht), *map(_ptr, grads))
+    if cu_seqlens is not None or q.is_cuda:
+        _set_pointers(p.cfg, q, cu_seqlens, cu_seqlens_cpu)
+    if n is None:   # a failed size query: the library's validation says why
+        _lib.check(status, p, L.rewy_validate_bwd)
     ws = torch.empty(max(n[2], 16), dtype=torch.uint8, device=q.device)
     p.workspace, p.workspace_bytes = ws.data_ptr(), n[2]
-    _lib.check(L.rewy_backward(byref(p)), p, L.rewy_validate_bwd)
-    return tuple(grads)
+    status = L.rewy_backward(byref(p))
+    if status != _lib.OK:
+        _lib.check(status, p, L.rewy_validate_bwd)
+    return grads
 
 
 # ------------------------------------------------------------------------------------------
@@ -145,24 +201,30 @@ def _save(ctx, tensors, options, output, eager):
     ctx.args, ctx.output_final_state = options[:6], options[6]
     ctx.eager = eager
     ctx.mark_non_differentiable(output[2])
+    if eager:   # no zero-filled gradients for unused outputs (the saved buffer's would be a memset of it)
+        ctx.set_materialize_grads(False)
 
 
 def _pullback(ctx, do, dht, _dsaved):
     q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved = ctx.saved_tensors
     dht = dht.contiguous() if ctx.output_final_state and dht is not None else None
-    run = backward if ctx.eager else torch.ops.rewy.chunk_bwd
-    grads = run(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do.to(q.dtype).contiguous(),
-                dht, *ctx.args)
+    if do is None:   # o unused (eagerly, gradients of unused outputs are not materialized)
+        do = torch.zeros_like(v, dtype=q.dtype, memory_format=torch.contiguous_format)
+    elif do.dtype != q.dtype:
+        do = do.to(q.dtype)
+    args = (q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do.contiguous(), dht, *ctx.args)
+    if ctx.eager:   # backward gives None where the input is None; then cu_seqlens, cu_seqlens_cpu, options
+        return backward(*args) + (None, None, None)
+    grads = torch.ops.rewy.chunk_bwd(*args)   # empty tensors stand for None
     grads = tuple(None if t is None else d for t, d in zip((q, k, v, g, beta, b, w, h0), grads))
-    # then cu_seqlens, cu_seqlens_cpu and the options (one tuple eagerly, 7 arguments in the op)
-    return grads + (None,) * (3 if ctx.eager else 9)
+    return grads + (None,) * 9   # cu_seqlens, cu_seqlens_cpu and the 7 options
 
 
 class _ChunkFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, options):
         tensors = (q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu)
-        output = forward(*tensors, *options)
+        output = _forward(*tensors, *options, False)
         _save(ctx, tensors, options, output, eager=True)
         return output
 
@@ -211,4 +273,4 @@ def apply(*inputs):
         return torch.ops.rewy.chunk_fwd(*inputs)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs[:8]):
         return _ChunkFunction.apply(*inputs[:10], inputs[10:])
-    return forward(*inputs)
+    return _forward(*inputs, False)

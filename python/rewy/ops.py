@@ -73,24 +73,25 @@ def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, 
                 f"{name}: {n} must be a 4-D tensor [B, T, {'H, K' if n == 'q' else 'HV, V'}] "
                 f"(got {list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__})")
     B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    if v.shape[:2] != q.shape[:2]:
+    Bv, Tv, HV, V = v.shape
+    if Bv != B or Tv != T:
         raise ValueError(f"{name}: v must be [B, T, HV, V] = [{B}, {T}, HV, V] (got {list(v.shape)})")
-    if q.dtype not in DTYPES:
+    dtype, device = q.dtype, q.device
+    if dtype not in DTYPES:
         raise TypeError(f"{name}: q must be float32, bfloat16 or float16 (got {q.dtype})")
     if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(f"{name}: cu_seqlens must be a torch.Tensor (got {type(cu_seqlens).__name__})")
     if cu_seqlens is not None and B != 1:
         raise ValueError(f"{name}: the batch size is expected to be 1 rather than {B} when using "
                          f"`cu_seqlens`; flatten variable-length inputs before processing")
-    # (name, tensor, expected shape or None, what its dtype must be)
+    # (name, tensor, expected shape or None, what its dtype must be); absent ones are skipped
     table = (("k", k, (B, T, H, K), "qkv"), ("v", v, None, "qkv"),
              ("g", g, (B, T, HV) if op == _lib.OP_GDN else (B, T, HV, K), "float"),
              ("beta", beta, (B, T, HV), "float"), ("b", b, (B, T, HV, K), "float"), ("w", w, (B, T, HV, V), "float"),
-             ("initial_state", initial_state, state_shape(q, v, cu_seqlens, state_v_first), "float"),
+             ("initial_state", initial_state,
+              None if initial_state is None else state_shape(q, v, cu_seqlens, state_v_first), "float"),
              ("A_log", A_log, None, "float"), ("dt_bias", dt_bias, None, "float"),
              ("cu_seqlens", cu_seqlens, None, "int"), ("cu_seqlens_cpu", cu_seqlens_cpu, None, "int"))
-    device = q.device
     for n, t, shape, kind in table:
         if t is None:
             continue
@@ -101,11 +102,13 @@ def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, 
                 raise TypeError(f"{name}: cu_seqlens_cpu must be a CPU tensor (got {t.device})")
         elif t.device != device:
             raise TypeError(f"{name}: all tensors must be on one device, but q is on {device} and {n} is on {t.device}")
-        if kind == "qkv" and t.dtype != q.dtype:
-            raise TypeError(f"{name}: q, k and v must have one dtype (q is {q.dtype}, {n} is {t.dtype})")
-        if kind == "float" and not t.is_floating_point():
-            raise TypeError(f"{name}: {n} must be a floating-point tensor (got {t.dtype})")
-        if kind == "int" and (t.dtype not in (torch.int32, torch.int64) or t.dim() != 1 or t.shape[0] < 2):
+        if kind == "qkv":
+            if t.dtype != dtype:
+                raise TypeError(f"{name}: q, k and v must have one dtype (q is {q.dtype}, {n} is {t.dtype})")
+        elif kind == "float":
+            if not t.is_floating_point():
+                raise TypeError(f"{name}: {n} must be a floating-point tensor (got {t.dtype})")
+        elif t.dtype not in (torch.int32, torch.int64) or t.dim() != 1 or t.shape[0] < 2:
             raise (ValueError if t.dtype in (torch.int32, torch.int64) else TypeError)(
                 f"{name}: {n} must be a 1-D int32 or int64 tensor [N+1] (got {t.dtype} {list(t.shape)})")
         if shape is not None and t.shape != shape:
@@ -172,6 +175,15 @@ def _unsupported(name, **options):
 # ------------------------------------------------------------------------------------------
 # the one generic function behind the four operators
 
+def _to(t, dtype):
+    """t.to(dtype).contiguous(), skipping the .to() call where it changes nothing (it costs a dispatch)."""
+    if t is None:
+        return None
+    if t.dtype != dtype:
+        t = t.to(dtype)
+    return t.contiguous()
+
+
 def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=None, initial_state=None,
                 output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                 A_log=None, dt_bias=None, lower_bound=None, safe_gate=False, use_beta_sigmoid_in_kernel=False,
@@ -188,10 +200,10 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
         g = gate(g, A_log, dt_bias, lower_bound) if use_gate_in_kernel else g.float()
     if beta is not None and use_beta_sigmoid_in_kernel:
         beta = beta_activation(beta, allow_neg_eigval)
-    beta, b, w = (None if t is None else t.to(q.dtype).contiguous() for t in (beta, b, w))
+    beta, b, w = _to(beta, q.dtype), _to(b, q.dtype), _to(w, q.dtype)
     h0 = None if initial_state is None else initial_state.float().contiguous()
     if cu_seqlens is not None:
-        cu_seqlens = cu_seqlens.to(torch.int32).contiguous()
+        cu_seqlens = _to(cu_seqlens, torch.int32)
         if q.is_cuda:   # the CUDA backend plans from a host copy; without one this syncs
             cu_seqlens_cpu = (cu_seqlens.cpu() if cu_seqlens_cpu is None else cu_seqlens_cpu).to(torch.int32)
         else:

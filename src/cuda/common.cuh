@@ -22,18 +22,13 @@ namespace rewy_cuda {
 
 constexpr int MAXBT = 64;     /* largest chunk; smem tiles have this many rows */
 constexpr int LDN = MAXBT + 4; /* leading dimension of n×n tiles (pad ≡ 4 mod 32: ≤ 2-way bank conflicts) */
-constexpr int BV = 32;        /* value-column tile of the scans and the pullback */
-constexpr int LDV = BV + 4;
-constexpr int LDVT = BV + 8;  /* V tiles kept in the input type (16-B rows) */
+constexpr int BV = 32;        /* value-column tile of the scans */
 constexpr int LDA = MAXBT + 8; /* scans: n×n tiles (≡ 8 mod 32 words: conflict-free paired loads) */
 constexpr int LDX = MAXBT + 8; /* scans: transposed [BV][token] tiles */
 /* scans: K/Q tiles in the input type; transposed state tiles [BV][Kp+8] fp32 */
 template <class T> __host__ __device__ inline int scan_ldk(int Kp) { return Kp + (sizeof(T) == 4 ? 4 : 8); }
 template <class T> __host__ __device__ inline int scan_ldvt() { return sizeof(T) == 4 ? BV + 4 : BV + 8; }
 __host__ __device__ inline int scan_lds(int Kp) { return Kp + 8; }
-constexpr int BK = 32;        /* key-column tile of the pullback */
-constexpr int LDK = BK + 4;
-constexpr int LDKT = BK + 8;  /* K tiles kept in the input type */
 constexpr int WBAR_SMEM_MAX_KP = 128; /* WY pullback: W̄ in shared memory up to this K (2-byte inputs), else workspace */
 __host__ __device__ inline bool wbar_in_smem(int Kp, int elem_bytes) { return Kp <= WBAR_SMEM_MAX_KP && elem_bytes == 2; }
 
@@ -221,19 +216,6 @@ __device__ __forceinline__ void copy_tile(T *dst, int ldd, int rows, int ncols, 
     }
 }
 
-/* Load rows [0, 64) × cols [c0, c0+ncols) of a token-major array into smem (fp32, row stride ldd), zero outside
- * rows < n and cols < cmax; each value multiplied by mul. src points at row 0, column 0; rs = row stride. */
-template <class T>
-__device__ __forceinline__ void load_tile(float *dst, int ldd, int ncols, const T *src, size_t rs, int n, int c0,
-                                          int cmax, float mul = 1.f) {
-    for (int e = threadIdx.x; e < MAXBT * ncols; e += blockDim.x) {
-        const int i = e / ncols, j = e - i * ncols, c = c0 + j;
-        float x = 0.f;
-        if (i < n && c < cmax) x = ld<T>(src + (size_t)i * rs + c) * mul;
-        dst[i * ldd + j] = x;
-    }
-}
-
 /* Opt a kernel into the device's largest dynamic shared memory, once per kernel and device, so that
  * later launches (e.g. under stream capture) issue no attribute calls. Fails if smem exceeds it. */
 template <auto kern>
@@ -263,6 +245,5 @@ __device__ __forceinline__ size_t st_idx(const Prob &p, int kk, int vv) {
 
 } // namespace rewy_cuda
 
-#define REWY_CUDA_SMEM_ALIGN(x) (((x) + 3) & ~3)
 
 #endif

@@ -31,7 +31,8 @@ cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, c
 
 /* pullback.cu: per chunk, the local pullback (ReWY: 3 products, or the 7-product WY graph) fused with
  * the output-gradient consumers, Gram elimination for ḡ, the reverse in-chunk cumsum of ḡ and the
- * GVA group sums of q̄, k̄. Wbar: WY scratch [NC*HV][BT][Kp] (used only when Kp > WBAR_SMEM_MAX_KP); acc: GVA scratch 2×[NC*H][64][Kp]. */
+ * GVA group sums of q̄, k̄. Wbar: WY scratch [NC*HV][BT][Kp] (used only when !wbar_in_smem);
+ * acc: GVA scratch 2×[NC*H][BT][Kp] (used only when HV > H). */
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                             const void *beta, const float *GB, const float *A, const void *do_,
                             const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, int wy,

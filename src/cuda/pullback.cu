@@ -15,7 +15,10 @@
  *   dv = β P,  dβ = ⟨k, −γ Xp + T1⟩ + ⟨P, v⟩                 (exact at β = 0)
  *   Ḡ  = ⟨k, −βγ Xp + β T1 − T2 − T4 − e^{G_n−G} Xf⟩ + ⟨Q, γ Xo + T3⟩,
  *   Ḡ_{n} += γ_n ⟨S̄⁺, S_c⟩ + Σ_j e^{G_n−G_j} ⟨k_j, Xf_j⟩,   dg = reverse cumsum of Ḡ in the chunk.
- * Tiles: V in 32-column slabs, K in 32-column slabs; all products on the tensor cores (tf32). */
+ * Tiles: V in 64-column slabs; K in 64-column slabs (32 for WY and for fp32 inputs, to fit shared
+ * memory). Every product runs on the tensor cores (tf32) and its epilogue adds its terms straight
+ * into four [64][bk] accumulators (k̄, q̄, and per-element β̄ and Ḡ terms), so no product result is
+ * kept; row sums at the end of each K slab are deterministic (fixed lanes, no atomics). */
 #include "kernels.cuh"
 
 namespace rewy_cuda {

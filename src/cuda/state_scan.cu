@@ -4,7 +4,9 @@
  *   S  ← Λ S + Fᵀ R             F_j = k_j e^{G_n − G_j}
  * One block per (sequence, value head, 32-column tile of V); the state tile S (K×32, fp32) lives in
  * shared memory across the chunks of its sequence. Columns of S are independent, so V tiles run in
- * parallel. Also used by the backward (policy R) to recompute S_c and R (o = NULL). */
+ * parallel. Also used by the backward (policy R) to recompute S_c and R (o = NULL).
+ * Loads go through cp.async and are issued for chunk c+1 as soon as chunk c has consumed the buffer
+ * (K and Q alternate between two buffers), so only the first chunk's loads are exposed. */
 #include "kernels.cuh"
 
 namespace rewy_cuda {
