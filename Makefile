@@ -1,14 +1,16 @@
 # rewy: build, check, benchmark, test.
 #   make run        build, `rewy check` + `rewy bench` on the default suite (GPU suite when one is present)
 #   make test       C tests (plain and ASan+UBSan), CUDA compile check, Python tests (CPU)
-#   make test-cuda  device tests (needs a GPU)
+#   make test-cuda  device tests (needs a GPU; BLAS=0 where OpenBLAS cannot be installed)
 # System packages (OpenBLAS) are installed by `make deps` when missing.
 
+SHELL   := /bin/bash
 CC      ?= cc
 NVCC    ?= nvcc
 PYTHON  ?= python3
 BUILD   ?= build
 CUDA    ?= 0
+BLAS    ?= 1      # 0: no OpenBLAS (plain-loop products), e.g. on a machine without a network
 
 WARN     = -Wall -Wextra -Werror
 CFLAGS_BASE = -std=c11 $(WARN) -fPIC -fopenmp -Iinclude -Isrc
@@ -16,7 +18,12 @@ CFLAGS  ?= -O2 -g
 # OpenBLAS's OpenMP build: called inside our OpenMP regions it runs single-threaded,
 # where the pthread build would oversubscribe the cores.
 BLASDIR  = /usr/lib/x86_64-linux-gnu/openblas-openmp
+ifeq ($(BLAS),1)
 LDLIBS   = -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm -fopenmp
+else
+CFLAGS_BASE += -DREWY_NO_CBLAS
+LDLIBS   = -lm -fopenmp
+endif
 SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
 NVFLAGS  = -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -Isrc \
@@ -35,7 +42,8 @@ ASAN_OBJ = $(patsubst %.c,$(BUILD)/asan/%.o,$(LIB_SRC))
 CU_OBJ   = $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
 
 ifeq ($(CUDA),1)
-CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell which $(NVCC)))
+# /usr/local/cuda when present: `which nvcc` may find a wrapper script outside the toolkit
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) $(patsubst %/bin/nvcc,%,$(shell which $(NVCC))))
 CFLAGS_BASE += -DREWY_WITH_CUDA
 LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
@@ -48,7 +56,7 @@ all: lib $(BUILD)/rewy
 lib: deps $(BUILD)/librewy.a $(BUILD)/librewy.so
 
 deps:
-	@test -f $(BLASDIR)/libopenblas.so || \
+	@test "$(BLAS)" != 1 || test -f $(BLASDIR)/libopenblas.so || \
 	  { echo "installing libopenblas-openmp-dev"; (apt-get install -y -q libopenblas-openmp-dev >/dev/null 2>&1 || \
 	    (apt-get update -q >/dev/null && apt-get install -y -q libopenblas-openmp-dev >/dev/null)); }
 
@@ -113,7 +121,10 @@ test-python: lib
 test-cuda:
 	$(MAKE) CUDA=1 BUILD=build/cuda-on lib
 	$(MAKE) CUDA=1 BUILD=build/cuda-on $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c))
-	@set -e; for t in $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c)); do echo "== $$t"; $$t; done
+	@set -eo pipefail; for t in $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c)); do echo "== $$t"; $$t; \
+	  echo "== $$t --quick under compute-sanitizer memcheck, racecheck"; \
+	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
+	  REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; done
 
 build/cuda-on/tests/cuda/%: tests/cuda/%.c build/cuda-on/librewy.a
 	@mkdir -p $(dir $@)

@@ -72,7 +72,8 @@ def measure(B=1, T=16, H=1, K=16, V=16, repeat=1000, warmup=100, device="cpu", r
 
     # rewy's backward function called directly on a recorded node (the node is the ctx), with
     # the gradients the engine hands it: do, and None for the unused final state and saved buffer
-    node = chunk_gated_delta_rule(*leaves)[0].grad_fn
+    state["direct_o"] = chunk_gated_delta_rule(*leaves)[0]   # kept alive with its graph
+    node = state["direct_o"].grad_fn
     assert isinstance(node, _core._ChunkFunction._backward_cls), type(node)
 
     def direct_backward():

@@ -2,8 +2,10 @@
  * vector form of MATH §2, the decayed products of §6/§7, products and the inverse. */
 #include <math.h>
 #include <string.h>
-#include <cblas.h>
 #include <omp.h>
+#ifndef REWY_NO_CBLAS
+#include <cblas.h>
+#endif
 
 #include "cpu/chunk.h"
 #include "dtype.h"
@@ -169,11 +171,23 @@ void mm(int transA, int transB, int M, int N, int Kd, float alpha, const float *
     if (M <= 0 || N <= 0) return;
     if (Kd <= 0) {
         for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[i * ldc + j] *= beta;
+            for (int j = 0; j < N; j++) C[i * ldc + j] = beta != 0.0f ? beta * C[i * ldc + j] : 0.0f;
         return;
     }
+#ifndef REWY_NO_CBLAS
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                 M, N, Kd, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    /* Built without BLAS (BLAS=0): the same product as plain loops, for machines without it. */
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float s = 0.0f;
+            for (int l = 0; l < Kd; l++)
+                s += (transA ? A[l * lda + i] : A[i * lda + l]) * (transB ? B[j * ldb + l] : B[l * ldb + j]);
+            /* beta = 0 overwrites (as BLAS does): C may hold garbage or NaN */
+            C[i * ldc + j] = alpha * s + (beta != 0.0f ? beta * C[i * ldc + j] : 0.0f);
+        }
+#endif
 }
 
 void unit_lower_inverse(int n, const float *L, float *A) {
