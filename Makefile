@@ -10,7 +10,8 @@ NVCC    ?= nvcc
 PYTHON  ?= python3
 BUILD   ?= build
 CUDA    ?= 0
-BLAS    ?= 1      # 0: no OpenBLAS (plain-loop products), e.g. on a machine without a network
+# BLAS=0: no OpenBLAS (plain-loop products), for a machine that cannot install it
+BLAS    ?= 1
 
 WARN     = -Wall -Wextra -Werror
 CFLAGS_BASE = -std=c11 $(WARN) -fPIC -fopenmp -Iinclude -Isrc
@@ -97,7 +98,9 @@ run: all
 	$(BUILD)/rewy check
 	$(BUILD)/rewy bench
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-	  $(MAKE) CUDA=1 BUILD=build/cuda-on && REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so $(PYTHON) bench/bench_gpu.py; fi
+	  $(MAKE) CUDA=1 BUILD=build/cuda-on lib && \
+	  impl=rewy; $(PYTHON) -c "import fla" 2>/dev/null && impl=rewy,fla; \
+	  FLA_DISABLE_BACKEND_DISPATCH=1 REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so $(PYTHON) bench/bench_gpu.py --impl $$impl; fi
 
 test: test-c test-asan cuda-compile test-python
 

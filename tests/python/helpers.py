@@ -59,7 +59,7 @@ def run(op, inputs, dtype=torch.float32, device="cpu", seed=1, output_final_stat
     `inputs` under the loss Σ o⊙do + Σ ht⊙dht with Gaussian do and dht (× 0.1)."""
     leaves = {n: t.to(device, torch.float32 if n in FP32_INPUTS else dtype).requires_grad_()
               for n, t in inputs.items()}
-    ref_leaves = {n: t.detach().double().requires_grad_() for n, t in leaves.items()}
+    ref_leaves = {n: t.detach().cpu().double().requires_grad_() for n, t in leaves.items()}
     ref_kwargs = {n: kwargs[n] for n in ("scale", "cu_seqlens", "use_qk_l2norm_in_kernel", "use_gate_in_kernel",
                                          "lower_bound", "use_beta_sigmoid_in_kernel", "allow_neg_eigval",
                                          "state_v_first") if n in kwargs}

@@ -24,12 +24,12 @@ def test_cuda_matches_reference_varlen_gva(op):
 
 
 def test_runs_on_the_current_stream():
-    x = {n: t.float().cuda() for n, t in make_inputs("kda", T=300).items()}
-    expected, _ = rewy.chunk_kda(**x)
+    x = {n: t.float().cuda() for n, t in make_inputs("gdn", T=300).items()}
+    expected, _ = rewy.chunk_gated_delta_rule(**x)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        o, _ = rewy.chunk_kda(**x)
+        o, _ = rewy.chunk_gated_delta_rule(**x)
     torch.cuda.current_stream().wait_stream(side)
     assert torch.equal(o, expected)
 
