@@ -14,7 +14,8 @@ CUDA    ?= 0
 BLAS    ?= 1
 
 WARN     = -Wall -Wextra -Werror
-CFLAGS_BASE = -std=c11 $(WARN) -fPIC -fopenmp -Iinclude -Isrc
+# -fno-trapping-math: we never use FP exceptions; it lets compare-selects vectorise
+CFLAGS_BASE = -std=c11 $(WARN) -fPIC -fopenmp -fno-trapping-math -Iinclude -Isrc
 CFLAGS  ?= -O2 -g
 # OpenBLAS's OpenMP build: called inside our OpenMP regions it runs single-threaded,
 # where the pthread build would oversubscribe the cores.
@@ -61,11 +62,11 @@ deps:
 	  { echo "installing libopenblas-openmp-dev"; (apt-get install -y -q libopenblas-openmp-dev >/dev/null 2>&1 || \
 	    (apt-get update -q >/dev/null && apt-get install -y -q libopenblas-openmp-dev >/dev/null)); }
 
-$(BUILD)/%.o: %.c $(HDRS)
+$(BUILD)/%.o: %.c $(HDRS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/asan/%.o: %.c $(HDRS)
+$(BUILD)/asan/%.o: %.c $(HDRS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -O1 -g $(SAN) -c $< -o $@
 
@@ -94,9 +95,14 @@ $(BUILD)/asan/tests/%: tests/%.c $(BUILD)/asan/librewy.a $(wildcard tests/*.h)
 	$(CC) $(CFLAGS_BASE) -O1 -g $(SAN) -Itests $< $(BUILD)/asan/librewy.a $(LDLIBS) $(SAN) -o $@
 
 # The main job: check the chunk paths against the oracle, then benchmark.
+# OpenBLAS 0.3.21 does not recognise recent Xeons and falls back to its SSE3 (Prescott)
+# kernels, 2-3x slower; name the core from the CPU's flags unless the caller did.
+BLAS_CORE = $(shell grep -q -w avx512f /proc/cpuinfo 2>/dev/null && echo SkylakeX || \
+              (grep -q -w avx2 /proc/cpuinfo 2>/dev/null && echo Haswell))
+
 run: all
 	$(BUILD)/rewy check
-	$(BUILD)/rewy bench
+	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  $(MAKE) CUDA=1 BUILD=build/cuda-on lib && \
 	  impl=rewy; $(PYTHON) -c "import fla" 2>/dev/null && impl=rewy,fla; \

@@ -154,27 +154,42 @@ static rewy_status sizes(const rewy_config *c, size_t *saved, size_t *fwd, size_
     return REWY_OK;
 }
 
-static rewy_status validate_fwd(const rewy_fwd_params *p, err e) {
-    if (!p) return fail(e, REWY_ERR_NULL_POINTER, "params must not be NULL");
-    rewy_status s = check_config(&p->cfg, e);
-    if (s) return s;
-    const rewy_config *c = &p->cfg;
+/* The forward's inputs, checked alike by both calls. */
+static rewy_status check_inputs(const rewy_config *c, const void *q, const void *k, const void *v, const float *g,
+                                const void *beta, const void *b, const void *w, const float *h0, err e) {
     const int gated = c->op != REWY_OP_DELTANET, gdn2 = c->op == REWY_OP_GDN2;
     const size_t el = elem(c);
     const tensor_arg t[] = {
-        {"q", p->q, el, 1, 1, 0}, {"k", p->k, el, 1, 1, 0}, {"v", p->v, el, 1, 1, 0},
-        {"g", p->g, 4, gated, gated, 1}, {"beta", p->beta, el, !gdn2, !gdn2, 1},
-        {"b", p->b, el, gdn2, gdn2, 1}, {"w", p->w, el, gdn2, gdn2, 1},
-        {"h0", p->h0, 4, 0, 1, 0}, {"o", p->o, el, 1, 1, 0}, {"ht", p->ht, 4, 0, 1, 0},
+        {"q", q, el, 1, 1, 0}, {"k", k, el, 1, 1, 0}, {"v", v, el, 1, 1, 0},
+        {"g", g, 4, gated, gated, 1}, {"beta", beta, el, !gdn2, !gdn2, 1},
+        {"b", b, el, gdn2, gdn2, 1}, {"w", w, el, gdn2, gdn2, 1}, {"h0", h0, 4, 0, 1, 0}};
+    return check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e);
+}
+
+/* saved and workspace against their size queries; `pass` 1 = forward, 2 = backward. */
+static rewy_status check_sizes(const rewy_config *c, size_t saved_bytes, size_t ws_bytes, int pass, err e) {
+    size_t need[3];
+    sizes(c, &need[0], &need[1], &need[2]);
+    if (saved_bytes < need[0])
+        return fail(e, REWY_ERR_WORKSPACE, "saved_bytes %zu < rewy_saved_size %zu", saved_bytes, need[0]);
+    if (ws_bytes < need[pass])
+        return fail(e, REWY_ERR_WORKSPACE, "workspace_bytes %zu < rewy_%s_workspace_size %zu", ws_bytes,
+                    pass == 1 ? "fwd" : "bwd", need[pass]);
+    return REWY_OK;
+}
+
+static rewy_status validate_fwd(const rewy_fwd_params *p, err e) {
+    if (!p) return fail(e, REWY_ERR_NULL_POINTER, "params must not be NULL");
+    const rewy_config *c = &p->cfg;
+    rewy_status s = check_config(c, e);
+    if (!s) s = check_inputs(c, p->q, p->k, p->v, p->g, p->beta, p->b, p->w, p->h0, e);
+    if (s) return s;
+    const size_t el = elem(c);
+    const tensor_arg t[] = {
+        {"o", p->o, el, 1, 1, 0}, {"ht", p->ht, 4, 0, 1, 0},
         {"saved", p->saved, 16, 1, 1, 0}, {"workspace", p->workspace, 16, 1, 1, 0}};
     if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
-    size_t need_saved, need_ws;
-    sizes(c, &need_saved, &need_ws, NULL);
-    if (p->saved_bytes < need_saved)
-        return fail(e, REWY_ERR_WORKSPACE, "saved_bytes %zu < rewy_saved_size %zu", p->saved_bytes, need_saved);
-    if (p->workspace_bytes < need_ws)
-        return fail(e, REWY_ERR_WORKSPACE, "workspace_bytes %zu < rewy_fwd_workspace_size %zu", p->workspace_bytes, need_ws);
-    return REWY_OK;
+    return check_sizes(c, p->saved_bytes, p->workspace_bytes, 1, e);
 }
 
 /* The CPU saved buffer starts with the forward's config; the backward must match it. */
@@ -185,12 +200,13 @@ static rewy_status check_saved_header(const rewy_bwd_params *p, err e) {
     problem_init(&pb, &p->cfg);
     if (memcmp(h.magic, "rewyCPU", 8) != 0)
         return fail(e, REWY_ERR_MISMATCH, "saved: not written by rewy_forward (CPU)");
+    const problem *f0 = &h.pb;
     const struct { const char *name; double fwd, bwd; } f[] = {
-        {"op", h.op, pb.op}, {"dtype", h.dtype, pb.dt}, {"B", h.B, pb.B}, {"T", h.T, pb.T},
-        {"H", h.H, pb.H}, {"HV", h.HV, pb.HV}, {"K", h.K, pb.K}, {"V", h.V, pb.V},
-        {"chunk_size", h.BT, pb.BT}, {"policy", h.policy, pb.policy},
-        {"state_v_first", h.state_v_first, pb.state_v_first}, {"num_seqs", h.N, pb.N},
-        {"scale", h.scale, pb.scale}};
+        {"op", f0->op, pb.op}, {"dtype", f0->dt, pb.dt}, {"B", f0->B, pb.B}, {"T", f0->T, pb.T},
+        {"H", f0->H, pb.H}, {"HV", f0->HV, pb.HV}, {"K", f0->K, pb.K}, {"V", f0->V, pb.V},
+        {"chunk_size", f0->BT, pb.BT}, {"policy", f0->policy, pb.policy},
+        {"state_v_first", f0->state_v_first, pb.state_v_first}, {"num_seqs", f0->N, pb.N},
+        {"scale", f0->scale, pb.scale}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].fwd != f[i].bwd)
             return fail(e, REWY_ERR_MISMATCH, "%s differs from the forward's (%g here, %g in saved)",
@@ -202,27 +218,20 @@ static rewy_status check_saved_header(const rewy_bwd_params *p, err e) {
 
 static rewy_status validate_bwd(const rewy_bwd_params *p, err e) {
     if (!p) return fail(e, REWY_ERR_NULL_POINTER, "params must not be NULL");
-    rewy_status s = check_config(&p->cfg, e);
-    if (s) return s;
     const rewy_config *c = &p->cfg;
+    rewy_status s = check_config(c, e);
+    if (!s) s = check_inputs(c, p->q, p->k, p->v, p->g, p->beta, p->b, p->w, p->h0, e);
+    if (s) return s;
     const int gated = c->op != REWY_OP_DELTANET, gdn2 = c->op == REWY_OP_GDN2;
     const size_t el = elem(c);
     const tensor_arg t[] = {
-        {"q", p->q, el, 1, 1, 0}, {"k", p->k, el, 1, 1, 0}, {"v", p->v, el, 1, 1, 0},
-        {"g", p->g, 4, gated, gated, 1}, {"beta", p->beta, el, !gdn2, !gdn2, 1},
-        {"b", p->b, el, gdn2, gdn2, 1}, {"w", p->w, el, gdn2, gdn2, 1}, {"h0", p->h0, 4, 0, 1, 0},
         {"saved", p->saved, 16, 1, 1, 0}, {"do_", p->do_, el, 1, 1, 0}, {"dht", p->dht, 4, 0, 1, 0},
         {"dq", p->dq, el, 1, 1, 0}, {"dk", p->dk, el, 1, 1, 0}, {"dv", p->dv, el, 1, 1, 0},
         {"dg", p->dg, 4, gated, gated, 0}, {"dbeta", p->dbeta, el, !gdn2, !gdn2, 0},
         {"db", p->db, el, gdn2, gdn2, 0}, {"dw", p->dw, el, gdn2, gdn2, 0},
         {"dh0", p->dh0, 4, p->h0 != NULL, 1, 0}, {"workspace", p->workspace, 16, 1, 1, 0}};
     if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
-    size_t need_saved, need_ws;
-    sizes(c, &need_saved, NULL, &need_ws);
-    if (p->saved_bytes < need_saved)
-        return fail(e, REWY_ERR_WORKSPACE, "saved_bytes %zu < rewy_saved_size %zu", p->saved_bytes, need_saved);
-    if (p->workspace_bytes < need_ws)
-        return fail(e, REWY_ERR_WORKSPACE, "workspace_bytes %zu < rewy_bwd_workspace_size %zu", p->workspace_bytes, need_ws);
+    if ((s = check_sizes(c, p->saved_bytes, p->workspace_bytes, 2, e))) return s;
     if (c->backend == REWY_BACKEND_CPU) return check_saved_header(p, e);
     return REWY_OK;
 }

@@ -73,4 +73,26 @@ static inline void rewy_store(void *p, rewy_dtype t, size_t i, float x) {
     }
 }
 
+/* n consecutive elements from offset off, as floats / stored from floats. The type switch
+ * sits outside the loop so each loop vectorises. */
+static inline void rewy_load_n(float *dst, const void *src, rewy_dtype t, size_t off, int n) {
+    const uint16_t *h = (const uint16_t *)src + off;
+    switch (t) {
+    case REWY_BF16:
+#pragma omp simd
+        for (int i = 0; i < n; i++) dst[i] = rewy_bf16_to_f32(h[i]);
+        break;
+    case REWY_F16: for (int i = 0; i < n; i++) dst[i] = rewy_f16_to_f32(h[i]); break;
+    default: memcpy(dst, (const float *)src + off, sizeof(float) * (size_t)n); break;
+    }
+}
+
+static inline void rewy_store_n(void *dst, rewy_dtype t, size_t off, const float *src, int n) {
+    switch (t) {
+    case REWY_BF16: for (int i = 0; i < n; i++) ((uint16_t *)dst)[off + i] = rewy_f32_to_bf16(src[i]); break;
+    case REWY_F16: for (int i = 0; i < n; i++) ((uint16_t *)dst)[off + i] = rewy_f32_to_f16(src[i]); break;
+    default: memcpy((float *)dst + off, src, sizeof(float) * (size_t)n); break;
+    }
+}
+
 #endif

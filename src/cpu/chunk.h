@@ -41,6 +41,7 @@ typedef struct chunk {
     float *Gam;    /* n×n  exp(G_i − G_j), i ≥ j (scalar mode) */
     float *alpha;  /* n×K  exp(G − c) (centered mode) */
     float *kz;     /* n×K  k ⊙ exp(c − G) = k ⊙ ζ (centered mode) */
+    float *lo, *hi, *mid; /* K  range of G per feature and its midpoint, the center c */
 } chunk;
 
 /* Where one sequence lives in the packed token axis. */
@@ -104,11 +105,11 @@ size_t rewy_cpu_bwd_workspace_size(const rewy_config *cfg);
 rewy_status rewy_cpu_forward(const rewy_fwd_params *p);
 rewy_status rewy_cpu_backward(const rewy_bwd_params *p);
 
-/* Saved-buffer header: lets the backward check it got the forward's config. */
+/* Saved-buffer header: the forward's resolved problem, so the backward can check that it
+ * got the same config (api.c). Padded to SAVED_HEADER_BYTES. */
 typedef struct saved_header {
     char magic[8];
-    int op, dtype, B, T, H, HV, K, V, BT, policy, state_v_first, N;
-    float scale;
+    problem pb;
     int has_h0;
 } saved_header;
 #define SAVED_HEADER_BYTES 128

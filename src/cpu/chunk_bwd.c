@@ -236,12 +236,11 @@ rewy_status rewy_cpu_backward(const rewy_bwd_params *p) {
             }
             if (p->dh0) state_store(&pb, Sb, p->dh0 + (size_t)sh * KV);
         }
-        for (int t = 0; t < sp.len; t++)
-            for (int d = 0; d < K; d++) {
-                size_t off = ((size_t)(sp.tok0 + t) * pb.H + h) * K + d;
-                rewy_store(p->dq, pb.dt, off, hg.dq[(size_t)t * K + d]);
-                rewy_store(p->dk, pb.dt, off, hg.dk[(size_t)t * K + d]);
-            }
+        for (int t = 0; t < sp.len; t++) {
+            const size_t off = ((size_t)(sp.tok0 + t) * pb.H + h) * K;
+            rewy_store_n(p->dq, pb.dt, off, hg.dq + (size_t)t * K, K);
+            rewy_store_n(p->dk, pb.dt, off, hg.dk + (size_t)t * K, K);
+        }
     }
     return REWY_OK;
 }

@@ -18,8 +18,8 @@ float *arena_floats(arena *a, size_t n) {
 }
 
 size_t chunk_floats(int BT, int K, int V) {
-    /* 12 n×K, 3 n×V, Γ, Λ, plus 64 B rounding per buffer */
-    return (size_t)BT * (12 * (size_t)K + 3 * (size_t)V + (size_t)BT) + (size_t)K + 15 * 16;
+    /* 12 n×K, 3 n×V, Γ, Λ and three K-vectors, plus 64 B rounding per buffer */
+    return (size_t)BT * (12 * (size_t)K + 3 * (size_t)V + (size_t)BT) + 4 * (size_t)K + 20 * 16;
 }
 
 void chunk_alloc(chunk *c, arena *a, int BT, int K, int V) {
@@ -43,6 +43,9 @@ void chunk_alloc(chunk *c, arena *a, int BT, int K, int V) {
     c->Z = arena_floats(a, nv);
     c->Gam = arena_floats(a, (size_t)BT * BT);
     c->lam = arena_floats(a, (size_t)K);
+    c->lo = arena_floats(a, (size_t)K);
+    c->hi = arena_floats(a, (size_t)K);
+    c->mid = arena_floats(a, (size_t)K);
 }
 
 int problem_init(problem *pb, const rewy_config *cfg) {
@@ -86,14 +89,25 @@ seq_span problem_seq(const problem *pb, const rewy_config *cfg, int s) {
     return sp;
 }
 
-/* Smallest and largest G of feature d over the chunk's rows. */
-static void gate_range(const chunk *c, int d, float *lo, float *hi) {
-    *lo = *hi = c->G[d];
-    for (int i = 1; i < c->n; i++) {
-        float x = c->G[i * c->K + d];
-        *lo = x < *lo ? x : *lo;
-        *hi = x > *hi ? x : *hi;
-    }
+/* e^x, written so that a loop of it vectorises (libm's expf is a call per element):
+ * x = m ln2 + r with |r| ≤ ln2/2, e^r by Cephes' degree-7 polynomial (relative error about
+ * 1e-7, as expf), 2^m built in the exponent bits. Below −87 it returns 0 (expf gives a
+ * denormal there, far below anything the chunk sums can see). */
+static inline float exp_fast(float x) {
+    const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float m = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    const float r = xc - m * 0.693359375f + m * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const int32_t bits = ((int32_t)m + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return x < -87.0f ? 0.0f : p * scale;
 }
 
 void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void *q, const void *k,
@@ -101,22 +115,28 @@ void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void 
     const int K = pb->K, V = pb->V, HV = pb->HV, h = hv / (pb->HV / pb->H);
     c->n = n;
     for (int i = 0; i < n; i++) {
-        long t = t0 + i;
-        size_t qk_off = ((size_t)t * pb->H + h) * K, hk = ((size_t)t * HV + hv) * K;
-        size_t hv_off = ((size_t)t * HV + hv) * V, hs = (size_t)t * HV + hv;
-        float bt = beta ? rewy_load(beta, pb->dt, hs) : 0.0f;
+        const long t = t0 + i;
+        const size_t qk_off = ((size_t)t * pb->H + h) * K, hk = ((size_t)t * HV + hv) * K;
+        const size_t hv_off = ((size_t)t * HV + hv) * V, hs = (size_t)t * HV + hv;
+        float *qi = c->q + (size_t)i * K, *bi = c->b + (size_t)i * K, *Gi = c->G + (size_t)i * K;
+        float *vi = c->v + (size_t)i * V, *wi = c->w + (size_t)i * V;
+        const float bt = beta ? rewy_load(beta, pb->dt, hs) : 0.0f;
+        rewy_load_n(qi, q, pb->dt, qk_off, K);
+        rewy_load_n(c->k + (size_t)i * K, k, pb->dt, qk_off, K);
+        rewy_load_n(vi, v, pb->dt, hv_off, V);
+        if (b) rewy_load_n(bi, b, pb->dt, hk, K);
+        if (w) rewy_load_n(wi, w, pb->dt, hv_off, V);
+        for (int d = 0; d < K; d++) qi[d] *= pb->scale;
+        if (!b)
+            for (int d = 0; d < K; d++) bi[d] = bt;
+        if (!w)
+            for (int e = 0; e < V; e++) wi[e] = bt;
+        for (int e = 0; e < V; e++) c->Z[(size_t)i * V + e] = wi[e] * vi[e];
+        /* chunk-local cumulative log decay G (resets at each chunk) */
+        const float *Gprev = i ? Gi - K : NULL;
         for (int d = 0; d < K; d++) {
-            c->q[i * K + d] = pb->scale * rewy_load(q, pb->dt, qk_off + d);
-            c->k[i * K + d] = rewy_load(k, pb->dt, qk_off + d);
-            c->b[i * K + d] = b ? rewy_load(b, pb->dt, hk + d) : bt;
-            /* chunk-local cumulative log decay G (resets at each chunk) */
-            float gi = !g ? 0.0f : pb->vector_gate ? g[hk + d] : g[hs];
-            c->G[i * K + d] = (i ? c->G[(i - 1) * K + d] : 0.0f) + gi;
-        }
-        for (int e = 0; e < V; e++) {
-            c->v[i * V + e] = rewy_load(v, pb->dt, hv_off + e);
-            c->w[i * V + e] = w ? rewy_load(w, pb->dt, hv_off + e) : bt;
-            c->Z[i * V + e] = c->w[i * V + e] * c->v[i * V + e];
+            const float gi = !g ? 0.0f : pb->vector_gate ? g[hk + d] : g[hs];
+            Gi[d] = (Gprev ? Gprev[d] : 0.0f) + gi;
         }
     }
     /* Factors that stay bounded for log gates ≤ 0: E = b⊙k⊙γ, Q_g = q⊙γ, F = k⊙e^{G_n−G}.
@@ -125,45 +145,61 @@ void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void 
     for (int d = 0; d < K; d++) c->lam[d] = expf(Gn[d]);
     for (int i = 0; i < n; i++) {
         const float *Gi = c->G + (size_t)i * K;
-        const float row_gam = expf(Gi[0]), row_tail = expf(Gn[0] - Gi[0]);
-        for (int d = 0; d < K; d++) {
-            int x = i * K + d;
-            c->gam[x] = pb->vector_gate ? expf(Gi[d]) : row_gam;
-            c->tail[x] = pb->vector_gate ? expf(Gn[d] - Gi[d]) : row_tail;
-            c->be[x] = c->b[x] * c->k[x];
-            c->E[x] = c->be[x] * c->gam[x];
-            c->Qg[x] = c->q[x] * c->gam[x];
-            c->F[x] = c->k[x] * c->tail[x];
+        float *gam = c->gam + (size_t)i * K, *tail = c->tail + (size_t)i * K;
+        if (pb->vector_gate) {
+#pragma omp simd
+            for (int d = 0; d < K; d++) {
+                gam[d] = exp_fast(Gi[d]);
+                tail[d] = exp_fast(Gn[d] - Gi[d]);
+            }
+        } else {
+            const float row_gam = expf(Gi[0]), row_tail = expf(Gn[0] - Gi[0]);
+            for (int d = 0; d < K; d++) {
+                gam[d] = row_gam;
+                tail[d] = row_tail;
+            }
         }
+    }
+#pragma omp simd
+    for (int x = 0; x < n * K; x++) {
+        c->be[x] = c->b[x] * c->k[x];
+        c->E[x] = c->be[x] * c->gam[x];
+        c->Qg[x] = c->q[x] * c->gam[x];
+        c->F[x] = c->k[x] * c->tail[x];
     }
     if (!pb->vector_gate) {
         /* Scalar gate: one n×n decay matrix Γ_ij = e^{G_i − G_j} (zero above the diagonal). */
         c->mode = INTRA_SCALAR;
         for (int i = 0; i < n; i++)
+#pragma omp simd
             for (int j = 0; j < n; j++)
-                c->Gam[i * n + j] = j <= i ? expf(c->G[i * K] - c->G[j * K]) : 0.0f;
+                c->Gam[i * n + j] = j <= i ? exp_fast(c->G[i * K] - c->G[j * K]) : 0.0f;
         return;
     }
     /* Vector gate: the midpoint center per feature minimises the largest exponent (§6);
      * a chunk whose range is too wide for fp32 factors takes exact pairwise exponents. */
-    float half_range = 0.0f;
+    float *lo = c->lo, *hi = c->hi, *mid = c->mid, half_range = 0.0f;
+    memcpy(lo, c->G, sizeof(float) * K);
+    memcpy(hi, c->G, sizeof(float) * K);
+    for (int i = 1; i < n; i++)
+        for (int d = 0; d < K; d++) {
+            const float x = c->G[i * K + d];
+            lo[d] = x < lo[d] ? x : lo[d];
+            hi[d] = x > hi[d] ? x : hi[d];
+        }
     for (int d = 0; d < K; d++) {
-        float lo, hi;
-        gate_range(c, d, &lo, &hi);
-        if (0.5f * (hi - lo) > half_range) half_range = 0.5f * (hi - lo);
+        if (0.5f * (hi[d] - lo[d]) > half_range) half_range = 0.5f * (hi[d] - lo[d]);
+        mid[d] = 0.5f * (hi[d] + lo[d]);
     }
     c->mode = half_range <= REWY_CENTER_LIMIT ? INTRA_CENTERED : INTRA_PAIRWISE;
     if (c->mode == INTRA_PAIRWISE) return;
-    for (int d = 0; d < K; d++) {
-        float lo, hi;
-        gate_range(c, d, &lo, &hi);
-        const float mid = 0.5f * (hi + lo);
-        for (int i = 0; i < n; i++) {
-            int x = i * K + d;
-            c->alpha[x] = expf(c->G[x] - mid);
+    for (int i = 0; i < n; i++)
+#pragma omp simd
+        for (int d = 0; d < K; d++) {
+            const int x = i * K + d;
+            c->alpha[x] = exp_fast(c->G[x] - mid[d]);
             c->kz[x] = c->k[x] / c->alpha[x]; /* k ⊙ ζ, ζ = 1/α (same center) */
         }
-    }
 }
 
 void mm(int transA, int transB, int M, int N, int Kd, float alpha, const float *A, int lda,

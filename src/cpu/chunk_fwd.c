@@ -56,9 +56,7 @@ void head_forward(const problem *pb, seq_span sp, int hv, const void *q, const v
             intra_coef(&c, c.q, 1, Cq, tmp);                     /* C_q = 𝓛_≤(Q_g Yᵀ) */
             mm(0, 0, n, V, K, 1.0f, c.Qg, K, S, V, 0.0f, O, V);  /* O = Q_g S */
             mm(0, 0, n, V, n, 1.0f, Cq, n, R, V, 1.0f, O, V);    /*   + C_q R */
-            for (int i = 0; i < n; i++)
-                for (int e = 0; e < V; e++)
-                    rewy_store(o, pb->dt, ((size_t)(t0 + i) * HV + hv) * V + e, O[i * V + e]);
+            for (int i = 0; i < n; i++) rewy_store_n(o, pb->dt, ((size_t)(t0 + i) * HV + hv) * V, O + i * V, V);
         }
         for (int d = 0; d < K; d++)                              /* S ← Λ S + Fᵀ R */
             for (int e = 0; e < V; e++) S[d * V + e] *= c.lam[d];
@@ -83,23 +81,13 @@ size_t rewy_cpu_fwd_workspace_size(const rewy_config *cfg) {
 }
 
 static void write_header(const problem *pb, const rewy_fwd_params *p) {
+    _Static_assert(sizeof(saved_header) <= SAVED_HEADER_BYTES, "saved header too large");
     saved_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, "rewyCPU", 8);
-    h.op = pb->op;
-    h.dtype = pb->dt;
-    h.B = pb->B;
-    h.T = pb->T;
-    h.H = pb->H;
-    h.HV = pb->HV;
-    h.K = pb->K;
-    h.V = pb->V;
-    h.BT = pb->BT;
-    h.policy = pb->policy;
-    h.state_v_first = pb->state_v_first;
-    h.N = pb->N;
-    h.scale = pb->scale;
+    h.pb = *pb;
     h.has_h0 = p->h0 != NULL;
+    memset(p->saved, 0, SAVED_HEADER_BYTES); /* every byte of the header written */
     memcpy(p->saved, &h, sizeof h);
 }
 
