@@ -2,7 +2,7 @@
 #   make run        build, `rewy check` + `rewy bench` on the default suite (GPU suite when one is present)
 #   make test       C tests (plain and ASan+UBSan), CUDA compile check, Python tests (CPU)
 #   make test-cuda  device tests (needs a GPU; BLAS=0 where OpenBLAS cannot be installed)
-# System packages (OpenBLAS) are installed by `make deps` when missing.
+# OpenBLAS is installed from Debian when missing (see BLAS below).
 
 SHELL   := /bin/bash
 CC      ?= cc
@@ -10,8 +10,6 @@ NVCC    ?= nvcc
 PYTHON  ?= python3
 BUILD   ?= build
 CUDA    ?= 0
-# BLAS=0: no OpenBLAS (plain-loop products), for a machine that cannot install it
-BLAS    ?= 1
 
 WARN     = -Wall -Wextra -Werror
 # -fno-trapping-math: we never use FP exceptions; it lets compare-selects vectorise
@@ -20,9 +18,18 @@ CFLAGS  ?= -O2 -g
 # OpenBLAS's OpenMP build: called inside our OpenMP regions it runs single-threaded,
 # where the pthread build would oversubscribe the cores.
 BLASDIR  = /usr/lib/x86_64-linux-gnu/openblas-openmp
+# BLAS=1 links OpenBLAS, BLAS=0 uses plain-loop products. Left unset, OpenBLAS is installed
+# from Debian when missing (once, as the Makefile is read), and BLAS=0 is the fallback on a
+# machine that cannot install it (e.g. a GPU host without a network).
+ifndef BLAS
+BLAS := $(shell test -f $(BLASDIR)/libopenblas.so || { timeout 120 apt-get install -y -q libopenblas-openmp-dev || \
+          { timeout 120 apt-get update -q && timeout 120 apt-get install -y -q libopenblas-openmp-dev; }; } >/dev/null 2>&1; \
+          test -f $(BLASDIR)/libopenblas.so && echo 1 || echo 0)
+endif
 ifeq ($(BLAS),1)
 LDLIBS   = -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) -lopenblas -lm -fopenmp
 else
+$(info BLAS=0: the CPU backend uses plain-loop products instead of OpenBLAS)
 CFLAGS_BASE += -DREWY_NO_CBLAS
 LDLIBS   = -lm -fopenmp
 endif
@@ -31,6 +38,12 @@ SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omi
 NVFLAGS  = -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -Isrc \
            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
            --expt-relaxed-constexpr -Werror all-warnings
+# CUDA_VEC=1: route KDA/GDN2 to the vector-gate CUDA kernels (src/cuda/vec_*.cu; issue 4, not yet
+# verified on a device). The vec_*.cu files are compiled either way.
+CUDA_VEC ?= 0
+ifeq ($(CUDA_VEC),1)
+NVFLAGS += -DREWY_CUDA_VECTOR_GATES
+endif
 
 LIB_SRC  = src/api.c $(wildcard src/cpu/*.c)
 CU_SRC   = $(wildcard src/cuda/*.cu)
@@ -51,16 +64,11 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib deps run test test-c test-asan test-python cuda-compile test-cuda bench clean
+.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda bench clean
 
 all: lib $(BUILD)/rewy
 
-lib: deps $(BUILD)/librewy.a $(BUILD)/librewy.so
-
-deps:
-	@test "$(BLAS)" != 1 || test -f $(BLASDIR)/libopenblas.so || \
-	  { echo "installing libopenblas-openmp-dev"; (apt-get install -y -q libopenblas-openmp-dev >/dev/null 2>&1 || \
-	    (apt-get update -q >/dev/null && apt-get install -y -q libopenblas-openmp-dev >/dev/null)); }
+lib: $(BUILD)/librewy.a $(BUILD)/librewy.so
 
 $(BUILD)/%.o: %.c $(HDRS) Makefile
 	@mkdir -p $(dir $@)
@@ -114,7 +122,7 @@ test-c: lib $(TESTS) $(BUILD)/rewy
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
 
 # ASan + UBSan builds of the same C tests (smaller case matrix: REWY_TEST_QUICK=1).
-test-asan: deps $(ASAN_TESTS)
+test-asan: $(ASAN_TESTS)
 	@set -e; for t in $(ASAN_TESTS); do echo "== $$t (asan+ubsan)"; \
 	  REWY_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $$t; done
 

@@ -17,11 +17,11 @@ for s in $steps; do
   t0=$(date +%s)
   case $s in
   build)
-    # The device has no network for `make deps` (OpenBLAS): by default use the build/cuda-on
+    # The device has no network to install OpenBLAS (pass BLAS=0 when building there): by default use the build/cuda-on
     # prebuilt here (make CUDA=1 BUILD=build/cuda-on lib + the test) and carried with build/devlibs.
     if [ "${BUILD_ON_DEVICE:-0}" = 1 ]; then
-      make -j16 CUDA=1 BUILD=build/cuda-on lib > "$OUT/build.log" 2>&1 &&
-      make CUDA=1 BUILD=build/cuda-on build/cuda-on/tests/cuda/test_cuda >> "$OUT/build.log" 2>&1
+      make -j16 CUDA=1 BLAS=0 BUILD=build/cuda-on lib > "$OUT/build.log" 2>&1 &&
+      make CUDA=1 BLAS=0 BUILD=build/cuda-on build/cuda-on/tests/cuda/test_cuda >> "$OUT/build.log" 2>&1
       rc=$?; log "build rc=$rc ($(($(date +%s)-t0)) s)"; [ $rc = 0 ] || { tail -30 "$OUT/build.log"; exit 1; }
     else
       log "build: using the carried prebuilt build/cuda-on (BUILD_ON_DEVICE=1 to rebuild there)"

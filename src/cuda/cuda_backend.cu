@@ -1,5 +1,6 @@
 /* cuda_backend.cu: the five entry points api.c calls for cfg.backend == REWY_BACKEND_CUDA.
- * Scalar-gate operators (DeltaNet, GDN); KDA/GDN2 return REWY_ERR_BACKEND for now.
+ * Scalar-gate operators (DeltaNet, GDN). KDA/GDN2 return REWY_ERR_BACKEND unless built with
+ * REWY_CUDA_VECTOR_GATES (make CUDA_VEC=1), which sends them to vec_backend.cu (not yet verified on a device).
  *
  * Forward:  chunk_plan → kkt_inverse (G, A, C_q) → state_scan (o, ht; policy A also S_c, R)
  * Backward: [policy R: kkt_inverse (C_q) → state_scan (S_c, R)] → bwd_state_scan (S̄⁺, P or R̄, dh0)
@@ -16,6 +17,12 @@
  * or B·⌈T/BT⌉. */
 #include "cuda_backend.h"
 #include "kernels.cuh"
+#ifdef REWY_CUDA_VECTOR_GATES
+#include "vec_kernels.cuh" /* KDA, GDN2 (vec_backend.cu); off by default until verified on a device */
+#define REWY_VEC_DISPATCH(cfg, call) do { if ((cfg)->op == REWY_OP_KDA || (cfg)->op == REWY_OP_GDN2) return call; } while (0)
+#else
+#define REWY_VEC_DISPATCH(cfg, call) do { } while (0)
+#endif
 #include <math.h>
 
 using namespace rewy_cuda;
@@ -105,17 +112,21 @@ template <class P> P *at(const void *base, size_t off) { return (P *)((char *)ba
 #define TRY(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) return REWY_ERR_BACKEND; } while (0)
 
 extern "C" size_t rewy_cuda_saved_size(const rewy_config *cfg) {
+    REWY_VEC_DISPATCH(cfg, rewy_cuda_vec_saved_size(cfg));
     return supported(cfg) ? plan(cfg).saved : 0;
 }
 extern "C" size_t rewy_cuda_fwd_workspace_size(const rewy_config *cfg) {
+    REWY_VEC_DISPATCH(cfg, rewy_cuda_vec_fwd_workspace_size(cfg));
     return supported(cfg) ? plan(cfg).fwd : 0;
 }
 extern "C" size_t rewy_cuda_bwd_workspace_size(const rewy_config *cfg) {
+    REWY_VEC_DISPATCH(cfg, rewy_cuda_vec_bwd_workspace_size(cfg));
     return supported(cfg) ? plan(cfg).bwd : 0;
 }
 
 extern "C" rewy_status rewy_cuda_forward(const rewy_fwd_params *a) {
     const rewy_config *c = &a->cfg;
+    REWY_VEC_DISPATCH(c, rewy_cuda_vec_forward(a));
     if (!supported(c)) return REWY_ERR_BACKEND;
     const Layout L = plan(c);
     const Prob p = make_prob(c, L, a->saved);
@@ -133,6 +144,7 @@ extern "C" rewy_status rewy_cuda_forward(const rewy_fwd_params *a) {
 
 extern "C" rewy_status rewy_cuda_backward(const rewy_bwd_params *a) {
     const rewy_config *c = &a->cfg;
+    REWY_VEC_DISPATCH(c, rewy_cuda_vec_backward(a));
     if (!supported(c)) return REWY_ERR_BACKEND;
     const Layout L = plan(c);
     const Prob p = make_prob(c, L, a->saved);

@@ -1,0 +1,83 @@
+/* vec_kernels.cuh: the CUDA stages of the vector-gate operators (KDA, GDN2), MATH §2–§6.
+ *
+ * Compiled always (so CI checks that they build), reached only when the backend is built with
+ * REWY_CUDA_VECTOR_GATES (make CUDA_VEC=1) and api.c lets KDA/GDN2 through to the CUDA backend.
+ *
+ * Differences from the scalar-gate stages (kernels.cuh), all of them feature-local:
+ *   - G is a per-feature cumulative log decay: Gc [chunk][hv][BT][Kp] fp32 (rows ≥ n repeat
+ *     G_{n-1}, features ≥ K are 0), saved by the forward in place of the scalar GB table.
+ *   - E = b⊙k⊙γ, Q_g = scale·q⊙γ, F = k⊙e^{G_n−G} are never stored: every scan forms them in
+ *     32-feature slabs (fp32, bounded for log gates ≤ 0) right before the product that uses them.
+ *   - The intra products (L, C_q, and the four backward contractions of §6) use centered factors
+ *     α = e^{G−c}, ζ = e^{c−G} with the per-feature midpoint c of the chunk, exactly as the CPU
+ *     reference (src/cpu/chunk_common.c). When half the chunk's widest per-feature range exceeds
+ *     VEC_CENTER_LIMIT (natural log; = REWY_CENTER_LIMIT of the CPU) the chunk takes the exact
+ *     pairwise path e^{G_i−G_j} (i ≥ j, so ≤ 1 for log gates ≤ 0): −1000 resets stay finite.
+ *   - Gates: KDA has β [T,HV] (erase = write = β); GDN2 has b [T,HV,K] and w [T,HV,V]. Every
+ *     launcher takes (beta, b, w); b != NULL selects GDN2.
+ * Every fp32 working matrix (L, A, C_q, D, H_q) stays fp32; products are tf32 tensor-core
+ * products with fp32 accumulation (bgemm of common.cuh), like the scalar path.
+ */
+#ifndef REWY_CUDA_VEC_KERNELS_CUH
+#define REWY_CUDA_VEC_KERNELS_CUH
+
+#include "common.cuh"
+
+namespace rewy_cuda {
+
+constexpr int VKB = 32;              /* feature slab width (Kp is a multiple of 32: no partial slabs) */
+constexpr int VLDK = VKB + 4;        /* fp32 [64][VLDK] slab tiles */
+constexpr int VLDS = VKB + 8;        /* state_t [32][VLDS] slab tiles (16-B rows for bf16 and fp32) */
+constexpr float VEC_CENTER_LIMIT = 40.0f; /* largest |G − c| for centered factors (natural log) */
+
+/* Erase gate b_{t,d} and write gate w_{t,e} of token `tok` (absolute row of the token axis). */
+template <class T>
+__device__ __forceinline__ float vg_erase(const Prob &p, const T *beta, const T *b, size_t tok, int hv, int d) {
+    return b ? ld<T>(b + (tok * p.HV + hv) * p.K + d) : ld<T>(beta + tok * p.HV + hv);
+}
+template <class T>
+__device__ __forceinline__ float vg_write(const Prob &p, const T *beta, const T *w, size_t tok, int hv, int e) {
+    return w ? ld<T>(w + (tok * p.HV + hv) * p.V + e) : ld<T>(beta + tok * p.HV + hv);
+}
+
+/* vec_intra.cu: per (chunk, value head): G = per-feature chunk-local cumsum of g (written to Gc
+ * when not NULL); L = 𝓛_<((b⊙k⊙α)(k⊙ζ)ᵀ), A = (I+L)⁻¹ (when A is not NULL); C_q = 𝓛_≤((Q⊙α)(k⊙ζ)ᵀ)
+ * (when Cq is not NULL); pairwise exponents instead when the chunk's gate range is too wide. */
+cudaError_t launch_vec_intra(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
+                             const void *beta, const void *b, float *Gc, float *A, float *Cq, cudaStream_t s);
+
+/* vec_state_scan.cu: per (sequence, value head, 32 columns of V): R = A(Z − E S), O = Q_g S + C_q R,
+ * S ← Diag(γ_n) S + Fᵀ R. o NULL: no output (backward recompute); Sc / R / ht NULL: not stored. */
+cudaError_t launch_vec_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
+                                  const void *beta, const void *b, const void *w, const float *Gc, const float *A,
+                                  const float *Cq, const float *h0, void *o, float *ht, state_t *Sc, float *R,
+                                  cudaStream_t s);
+
+/* vec_bwd_state_scan.cu: reverse scan: store S̄⁺; R̄ = C_qᵀŌ + F S̄⁺; P = AᵀR̄; store P (ReWY) or R̄ (WY);
+ * S̄ ← Q_gᵀŌ + Diag(γ_n) S̄⁺ − EᵀP; dh0 = S̄ at the sequence start when not NULL. */
+cudaError_t launch_vec_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
+                                      const void *b, const float *Gc, const float *A, const float *Cq,
+                                      const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR,
+                                      int wy, cudaStream_t s);
+
+/* vec_pullback.cu: per (chunk, value head): the local pullback (ReWY or WY), matrix intra (§6),
+ * the feature-local chain rule (§5), endpoint terms and the reverse in-chunk cumsum of Ḡ.
+ * Wbar: WY scratch [NC*HV][BT][Kp] fp32. acc: when HV > H, fp32 q̄, k̄ partials 2×[NC*HV][BT][Kp],
+ * summed over each value-head group by a second kernel (deterministic, no atomics). */
+cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
+                                const void *beta, const void *b, const void *w, const float *Gc, const float *A,
+                                const void *do_, const state_t *Sc, const state_t *Sbar, const float *R,
+                                const float *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv,
+                                void *dbeta, void *db, void *dw, float *dg, cudaStream_t s);
+
+} // namespace rewy_cuda
+
+/* vec_backend.cu: the five backend entry points for KDA / GDN2 (same contract as cuda_backend.h).
+ * cuda_backend.cu dispatches to them under REWY_CUDA_VECTOR_GATES. */
+size_t rewy_cuda_vec_saved_size(const rewy_config *cfg);
+size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg);
+size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg);
+rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *p);
+rewy_status rewy_cuda_vec_backward(const rewy_bwd_params *p);
+
+#endif
