@@ -8,7 +8,10 @@
  *  2. CUDA-graph capture of forward + backward on a non-default stream; replays with new inputs
  *     copied into the captured buffers must equal a direct call bit for bit, differ from the
  *     previous inputs' results, and pass the oracle.
- *  3. KDA and GDN2 answer REWY_ERR_BACKEND (not implemented on CUDA yet) without crashing.
+ *  3. KDA and GDN2: when the library routes them to the vector-gate kernels (make CUDA_VEC=1 and
+ *     api.c's CUDA refusal removed), the same matrix for them (strong decay, −1000 resets through the
+ *     pairwise path, GVA, varlen, both policies, both pullbacks); otherwise they must answer
+ *     REWY_ERR_BACKEND without crashing. REWY_TEST_CUDA_VEC=1 demands the former.
  *
  * REWY_TEST_QUICK=1 or --quick: a few small cases (for compute-sanitizer). */
 #include <math.h>
@@ -367,18 +370,95 @@ static void test_graph(test_counts *tc) {
     CHECK(tc, cudaDeviceSynchronize() == cudaSuccess, "graph: CUDA error at the end");
 }
 
-/* ------------------------------------------------------------------ 3. vector gates: not yet */
-static void test_vector_gates(test_counts *tc) {
-    rewy_op ops[2] = {REWY_OP_KDA, REWY_OP_GDN2};
+/* ------------------------------------------------------------------ 3. vector gates (KDA, GDN2)
+ * The vector-gate kernels (src/cuda/vec_*.cu) are reached only when the library is built with
+ * make CUDA_VEC=1 and api.c lets KDA/GDN2 through. The test probes: if a KDA forward answers
+ * REWY_ERR_BACKEND, both operators must refuse cleanly (not built in). Otherwise, or when
+ * REWY_TEST_CUDA_VEC=1 demands it (so a silently refused build fails), both run the core case
+ * matrix under both policies and both pullbacks against the fp64 oracle. */
+static void vec_matrix(case_list *l, int quick) {
+    static const rewy_op ops[2] = {REWY_OP_KDA, REWY_OP_GDN2};
     for (int i = 0; i < 2; i++) {
-        rewy_case c = base(ops[i]);
-        rewy_check_result r;
-        rewy_check_run(&c, &dmem, &r);
-        CHECK(tc, r.fwd_status == REWY_ERR_BACKEND || r.harness_error == 0,
-              "%s: expected REWY_ERR_BACKEND, got %s", rewy_check_op_name(ops[i]), rewy_strerror(r.fwd_status));
-        CHECK(tc, r.fwd_status != REWY_OK, "%s: CUDA vector gates unexpectedly ran", rewy_check_op_name(ops[i]));
-        CHECK(tc, cudaDeviceSynchronize() == cudaSuccess, "%s: CUDA error", rewy_check_op_name(ops[i]));
+        rewy_op op = ops[i];
+        rewy_case c;
+        if (quick) {
+            c = base(op); c.H = 1; c.HV = 2; c.K = 32; c.V = 48; c.T = 40; c.chunk_size = 32; add(l, c);
+            c = base(op); set_seqs(&c, (const int[]){1, 15, 40}, 3); c.K = 40; c.V = 32; c.gates = REWY_GATES_RESET;
+            c.state_v_first = 1; add(l, c);
+            continue;
+        }
+        static const int Ts[] = {1, 63, 64, 65};
+        for (int t = 0; t < 4; t++) { c = base(op); c.T = Ts[t]; add(l, c); }
+        c = base(op); c.B = 1; c.H = c.HV = 2; c.T = 1000; c.K = c.V = 128; add(l, c);
+        static const int KV[][2] = {{32, 32}, {60, 60}, {100, 100}, {128, 128}, {256, 256},
+                                    {64, 128}, {128, 32}, {60, 100}, {256, 64}, {32, 256}};
+        for (int s = 0; s < 10; s++) { c = base(op); c.B = 1; c.T = 130; c.K = KV[s][0]; c.V = KV[s][1]; add(l, c); }
+        c = base(op); c.B = 1; c.H = c.HV = 1; c.T = 1000; c.K = c.V = 256; add(l, c);
+        c = base(op); c.T = 100; c.chunk_size = 16; add(l, c);
+        c = base(op); c.T = 100; c.chunk_size = 32; c.K = 60; c.V = 100; add(l, c);
+        c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; add(l, c);
+        c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; c.dtype = REWY_F32; add(l, c);
+        /* strong decay (centered and pairwise paths), −1000 resets (pairwise path) */
+        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; add(l, c);
+        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.dtype = REWY_F32; c.chunk_size = 32; add(l, c);
+        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; c.K = 100; c.V = 60; add(l, c);
+        c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; add(l, c);
+        c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; c.K = 256; c.V = 64; add(l, c);
+        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.H = 1; c.HV = 2; add(l, c);
+        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; add(l, c);
+        /* grouped value heads (KDA's Kimi configuration; GDN2 shares the path) */
+        c = base(op); c.T = 100; c.HV = 4; add(l, c);
+        c = base(op); c.T = 100; c.H = 1; c.HV = 4; c.K = 128; c.V = 128; add(l, c);
+        c = base(op); c.T = 100; c.HV = 4; c.dtype = REWY_F32; c.K = 32; c.V = 48; add(l, c);
+        c = base(op); set_seqs(&c, varlen, 5); add(l, c);
+        c = base(op); set_seqs(&c, varlen, 5); c.dtype = REWY_F32; c.chunk_size = 16; c.K = c.V = 32; add(l, c);
+        c = base(op); c.use_h0 = 0; c.use_dht = 0; add(l, c);
+        c = base(op); c.use_dht = 0; c.no_ht = 1; c.T = 100; add(l, c);
+        c = base(op); c.state_v_first = 1; c.K = 64; c.V = 128; c.T = 100; add(l, c);
+        c = base(op); c.state_v_first = 1; set_seqs(&c, varlen, 5); c.K = 32; c.V = 48; c.dtype = REWY_F32; add(l, c);
+        c = base(op); c.dtype = REWY_F32; add(l, c);
+        c = base(op); c.dtype = REWY_F32; c.T = 200; c.K = 100; c.V = 60; c.HV = 4; add(l, c);
+        c = base(op); c.dtype = REWY_F16; add(l, c);
+        c = base(op); c.dtype = REWY_F16; c.T = 130; c.chunk_size = 32; c.gates = REWY_GATES_STRONG; add(l, c);
     }
+}
+
+static void test_vector_gates(test_counts *tc, int quick) {
+    rewy_op ops[2] = {REWY_OP_KDA, REWY_OP_GDN2};
+    const char *ev = getenv("REWY_TEST_CUDA_VEC");
+    int expect = ev && ev[0] == '1';
+    rewy_case probe = base(REWY_OP_KDA);
+    rewy_check_result r;
+    rewy_check_run(&probe, &dmem, &r);
+    cudaDeviceSynchronize();
+    cudaGetLastError();
+    if (r.fwd_status == REWY_ERR_BACKEND && !expect) {
+        /* not built in: both operators refuse cleanly */
+        for (int i = 0; i < 2; i++) {
+            rewy_case c = base(ops[i]);
+            rewy_check_run(&c, &dmem, &r);
+            CHECK(tc, r.fwd_status == REWY_ERR_BACKEND || r.harness_error == 0,
+                  "%s: expected REWY_ERR_BACKEND, got %s", rewy_check_op_name(ops[i]), rewy_strerror(r.fwd_status));
+            CHECK(tc, r.fwd_status != REWY_OK, "%s: CUDA vector gates unexpectedly ran", rewy_check_op_name(ops[i]));
+            CHECK(tc, cudaDeviceSynchronize() == cudaSuccess, "%s: CUDA error", rewy_check_op_name(ops[i]));
+        }
+        printf("test_cuda: vector gates not built in (REWY_ERR_BACKEND), as expected\n");
+        return;
+    }
+    static case_list l;
+    l.n = 0;
+    vec_matrix(&l, quick);
+    struct timespec t0, t1;
+    timespec_get(&t0, TIME_UTC);
+    for (int i = 0; i < l.n; i++)
+        for (int p = 0; p < 2; p++) {
+            rewy_case c = l.c[i];
+            c.policy = p ? REWY_POLICY_A : REWY_POLICY_R;
+            run_case(tc, c, 1);
+        }
+    timespec_get(&t1, TIME_UTC);
+    printf("test_cuda: vector gates, %d cases x 2 policies x {WY, ReWY}, %.1f s\n", l.n,
+           (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
 }
 
 int main(int argc, char **argv) {
@@ -408,6 +488,6 @@ int main(int argc, char **argv) {
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     const char *ng = getenv("REWY_TEST_NO_GRAPH");
     if (!(ng && ng[0] == '1')) test_graph(&tc);
-    if (!quick) test_vector_gates(&tc);
+    test_vector_gates(&tc, quick);
     return test_finish(&tc);
 }
