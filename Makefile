@@ -43,6 +43,7 @@ NVFLAGS  = -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -Isrc \
 CUDA_VEC ?= 0
 ifeq ($(CUDA_VEC),1)
 NVFLAGS += -DREWY_CUDA_VECTOR_GATES
+CFLAGS_BASE += -DREWY_CUDA_VECTOR_GATES
 endif
 
 LIB_SRC  = src/api.c $(wildcard src/cpu/*.c)
@@ -78,7 +79,7 @@ $(BUILD)/asan/%.o: %.c $(HDRS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -O1 -g $(SAN) -c $< -o $@
 
-$(BUILD)/src/cuda/%.o: src/cuda/%.cu $(HDRS) $(wildcard src/cuda/*.cuh)
+$(BUILD)/src/cuda/%.o: src/cuda/%.cu $(HDRS) $(wildcard src/cuda/*.cuh) Makefile
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 

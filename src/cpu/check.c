@@ -906,6 +906,10 @@ int rewy_check_time(const rewy_case *c, int reps, double max_seconds, rewy_check
         }
         if (n > 0 && omp_get_wtime() - start > max_seconds) break;
     }
+    double *ratio = host_alloc(&p, (size_t)reps * sizeof(double));
+    if (p.failed) { pool_free(&p); return 1; }
+    for (int i = 0; i < n; i++) ratio[i] = wy[i] / ms[i];
+    tm->wy_over_rewy = median(ratio, n);
     tm->bwd_wy_ms = median(wy, n);
     tm->bwd_rewy_ms = median(ms, n);
     tm->reps_bwd = n;

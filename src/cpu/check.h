@@ -126,6 +126,8 @@ int rewy_check_parse_dtype(const char *s, rewy_dtype *t);    /* 0 on success */
 #define REWY_CHECK_WARMUP_S 1.0
 typedef struct rewy_check_timing {
     double fwd_ms, bwd_wy_ms, bwd_rewy_ms;
+    double wy_over_rewy;                /* median over reps of the paired ratio WY_i / ReWY_i
+                                           (the two runs of a pair are adjacent in time) */
     int reps_fwd, reps_bwd;             /* timed runs actually used */
     rewy_status status;                 /* first non-OK library status, else REWY_OK */
 } rewy_check_timing;
