@@ -111,7 +111,7 @@ BLAS_CORE = $(shell grep -q -w avx512f /proc/cpuinfo 2>/dev/null && echo Skylake
 
 run: all
 	$(BUILD)/rewy check
-	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both
+	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --reps 11 --max-seconds 40
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  $(MAKE) CUDA=1 BUILD=build/cuda-on lib && \
 	  impl=rewy; $(PYTHON) -c "import fla" 2>/dev/null && impl=rewy,fla; \

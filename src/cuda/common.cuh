@@ -216,6 +216,33 @@ __device__ __forceinline__ void copy_tile(T *dst, int ldd, int rows, int ncols, 
     }
 }
 
+/* Chunk geometry every backend layout starts from: value heads, chunk size, K padded to
+ * the 32-wide slabs, sequences, and total chunks (exact with cu_seqlens_host; without it
+ * an upper bound, since the device copy of cu_seqlens cannot be read without a sync). */
+struct Geometry { int NC, N, HV, BT, Kp; };
+
+inline Geometry geometry(const rewy_config *c) {
+    Geometry g = {};
+    g.HV = c->HV ? c->HV : c->H;
+    g.BT = c->chunk_size ? c->chunk_size : 64;
+    g.Kp = (c->K + 31) / 32 * 32;
+    if (c->cu_seqlens) {
+        g.N = c->num_seqs;
+        if (c->cu_seqlens_host) {
+            long nc = 0;
+            for (int s = 0; s < c->num_seqs; s++)
+                nc += (c->cu_seqlens_host[s + 1] - c->cu_seqlens_host[s] + g.BT - 1) / g.BT;
+            g.NC = (int)(nc > 0 ? nc : 1);
+        } else {
+            g.NC = (c->T + g.BT - 1) / g.BT + c->num_seqs;
+        }
+    } else {
+        g.N = c->B;
+        g.NC = c->B * ((c->T + g.BT - 1) / g.BT);
+    }
+    return g;
+}
+
 /* Opt a kernel into the device's largest dynamic shared memory, once per kernel and device, so that
  * later launches (e.g. under stream capture) issue no attribute calls. Fails if smem exceeds it. */
 template <auto kern>

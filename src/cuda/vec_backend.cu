@@ -33,23 +33,8 @@ size_t al(size_t x) { return (x + 255) & ~(size_t)255; }
 
 VLayout vplan(const rewy_config *c) {
     VLayout L = {};
-    L.HV = c->HV ? c->HV : c->H;
-    L.BT = c->chunk_size ? c->chunk_size : 64;
-    L.Kp = (c->K + 31) / 32 * 32;
-    if (c->cu_seqlens) {
-        L.N = c->num_seqs;
-        if (c->cu_seqlens_host) {
-            long nc = 0;
-            for (int s = 0; s < c->num_seqs; s++)
-                nc += (c->cu_seqlens_host[s + 1] - c->cu_seqlens_host[s] + L.BT - 1) / L.BT;
-            L.NC = (int)(nc > 0 ? nc : 1);
-        } else {
-            L.NC = (c->T + L.BT - 1) / L.BT + c->num_seqs;
-        }
-    } else {
-        L.N = c->B;
-        L.NC = c->B * ((c->T + L.BT - 1) / L.BT);
-    }
+    const Geometry g = geometry(c);
+    L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT, rk = chh * L.BT * L.Kp * sizeof(float);
     const size_t st = chh * c->K * c->V * sizeof(state_t), rv = chh * L.BT * c->V * sizeof(float);
     const bool polA = c->policy == REWY_POLICY_A;
