@@ -105,18 +105,18 @@ def lib():
     return _LIB
 
 
-# Statuses about element types and devices map to TypeError; everything else about the
-# arguments (values, shapes, sizes) to ValueError; the device itself failing to RuntimeError.
+# Arguments the library rejects (its validation names them) raise TypeError for element
+# types and ValueError for everything else, a backend the build lacks included. Only a
+# call that passed validation and then failed on the device raises RuntimeError.
 _TYPE_ERRORS = (ERR_BAD_DTYPE,)
-_RUNTIME_ERRORS = (ERR_BACKEND,)
 
 
-def error(status, message):
+def error(status, message, device_failure=False):
     text = "rewy: %s (%s)" % (message, lib().rewy_strerror(status).decode())
+    if device_failure:
+        return RuntimeError(text)
     if status in _TYPE_ERRORS:
         return TypeError(text)
-    if status in _RUNTIME_ERRORS:
-        return RuntimeError(text)
     return ValueError(text)
 
 
@@ -126,8 +126,9 @@ def check(status, params, validate):
         return
     buf = ctypes.create_string_buffer(512)
     vstatus = validate(byref(params), buf, len(buf))
-    msg = buf.value.decode() if vstatus != OK and buf.value else lib().rewy_strerror(status).decode()
-    raise error(status if vstatus == OK else vstatus, msg)
+    if vstatus == OK:  # the arguments are fine: the device failed
+        raise error(status, lib().rewy_strerror(status).decode(), device_failure=True)
+    raise error(vstatus, buf.value.decode() or lib().rewy_strerror(vstatus).decode())
 
 
 def size_query(fn, cfg):
