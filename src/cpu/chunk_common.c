@@ -241,6 +241,17 @@ void unit_lower_inverse(int n, const float *L, float *A) {
 
 /* --- decayed products (§6, §7) ------------------------------------------------------ */
 
+/* e^{G_id − G_jd}: the exact decay from token j to token i ≥ j of feature d (pairwise mode). */
+static inline float pair_decay(const chunk *c, int i, int j, int d) {
+    return expf(c->G[i * c->K + d] - c->G[j * c->K + d]);
+}
+
+/* tmp = D ⊙ Γ (scalar mode): the decay folded into an n×n coefficient matrix. */
+static const float *decayed(const chunk *c, const float *D, float *tmp) {
+    for (int x = 0; x < c->n * c->n; x++) tmp[x] = D[x] * c->Gam[x];
+    return tmp;
+}
+
 static void mask_lower(int n, float *C, int incl) {
     for (int i = 0; i < n; i++)
         for (int j = incl ? i + 1 : i; j < n; j++) C[i * n + j] = 0.0f;
@@ -262,7 +273,7 @@ void intra_coef(const chunk *c, const float *X, int incl, float *C, float *tmp) 
             for (int j = 0; j <= i; j++) {
                 float s = 0.0f;
                 for (int d = 0; d < K; d++)
-                    s += X[i * K + d] * c->k[j * K + d] * expf(c->G[i * K + d] - c->G[j * K + d]);
+                    s += X[i * K + d] * c->k[j * K + d] * pair_decay(c, i, j, d);
                 C[i * n + j] = s;
             }
         break;
@@ -274,8 +285,7 @@ void intra_apply(const chunk *c, const float *D, float *out, float *tmp) {
     const int n = c->n, K = c->K;
     switch (c->mode) {
     case INTRA_SCALAR: /* (D ⊙ Γ) K */
-        for (int x = 0; x < n * n; x++) tmp[x] = D[x] * c->Gam[x];
-        mm(0, 0, n, K, n, 1.0f, tmp, n, c->k, K, 1.0f, out, K);
+        mm(0, 0, n, K, n, 1.0f, decayed(c, D, tmp), n, c->k, K, 1.0f, out, K);
         break;
     case INTRA_CENTERED: /* α ⊙ (D (K ⊙ ζ)) */
         mm(0, 0, n, K, n, 1.0f, D, n, c->kz, K, 0.0f, tmp, K);
@@ -283,12 +293,10 @@ void intra_apply(const chunk *c, const float *D, float *out, float *tmp) {
         break;
     case INTRA_PAIRWISE:
         for (int i = 0; i < n; i++)
-            for (int j = 0; j <= i; j++) {
-                float dij = D[i * n + j];
-                if (dij == 0.0f) continue;
-                for (int d = 0; d < K; d++)
-                    out[i * K + d] += dij * c->k[j * K + d] * expf(c->G[i * K + d] - c->G[j * K + d]);
-            }
+            for (int j = 0; j <= i; j++)
+                if (D[i * n + j] != 0.0f)
+                    for (int d = 0; d < K; d++)
+                        out[i * K + d] += D[i * n + j] * c->k[j * K + d] * pair_decay(c, i, j, d);
         break;
     }
 }
@@ -297,8 +305,7 @@ void intra_apply_t(const chunk *c, const float *D, const float *X, float *out, f
     const int n = c->n, K = c->K;
     switch (c->mode) {
     case INTRA_SCALAR: /* (D ⊙ Γ)ᵀ X */
-        for (int x = 0; x < n * n; x++) tmp[x] = D[x] * c->Gam[x];
-        mm(1, 0, n, K, n, 1.0f, tmp, n, X, K, 1.0f, out, K);
+        mm(1, 0, n, K, n, 1.0f, decayed(c, D, tmp), n, X, K, 1.0f, out, K);
         break;
     case INTRA_CENTERED: { /* ζ ⊙ (Dᵀ (X ⊙ α)), with ζ = kz / k folded as e^{c−G} */
         float *xa = tmp, *r = tmp + (size_t)n * K;
@@ -310,12 +317,10 @@ void intra_apply_t(const chunk *c, const float *D, const float *X, float *out, f
     }
     case INTRA_PAIRWISE:
         for (int i = 0; i < n; i++)
-            for (int j = 0; j <= i; j++) {
-                float dij = D[i * n + j];
-                if (dij == 0.0f) continue;
-                for (int d = 0; d < K; d++)
-                    out[j * K + d] += dij * X[i * K + d] * expf(c->G[i * K + d] - c->G[j * K + d]);
-            }
+            for (int j = 0; j <= i; j++)
+                if (D[i * n + j] != 0.0f)
+                    for (int d = 0; d < K; d++)
+                        out[j * K + d] += D[i * n + j] * X[i * K + d] * pair_decay(c, i, j, d);
         break;
     }
 }
