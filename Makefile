@@ -38,13 +38,6 @@ SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omi
 NVFLAGS  = -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -Isrc \
            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
            --expt-relaxed-constexpr -Werror all-warnings
-# CUDA_VEC=1: route KDA/GDN2 to the vector-gate CUDA kernels (src/cuda/vec_*.cu; issue 4, not yet
-# verified on a device). The vec_*.cu files are compiled either way.
-CUDA_VEC ?= 0
-ifeq ($(CUDA_VEC),1)
-NVFLAGS += -DREWY_CUDA_VECTOR_GATES
-CFLAGS_BASE += -DREWY_CUDA_VECTOR_GATES
-endif
 
 LIB_SRC  = src/api.c $(wildcard src/cpu/*.c)
 CU_SRC   = $(wildcard src/cuda/*.cu)
@@ -144,9 +137,10 @@ test-cuda:
 	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; done
 
-build/cuda-on/tests/cuda/%: tests/cuda/%.c build/cuda-on/librewy.a
+# (a shorter stem than $(BUILD)/tests/%, so make prefers this rule for the device tests)
+$(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/librewy.a $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< build/cuda-on/librewy.a $(LDLIBS) -o $@
+	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< $(BUILD)/librewy.a $(LDLIBS) -o $@
 
 clean:
 	rm -rf $(BUILD) build

@@ -2,8 +2,9 @@
 """bench_gpu.py: rewy (CUDA C, through its C API) and FLA (Triton) on one GPU, same process, same inputs.
 
 Suite (B,T,H) = (1,2048,4) (1,8192,16) (4,4096,16) (8,2048,32) (2,16384,8) (16,1024,16), K = V = 128, bf16,
-GDN and DeltaNet. Inputs as in ../shared/notes/fla-h200-baseline.md: feature-normalized Gaussian q/k,
-Gaussian v, g = logsigmoid(x)/16, beta in [0.1, 0.9], h0 = 0.1 N(0,1), final state requested.
+all four operators (--ops). Inputs as in ../shared/notes/fla-h200-baseline.md: feature-normalized Gaussian q/k,
+Gaussian v, g = logsigmoid(x)/16 (per channel for KDA/GDN2), beta (GDN2: b, w) in [0.1, 0.9],
+h0 = 0.1 N(0,1), final state requested. FLA's policy A is its disable_recompute=True (KDA, GDN2).
 
 Boundaries (as the FLA baseline): forward = the call that returns o and ht (rewy: rewy_forward with
 its saved buffer and workspace allocated through PyTorch; FLA: the autograd call under no_grad).
@@ -24,7 +25,8 @@ import torch.nn.functional as F
 SUITE = [(1, 2048, 4), (1, 8192, 16), (4, 4096, 16), (8, 2048, 32), (2, 16384, 8), (16, 1024, 16)]
 
 # ------------------------------------------------------------------------------------------ C API
-OP = {"deltanet": 0, "gdn": 1}
+OP = {"deltanet": 0, "gdn": 1, "kda": 2, "gdn2": 3}
+VEC = ("kda", "gdn2")    # per-channel gates g [B,T,H,K]
 BF16, F16, F32 = 1, 2, 0
 POL = {"R": 0, "A": 1}
 ALGO = {"rewy": 0, "wy": 1}
@@ -94,7 +96,8 @@ class Rewy:
         ht = torch.empty_like(x["h0"])
         p = Fwd()
         p.cfg = c
-        p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x["beta"]), ptr(x["h0"])
+        p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x.get("beta")), ptr(x["h0"])
+        p.b, p.w = ptr(x.get("b")), ptr(x.get("w"))
         p.o, p.ht, p.saved, p.workspace = ptr(o), ptr(ht), ptr(saved), ptr(ws)
         p.saved_bytes, p.workspace_bytes = saved.numel(), ws.numel()
         self.check(self.lib.rewy_forward(ctypes.byref(p)), "rewy_forward")
@@ -105,29 +108,35 @@ class Rewy:
         ws = torch.empty(self.size("rewy_bwd_workspace_size", c), dtype=torch.uint8, device=dev)
         dq, dk, dv = torch.empty_like(x["q"]), torch.empty_like(x["k"]), torch.empty_like(x["v"])
         dg = torch.empty_like(x["g"]) if x.get("g") is not None else None
-        dbeta, dh0 = torch.empty_like(x["beta"]), torch.empty_like(x["h0"])
+        like = lambda n: torch.empty_like(x[n]) if x.get(n) is not None else None
+        dbeta, db, dw, dh0 = like("beta"), like("b"), like("w"), torch.empty_like(x["h0"])
         p = Bwd()
         p.cfg = c
-        p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x["beta"]), ptr(x["h0"])
+        p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x.get("beta")), ptr(x["h0"])
+        p.b, p.w, p.db, p.dw = ptr(x.get("b")), ptr(x.get("w")), ptr(db), ptr(dw)
         p.saved, p.saved_bytes = ptr(saved), saved.numel()
         p.do_, p.dht = ptr(do), ptr(dht)
         p.dq, p.dk, p.dv, p.dg, p.dbeta, p.dh0 = ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(dbeta), ptr(dh0)
         p.workspace, p.workspace_bytes = ptr(ws), ws.numel()
         self.check(self.lib.rewy_backward(ctypes.byref(p)), "rewy_backward")
-        return dq, dk, dv, dg, dbeta, dh0
+        return dq, dk, dv, dg, dbeta, db, dw, dh0
 
 
 # ------------------------------------------------------------------------------------------ inputs
 def make_inputs(op, B, T, H, K, V, seed=0):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     dev, bf = "cuda", torch.bfloat16
+    unif = lambda *shape: (0.1 + 0.8 * torch.rand(*shape, device=dev, generator=gen)).to(bf)
+    gshape = (B, T, H, K) if op in VEC else (B, T, H)
     x = {
         "q": F.normalize(torch.randn(B, T, H, K, device=dev, generator=gen), dim=-1).to(bf),
         "k": F.normalize(torch.randn(B, T, H, K, device=dev, generator=gen), dim=-1).to(bf),
         "v": torch.randn(B, T, H, V, device=dev, generator=gen).to(bf),
-        "beta": (0.1 + 0.8 * torch.rand(B, T, H, device=dev, generator=gen)).to(bf),
+        "beta": unif(B, T, H) if op != "gdn2" else None,
+        "b": unif(B, T, H, K) if op == "gdn2" else None,
+        "w": unif(B, T, H, V) if op == "gdn2" else None,
         "h0": 0.1 * torch.randn(B, H, K, V, device=dev, generator=gen),
-        "g": (F.logsigmoid(torch.randn(B, T, H, device=dev, generator=gen)) / 16) if op == "gdn" else None,
+        "g": (F.logsigmoid(torch.randn(*gshape, device=dev, generator=gen)) / 16) if op != "deltanet" else None,
     }
     do = torch.randn(B, T, H, V, device=dev, generator=gen).to(bf)
     dht = 0.1 * torch.randn(B, H, K, V, device=dev, generator=gen)
@@ -161,8 +170,22 @@ def peak_mib(fn):
 
 
 # ------------------------------------------------------------------------------------------ FLA
-def fla_fns(op, x, do, dht):
-    if op == "gdn":
+def fla_fns(op, x, do, dht, disable_recompute=False):
+    if op == "kda":
+        from fla.ops.kda import chunk_kda as f
+
+        def call(xx):
+            return f(xx["q"], xx["k"], xx["v"], xx["g"], xx["beta"], initial_state=xx["h0"], output_final_state=True,
+                     disable_recompute=disable_recompute)
+        names = ["q", "k", "v", "g", "beta", "h0"]
+    elif op == "gdn2":
+        from fla.ops.gdn2 import chunk_gdn2 as f
+
+        def call(xx):
+            return f(xx["q"], xx["k"], xx["v"], xx["g"], xx["b"], xx["w"], initial_state=xx["h0"],
+                     output_final_state=True, disable_recompute=disable_recompute)
+        names = ["q", "k", "v", "g", "b", "w", "h0"]
+    elif op == "gdn":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as f
 
         def call(xx):
@@ -301,6 +324,11 @@ def main():
                         r[f"rewy_bwd_{pol}_{algo}"] = cuda_time(lambda: rw.backward(cb, x, sv, do, dht), a.reps)
                         if algo == "rewy":
                             r[f"rewy_peak_{pol}"] = peak_mib(lambda: rw.backward(cb, x, sv, do, dht))
+                            # the ReWY / WY pullbacks must agree (fp32 working matrices both ways)
+                            gr = rw.backward(cb, x, sv, do, dht)
+                            gw = rw.backward(rw.cfg(op, B, T, H, K, V, pol, "wy"), x, sv, do, dht)
+                            r[f"rewy_wy_vs_rewy_{pol}"] = max(((a_ - b_).float().norm() / b_.float().norm().clamp_min(1e-30)).item()
+                                                              for a_, b_ in zip(gr, gw) if a_ is not None)
                         del sv
                 cA = rw.cfg(op, B, T, H, K, V, "A", "rewy")
                 r["rewy_fwd_A"] = cuda_time(lambda: rw.forward(cA, x), a.reps)
@@ -319,6 +347,13 @@ def main():
                 prep()
                 r["fla_bwd"] = cuda_time(bwd, a.reps)
                 r["fla_peak"] = peak_mib(bwd)
+                if op in VEC:   # FLA's policy A: disable_recompute=True (same kernels, already tuned)
+                    fwdA, prepA, bwdA, _, xgA = fla_fns(op, x, do, dht, disable_recompute=True)
+                    r["fla_fwd_A"] = cuda_time(fwdA, a.reps)
+                    prepA()
+                    r["fla_bwd_A"] = cuda_time(bwdA, a.reps)
+                    r["fla_peak_A"] = peak_mib(bwdA)
+                    del xgA
                 if "rewy_o" in r:
                     r["o_rel_diff_vs_fla"] = ((r["rewy_o"] - o_f.float()).norm() / o_f.float().norm()).item()
                     r["ht_rel_diff_vs_fla"] = ((r["rewy_ht"] - ht_f.float()).norm() / ht_f.float().norm()).item()
@@ -334,21 +369,25 @@ def main():
             torch.cuda.empty_cache()
     # summary table
     print()
-    print("| op | B,T,H | rewy fwd | FLA fwd | fwd × | rewy bwd R | rewy bwd A | FLA bwd | bwd × (R) | rewy WY bwd R | ReWY gain | peak R MiB | FLA peak MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| op | B,T,H | rewy fwd | FLA fwd | fwd × | rewy bwd R | rewy bwd A | FLA bwd | bwd × (R) | FLA bwd A | bwd × (A) | rewy WY bwd R | ReWY gain | peak R MiB | peak A MiB | FLA peak MiB | FLA peak A MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     geo = {}
     for r in rows:
         f = lambda k: r.get(k, float("nan"))
         fx = f("fla_fwd") / f("rewy_fwd")
         bx = f("fla_bwd") / f("rewy_bwd_R_rewy")
+        bxa = f("fla_bwd_A") / f("rewy_bwd_A_rewy")
         gain = f("rewy_bwd_R_wy") / f("rewy_bwd_R_rewy")
-        geo.setdefault(r["op"], []).append((fx, bx, gain))
+        geo.setdefault(r["op"], []).append((fx, bx, gain, bxa))
         print(f"| {r['op']} | {r['B']},{r['T']},{r['H']} | {f('rewy_fwd'):.3f} | {f('fla_fwd'):.3f} | {fx:.2f} | "
               f"{f('rewy_bwd_R_rewy'):.3f} | {f('rewy_bwd_A_rewy'):.3f} | {f('fla_bwd'):.3f} | {bx:.2f} | "
-              f"{f('rewy_bwd_R_wy'):.3f} | {gain:.2f} | {f('rewy_peak_R'):.1f} | {f('fla_peak'):.1f} |")
+              f"{f('fla_bwd_A'):.3f} | {bxa:.2f} | "
+              f"{f('rewy_bwd_R_wy'):.3f} | {gain:.2f} | {f('rewy_peak_R'):.1f} | {f('rewy_peak_A'):.1f} | "
+              f"{f('fla_peak'):.1f} | {f('fla_peak_A'):.1f} |")
     for op, v in geo.items():
-        gm = [math.exp(sum(math.log(t[i]) for t in v if t[i] == t[i] and t[i] > 0) / max(1, len(v))) for i in range(3)]
-        print(f"geomean {op}: fwd FLA/rewy {gm[0]:.3f}, bwd(R) FLA/rewy {gm[1]:.3f}, WY/ReWY {gm[2]:.3f}")
+        gm = [math.exp(sum(math.log(t[i]) for t in v if t[i] == t[i] and t[i] > 0) / max(1, len(v))) for i in range(4)]
+        print(f"geomean {op}: fwd FLA/rewy {gm[0]:.3f}, bwd(R) FLA/rewy {gm[1]:.3f}, bwd(A) FLA/rewy {gm[3]:.3f}, "
+              f"WY/ReWY {gm[2]:.3f}")
     if a.profile:
         B, T, H = (int(v) for v in a.profile.split("x"))
         for op in a.ops.split(","):

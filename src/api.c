@@ -111,11 +111,6 @@ static rewy_status check_config(const rewy_config *c, err e) {
     }
     if (c->backend == REWY_BACKEND_CUDA && !rewy_has_cuda())
         return fail(e, REWY_ERR_BACKEND, "backend: this library was built without CUDA (rebuild with make CUDA=1)");
-#ifndef REWY_CUDA_VECTOR_GATES /* the vector-gate kernels are opt-in (make CUDA_VEC=1) until verified on a GPU */
-    if (c->backend == REWY_BACKEND_CUDA && (c->op == REWY_OP_KDA || c->op == REWY_OP_GDN2))
-        return fail(e, REWY_ERR_BACKEND, "op: %s is not implemented on the CUDA backend yet (use the CPU backend)",
-                    c->op == REWY_OP_KDA ? "KDA" : "GDN2");
-#endif
     return REWY_OK;
 }
 

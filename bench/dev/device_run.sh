@@ -1,12 +1,14 @@
 #!/bin/bash
 # device_run.sh: one device call = build, CUDA tests, compute-sanitizer, benchmark; logs under $OUT.
-#   bench/dev/device_run.sh [build] [test] [sanitize] [bench] [bench-rewy]   (default: all but bench)
+#   bench/dev/device_run.sh [build] [test] [sanitize] [bench] [bench-rewy] [pytest] [overhead]   (default: build test sanitize)
+# RB=build/cuda-vec picks another prebuilt library (default build/cuda-on); BENCH_ARGS adds bench_gpu.py options.
 # FLA (the ignored copy under .ref/fla-src) must be carried to the device for 'bench'.
 set -u
 OUT=${OUT:-/tmp/rewy-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/../.."
 steps="${*:-build test sanitize}"
+RB=${RB:-build/cuda-on}
 [ -x /usr/local/cuda/bin/nvcc ] && export CUDA_HOME=/usr/local/cuda
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PWD/build/devlibs
 summary="$OUT/summary.txt"
@@ -20,32 +22,41 @@ for s in $steps; do
     # The device has no network to install OpenBLAS (pass BLAS=0 when building there): by default use the build/cuda-on
     # prebuilt here (make CUDA=1 BUILD=build/cuda-on lib + the test) and carried with build/devlibs.
     if [ "${BUILD_ON_DEVICE:-0}" = 1 ]; then
-      make -j16 CUDA=1 BLAS=0 BUILD=build/cuda-on lib > "$OUT/build.log" 2>&1 &&
-      make CUDA=1 BLAS=0 BUILD=build/cuda-on build/cuda-on/tests/cuda/test_cuda >> "$OUT/build.log" 2>&1
+      make -j16 CUDA=1 BLAS=0 BUILD=$RB lib > "$OUT/build.log" 2>&1 &&
+      make CUDA=1 BLAS=0 BUILD=$RB $RB/tests/cuda/test_cuda >> "$OUT/build.log" 2>&1
       rc=$?; log "build rc=$rc ($(($(date +%s)-t0)) s)"; [ $rc = 0 ] || { tail -30 "$OUT/build.log"; exit 1; }
     else
-      log "build: using the carried prebuilt build/cuda-on (BUILD_ON_DEVICE=1 to rebuild there)"
-      [ -x build/cuda-on/tests/cuda/test_cuda ] || { log "no prebuilt test_cuda"; exit 1; }
+      log "build: using the carried prebuilt $RB (BUILD_ON_DEVICE=1 to rebuild there)"
+      [ -x $RB/tests/cuda/test_cuda ] || { log "no prebuilt test_cuda"; exit 1; }
     fi ;;
   test)
-    timeout 400 build/cuda-on/tests/cuda/test_cuda > "$OUT/test_cuda.log" 2>&1
+    timeout 400 $RB/tests/cuda/test_cuda > "$OUT/test_cuda.log" 2>&1
     rc=$?; log "test_cuda rc=$rc ($(($(date +%s)-t0)) s): $(tail -1 "$OUT/test_cuda.log")"
     grep -E "FAIL|graph|CUDA error" "$OUT/test_cuda.log" | head -40 ;;
   sanitize)
-    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda-on/tests/cuda/test_cuda --quick > "$OUT/memcheck.log" 2>&1
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/memcheck.log" 2>&1
     rc=$?; log "memcheck rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tail -1)"
     t0=$(date +%s)
-    REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 build/cuda-on/tests/cuda/test_cuda --quick > "$OUT/racecheck.log" 2>&1
+    REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/racecheck.log" 2>&1
     rc=$?; log "racecheck rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/racecheck.log" | tail -1)" ;;
   bench-rewy)
-    REWY_LIBRARY=$PWD/build/cuda-on/librewy.so timeout 300 python3 bench/bench_gpu.py --impl rewy --reps 30 \
+    REWY_LIBRARY=$PWD/$RB/librewy.so timeout 300 python3 bench/bench_gpu.py --impl rewy --reps 30 ${BENCH_ARGS:-} \
       --json "$OUT/bench_rewy.jsonl" > "$OUT/bench_rewy.log" 2>&1
     rc=$?; log "bench-rewy rc=$rc ($(($(date +%s)-t0)) s)"; tail -40 "$OUT/bench_rewy.log" ;;
   bench)
-    FLA_DISABLE_BACKEND_DISPATCH=1 PYTHONPATH=$PWD/.ref/fla-src REWY_LIBRARY=$PWD/build/cuda-on/librewy.so \
-      timeout ${BENCH_TIMEOUT:-500} python3 bench/bench_gpu.py --impl rewy,fla --reps 30 --time-limit ${BENCH_LIMIT:-420} --profile '' \
+    FLA_DISABLE_BACKEND_DISPATCH=1 PYTHONPATH=$PWD/.ref/fla-src REWY_LIBRARY=$PWD/$RB/librewy.so \
+      timeout ${BENCH_TIMEOUT:-500} python3 bench/bench_gpu.py --impl rewy,fla --reps 30 --time-limit ${BENCH_LIMIT:-420} --profile '' ${BENCH_ARGS:-} \
       --json "$OUT/bench.jsonl" > "$OUT/bench.log" 2>&1
     rc=$?; log "bench rc=$rc ($(($(date +%s)-t0)) s)"; tail -45 "$OUT/bench.log" ;;
+  pytest)
+    FLA_DISABLE_BACKEND_DISPATCH=1 PYTHONPATH=$PWD/python:$PWD/.ref/fla-src REWY_LIBRARY=$PWD/$RB/librewy.so \
+      timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest -q -rs ${PYTEST_ARGS:-tests/python} > "$OUT/pytest.log" 2>&1
+    rc=$?; log "pytest rc=$rc ($(($(date +%s)-t0)) s): $(tail -1 "$OUT/pytest.log")"
+    grep -E "^FAILED|^ERROR|Error|rel err" "$OUT/pytest.log" | head -40 ;;
+  overhead)
+    PYTHONPATH=$PWD/python REWY_LIBRARY=$PWD/$RB/librewy.so timeout 120 python3 -m rewy._overhead --device cuda \
+      > "$OUT/overhead.log" 2>&1
+    rc=$?; log "overhead rc=$rc ($(($(date +%s)-t0)) s)"; cat "$OUT/overhead.log" ;;
   esac
 done
 cat "$summary"

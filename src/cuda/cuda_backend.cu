@@ -1,6 +1,5 @@
 /* cuda_backend.cu: the five entry points api.c calls for cfg.backend == REWY_BACKEND_CUDA.
- * Scalar-gate operators (DeltaNet, GDN). KDA/GDN2 return REWY_ERR_BACKEND unless built with
- * REWY_CUDA_VECTOR_GATES (make CUDA_VEC=1), which sends them to vec_backend.cu (not yet verified on a device).
+ * Scalar-gate operators (DeltaNet, GDN) here; KDA and GDN2 go to vec_backend.cu.
  *
  * Forward:  chunk_plan → kkt_inverse (G, A, C_q) → state_scan (o, ht; policy A also S_c, R)
  * Backward: [policy R: kkt_inverse (C_q) → state_scan (S_c, R)] → bwd_state_scan (S̄⁺, P or R̄, dh0)
@@ -17,12 +16,8 @@
  * or B·⌈T/BT⌉. */
 #include "cuda_backend.h"
 #include "kernels.cuh"
-#ifdef REWY_CUDA_VECTOR_GATES
-#include "vec_kernels.cuh" /* KDA, GDN2 (vec_backend.cu); off by default until verified on a device */
+#include "vec_kernels.cuh" /* KDA, GDN2 (vec_backend.cu) */
 #define REWY_VEC_DISPATCH(cfg, call) do { if ((cfg)->op == REWY_OP_KDA || (cfg)->op == REWY_OP_GDN2) return call; } while (0)
-#else
-#define REWY_VEC_DISPATCH(cfg, call) do { } while (0)
-#endif
 #include <math.h>
 
 using namespace rewy_cuda;

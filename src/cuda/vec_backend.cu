@@ -1,5 +1,5 @@
 /* vec_backend.cu: the backend entry points for the vector-gate operators (KDA, GDN2).
- * cuda_backend.cu forwards to these under REWY_CUDA_VECTOR_GATES (make CUDA_VEC=1).
+ * cuda_backend.cu forwards KDA and GDN2 to these.
  *
  * Forward:  chunk_plan → vec_intra (Gc, A, C_q) → vec_state_scan (o, ht; policy A also S_c, R)
  * Backward: [policy R: vec_intra (C_q) → vec_state_scan (S_c, R)] → vec_bwd_state_scan (S̄⁺, P or R̄, dh0)

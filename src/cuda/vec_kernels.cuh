@@ -1,7 +1,6 @@
 /* vec_kernels.cuh: the CUDA stages of the vector-gate operators (KDA, GDN2), MATH §2–§6.
  *
- * Compiled always (so CI checks that they build), reached only when the backend is built with
- * REWY_CUDA_VECTOR_GATES (make CUDA_VEC=1) and api.c lets KDA/GDN2 through to the CUDA backend.
+ * cuda_backend.cu sends KDA and GDN2 here (verified on an H200: tests/cuda/test_cuda.c).
  *
  * Differences from the scalar-gate stages (kernels.cuh), all of them feature-local:
  *   - G is a per-feature cumulative log decay: Gc [chunk][hv][BT][Kp] fp32 (rows ≥ n repeat
@@ -73,7 +72,7 @@ cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, con
 } // namespace rewy_cuda
 
 /* vec_backend.cu: the five backend entry points for KDA / GDN2 (same contract as cuda_backend.h).
- * cuda_backend.cu dispatches to them under REWY_CUDA_VECTOR_GATES. */
+ * cuda_backend.cu dispatches to them. */
 size_t rewy_cuda_vec_saved_size(const rewy_config *cfg);
 size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg);
 size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg);

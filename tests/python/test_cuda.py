@@ -58,3 +58,16 @@ def test_cuda_graph_capture(op):
     torch.cuda.synchronize()
     for a, b in zip(captured, expected):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    # new inputs copied into the captured leaves: a replay must give the new results
+    fresh = make_inputs(op, B=1, T=130, N=3, seed=11)
+    with torch.no_grad():
+        for n, t in x.items():
+            t.copy_(fresh[n].float())
+    with torch.cuda.stream(side):
+        direct = step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b, old in zip(captured, direct, expected):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(a, old)

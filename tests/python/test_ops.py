@@ -7,7 +7,9 @@ import rewy
 from reference import reference
 from helpers import DEVICES, FN, OPS, check, make_inputs, rel_err, run
 
-FP32 = 0.01  # fp32 inputs: bounds × 0.01 (observed errors are ~1e-7)
+FP32 = 0.01  # fp32 inputs on the CPU backend: bounds × 0.01 (observed errors are ~1e-7)
+# The CUDA backend takes fp32 inputs through tf32 tensor-core products and keeps chunk states in
+# bf16 (common.cuh: state_t), so there fp32 inputs get MATH §10's bounds as they are.
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -18,7 +20,7 @@ FP32 = 0.01  # fp32 inputs: bounds × 0.01 (observed errors are ~1e-7)
 def test_against_reference(op, dtype, disable_recompute, backward, device):
     """T=100 (a tail chunk at 64), K=32 ≠ V=24, initial and final state, both policies and pullbacks."""
     results = run(op, make_inputs(op), dtype, device, backward=backward, disable_recompute=disable_recompute)
-    check(results, FP32 if dtype == torch.float32 else 1.0)
+    check(results, FP32 if dtype == torch.float32 and device == "cpu" else 1.0)
 
 
 @pytest.mark.parametrize("op", OPS)
