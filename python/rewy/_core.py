@@ -12,6 +12,10 @@ They are reached two ways, with one autograd formula (`_pullback`):
     rewy::chunk_bwd, which have fake implementations and a registered autograd formula.
 Nothing here syncs with a device: sizes come from shapes, and varlen plans use a host copy
 of cu_seqlens.
+
+Per-call cost matters here (a layer calls this once per step and direction, issue 5): the
+eager path looks its config and sizes up in a cache (_PLANS), builds the params structs in one
+copy (_lib.fwd_params), and reads the CUDA stream without creating a torch Stream object.
 """
 from ctypes import addressof, byref, c_int32
 from typing import Optional
@@ -20,13 +24,27 @@ import torch
 from torch import Tensor
 
 from . import _lib
-from ._lib import BwdParams, Config, FwdParams
+from ._lib import Config
 
 DTYPES = {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}
 
 
 def _ptr(t):
-    return None if t is None else t.data_ptr()
+    """The address of t's data, 0 (NULL) for None."""
+    return 0 if t is None else t.data_ptr()
+
+
+# torch.cuda.current_stream(device).cuda_stream builds a torch.cuda.Stream object per call (several
+# µs); the raw query returns the same cudaStream_t as an int. CPU-only builds of torch lack it, and
+# never need it (only CUDA tensors ask).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _cuda_stream(t):
+    """The current CUDA stream of CUDA tensor t's device, as the cudaStream_t address."""
+    if _raw_stream is None:
+        return torch.cuda.current_stream(t.device).cuda_stream
+    return _raw_stream(t.get_device())
 
 
 def config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_algo, state_v_first,
@@ -44,7 +62,7 @@ def config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_
         if real:
             cfg.cu_seqlens, cfg.cu_seqlens_host = cu_seqlens.data_ptr(), _ptr(cu_seqlens_cpu)
     if real and cuda:
-        cfg.stream = torch.cuda.current_stream(q.device).cuda_stream
+        cfg.stream = _cuda_stream(q)
     return cfg
 
 
@@ -55,6 +73,13 @@ def state_shape(q, v, cu_seqlens, state_v_first):
 
 
 _SIZES = {}  # config fields that sizes depend on -> (saved, fwd workspace, bwd workspace) bytes
+_CACHE_MAX = 1024  # entries per cache; a full cache is cleared (new shapes every step, e.g. varlen T)
+
+
+def _remember(cache, key, value):
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
 
 
 def sizes(cfg):
@@ -82,21 +107,22 @@ def sizes(cfg):
     for status, _ in result:
         if status != _lib.OK:
             return status, None
-    _SIZES[key] = found = tuple(n for _, n in result)
+    found = tuple(n for _, n in result)
+    _remember(_SIZES, key, found)
     return _lib.OK, found
 
 
 # ------------------------------------------------------------------------------------------
 # the two library calls
 
-_PLANS = {}  # shapes and options -> (Config without per-call pointers, sizes, final-state shape)
+_PLANS = {}  # shapes and options -> (bytes of the Config without per-call pointers, sizes, final-state shape)
 
 
 def _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first):
     """(status, plan): the config, the buffer sizes and the final-state shape of one problem, built
     once per shape and options (the per-call pointers, cu_seqlens and the stream, are not in it).
 
-    plan is (cfg, (saved, fwd workspace, bwd workspace) bytes, final-state shape); after a
+    plan is (bytes(cfg), (saved, fwd workspace, bwd workspace) bytes, final-state shape); after a
     failed size query the sizes are None (and nothing is cached), for the caller to report on its
     params through the library's validation."""
     key = (op, q.dtype, q.device, q.shape, v.shape, None if cu_seqlens is None else cu_seqlens.shape[0],
@@ -107,9 +133,9 @@ def _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_fir
         return _lib.OK, plan
     cfg = config(op, q, v, cu_seqlens, None, scale, chunk_size, policy, bwd_algo, state_v_first, real=False)
     status, n = sizes(cfg)
-    plan = (cfg, n, state_shape(q, v, cu_seqlens, state_v_first))
+    plan = (bytes(cfg), n, state_shape(q, v, cu_seqlens, state_v_first))
     if status == _lib.OK:
-        _PLANS[key] = plan
+        _remember(_PLANS, key, plan)
     return status, plan
 
 
@@ -118,7 +144,7 @@ def _set_pointers(cfg, q, cu_seqlens, cu_seqlens_cpu):
     if cu_seqlens is not None:
         cfg.cu_seqlens, cfg.cu_seqlens_host = cu_seqlens.data_ptr(), _ptr(cu_seqlens_cpu)
     if q.is_cuda:
-        cfg.stream = torch.cuda.current_stream(q.device).cuda_stream
+        cfg.stream = _cuda_stream(q)
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
@@ -131,30 +157,33 @@ def forward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional
     This is the custom op rewy::chunk_fwd: its saved buffer is zeroed, so that the bytes the
     library leaves unwritten (padding, varlen worst-case room) are deterministic, as
     torch.library.opcheck and compiled graphs compare whole outputs."""
-    return _forward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size, policy,
-                    bwd_algo, state_v_first, output_final_state, True)
+    o, ht, saved = _forward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size, policy,
+                            bwd_algo, state_v_first, output_final_state, True)
+    if ht is None:   # an op returns tensors only
+        ht = torch.empty(0, dtype=torch.float32, device=q.device)
+    return o, ht, saved
 
 
 def _forward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size, policy, bwd_algo,
              state_v_first, output_final_state, zero_saved):
-    """forward, with the saved buffer left uninitialised unless zero_saved. The eager path never
-    shows that buffer to anyone but rewy_backward, which reads only what rewy_forward wrote (the
-    C tests poison it); zeroing it would cost a memset of the whole buffer per call."""
+    """forward, with the saved buffer left uninitialised unless zero_saved, and None for the final
+    state unless output_final_state (no allocation for it). The eager path never shows the saved
+    buffer to anyone but rewy_backward, which reads only what rewy_forward wrote (the C tests
+    poison it); zeroing it would cost a memset of the whole buffer per call."""
     L = _lib.lib()
     status, (cfg, n, ht_shape) = _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first)
     device = q.device
     o = torch.empty_like(v, dtype=q.dtype, memory_format=torch.contiguous_format)
-    ht = torch.empty(ht_shape if output_final_state else 0, dtype=torch.float32, device=device)
+    ht = torch.empty(ht_shape, dtype=torch.float32, device=device) if output_final_state else None
     if n is None:   # a failed size query: the library's validation says why
-        p = FwdParams(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
-                      _ptr(h0), o.data_ptr(), ht.data_ptr() if output_final_state else None)
+        p = _lib.fwd_params(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
+                            _ptr(h0), o.data_ptr(), _ptr(ht), 0, 0, 0, 0)
         _set_pointers(p.cfg, q, cu_seqlens, cu_seqlens_cpu)
         _lib.check(status, p, L.rewy_validate_fwd)
     saved = (torch.zeros if zero_saved else torch.empty)(n[0], dtype=torch.uint8, device=device)
     ws = torch.empty(max(n[1], 16), dtype=torch.uint8, device=device)
-    p = FwdParams(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
-                  _ptr(h0), o.data_ptr(), ht.data_ptr() if output_final_state else None,
-                  saved.data_ptr(), ws.data_ptr(), n[1], n[0])
+    p = _lib.fwd_params(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
+                        _ptr(h0), o.data_ptr(), _ptr(ht), saved.data_ptr(), ws.data_ptr(), n[1], n[0])
     if cu_seqlens is not None or q.is_cuda:
         _set_pointers(p.cfg, q, cu_seqlens, cu_seqlens_cpu)
     status = L.rewy_forward(byref(p))
@@ -164,7 +193,9 @@ def _forward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, 
 
 
 def _grad_buffer(t):
-    return None if t is None else torch.empty_like(t, memory_format=torch.contiguous_format)
+    # t is contiguous (the library reads it as such), so empty_like's default (its layout) is a
+    # contiguous buffer; asking for memory_format=torch.contiguous_format costs more per call
+    return None if t is None else torch.empty_like(t)
 
 
 def backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional[Tensor],
@@ -178,14 +209,16 @@ def backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optiona
     status, (cfg, n, _) = _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first)
     grads = (_grad_buffer(q), _grad_buffer(k), _grad_buffer(v), _grad_buffer(g), _grad_buffer(beta),
              _grad_buffer(b), _grad_buffer(w), _grad_buffer(h0))
-    p = BwdParams(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
-                  _ptr(h0), saved.data_ptr(), saved.numel(), do.data_ptr(), _ptr(dht), *map(_ptr, grads))
-    if cu_seqlens is not None or q.is_cuda:
-        _set_pointers(p.cfg, q, cu_seqlens, cu_seqlens_cpu)
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w), _ptr(h0),
+            saved.data_ptr(), saved.numel(), do.data_ptr(), _ptr(dht), *map(_ptr, grads))
     if n is None:   # a failed size query: the library's validation says why
+        p = _lib.bwd_params(cfg, *ptrs, 0, 0)
+        _set_pointers(p.cfg, q, cu_seqlens, cu_seqlens_cpu)
         _lib.check(status, p, L.rewy_validate_bwd)
     ws = torch.empty(max(n[2], 16), dtype=torch.uint8, device=q.device)
-    p.workspace, p.workspace_bytes = ws.data_ptr(), n[2]
+    p = _lib.bwd_params(cfg, *ptrs, ws.data_ptr(), n[2])
+    if cu_seqlens is not None or q.is_cuda:
+        _set_pointers(p.cfg, q, cu_seqlens, cu_seqlens_cpu)
     status = L.rewy_backward(byref(p))
     if status != _lib.OK:
         _lib.check(status, p, L.rewy_validate_bwd)
@@ -200,9 +233,10 @@ def _save(ctx, tensors, options, output, eager):
     ctx.save_for_backward(*tensors, output[2])
     ctx.args, ctx.output_final_state = options[:6], options[6]
     ctx.eager = eager
-    ctx.mark_non_differentiable(output[2])
     if eager:   # no zero-filled gradients for unused outputs (the saved buffer's would be a memset of it)
-        ctx.set_materialize_grads(False)
+        ctx.set_materialize_grads(False)   # (and the uint8 saved buffer is non-differentiable by its dtype)
+    else:
+        ctx.mark_non_differentiable(output[2])
 
 
 def _pullback(ctx, do, dht, _dsaved):
@@ -213,19 +247,22 @@ def _pullback(ctx, do, dht, _dsaved):
     elif do.dtype != q.dtype:
         do = do.to(q.dtype)
     args = (q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do.contiguous(), dht, *ctx.args)
-    if ctx.eager:   # backward gives None where the input is None; then cu_seqlens, cu_seqlens_cpu, options
-        return backward(*args) + (None, None, None)
+    if ctx.eager:   # backward gives None where the input is None; then None for _ChunkFunction's `rest`
+        return backward(*args) + (None,)
     grads = torch.ops.rewy.chunk_bwd(*args)   # empty tensors stand for None
     grads = tuple(None if t is None else d for t, d in zip((q, k, v, g, beta, b, w, h0), grads))
     return grads + (None,) * 9   # cu_seqlens, cu_seqlens_cpu and the 7 options
 
 
 class _ChunkFunction(torch.autograd.Function):
+    """The eager route: inputs q k v g beta b w h0 (None where absent), then one tuple `rest` of
+    cu_seqlens, cu_seqlens_cpu and the 7 options (Function.apply costs per argument; cu_seqlens
+    needs no gradient, and save_for_backward keeps it like any other tensor)."""
     @staticmethod
-    def forward(ctx, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, options):
-        tensors = (q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu)
-        output = _forward(*tensors, *options, False)
-        _save(ctx, tensors, options, output, eager=True)
+    def forward(ctx, q, k, v, g, beta, b, w, h0, rest):
+        tensors = (q, k, v, g, beta, b, w, h0) + rest[:2]
+        output = _forward(*tensors, *rest[2:], False)
+        _save(ctx, tensors, rest[2:], output, eager=True)
         return output
 
     @staticmethod
@@ -266,11 +303,19 @@ def _(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht, op
     return tuple(q.new_empty(0) if t is None else _grad_buffer(t) for t in (q, k, v, g, beta, b, w, h0))
 
 
+def _requires_grad(tensors):
+    for t in tensors:   # (a loop: any() over a generator costs a frame per call)
+        if t is not None and t.requires_grad:
+            return True
+    return False
+
+
 def apply(*inputs):
     """The core op on (q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size,
-    policy, bwd_algo, state_v_first, output_final_state) -> (o, ht, saved)."""
+    policy, bwd_algo, state_v_first, output_final_state) -> (o, ht, saved); ht is None or an empty
+    tensor unless output_final_state."""
     if torch.compiler.is_compiling():
         return torch.ops.rewy.chunk_fwd(*inputs)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs[:8]):
-        return _ChunkFunction.apply(*inputs[:10], inputs[10:])
+    if torch.is_grad_enabled() and _requires_grad(inputs[:8]):
+        return _ChunkFunction.apply(*inputs[:8], inputs[8:])
     return _forward(*inputs, False)

@@ -65,6 +65,29 @@ def beta_activation(beta, allow_neg_eigval):
 # ------------------------------------------------------------------------------------------
 # argument checks (the library checks values given a config; shapes and devices are ours)
 
+def _check_arg(name, n, t, q, device, shape, kind):
+    """One argument n = t (not None) of a call on q: type, device, dtype (kind "qkv": q's;
+    "float"; "int": 1-D int32/int64 [N+1]) and, where shape is given, shape."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: {n} must be a torch.Tensor (got {type(t).__name__})")
+    if n == "cu_seqlens_cpu":
+        if t.device.type != "cpu":
+            raise TypeError(f"{name}: cu_seqlens_cpu must be a CPU tensor (got {t.device})")
+    elif t.device != device:
+        raise TypeError(f"{name}: all tensors must be on one device, but q is on {device} and {n} is on {t.device}")
+    if kind == "qkv":
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: q, k and v must have one dtype (q is {q.dtype}, {n} is {t.dtype})")
+    elif kind == "float":
+        if not t.is_floating_point():
+            raise TypeError(f"{name}: {n} must be a floating-point tensor (got {t.dtype})")
+    elif t.dtype not in (torch.int32, torch.int64) or t.dim() != 1 or t.shape[0] < 2:
+        raise (ValueError if t.dtype in (torch.int32, torch.int64) else TypeError)(
+            f"{name}: {n} must be a 1-D int32 or int64 tensor [N+1] (got {t.dtype} {list(t.shape)})")
+    if shape is not None and t.shape != shape:
+        raise ValueError(f"{name}: {n} must have shape {list(shape)} (got {list(t.shape)})")
+
+
 def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
                    op, state_v_first):
     for n, t in (("q", q), ("v", v)):
@@ -84,35 +107,24 @@ def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, 
     if cu_seqlens is not None and B != 1:
         raise ValueError(f"{name}: the batch size is expected to be 1 rather than {B} when using "
                          f"`cu_seqlens`; flatten variable-length inputs before processing")
-    # (name, tensor, expected shape or None, what its dtype must be); absent ones are skipped
-    table = (("k", k, (B, T, H, K), "qkv"), ("v", v, None, "qkv"),
-             ("g", g, (B, T, HV) if op == _lib.OP_GDN else (B, T, HV, K), "float"),
-             ("beta", beta, (B, T, HV), "float"), ("b", b, (B, T, HV, K), "float"), ("w", w, (B, T, HV, V), "float"),
-             ("initial_state", initial_state,
-              None if initial_state is None else state_shape(q, v, cu_seqlens, state_v_first), "float"),
-             ("A_log", A_log, None, "float"), ("dt_bias", dt_bias, None, "float"),
-             ("cu_seqlens", cu_seqlens, None, "int"), ("cu_seqlens_cpu", cu_seqlens_cpu, None, "int"))
-    for n, t, shape, kind in table:
-        if t is None:
-            continue
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: {n} must be a torch.Tensor (got {type(t).__name__})")
-        if n == "cu_seqlens_cpu":
-            if t.device.type != "cpu":
-                raise TypeError(f"{name}: cu_seqlens_cpu must be a CPU tensor (got {t.device})")
-        elif t.device != device:
-            raise TypeError(f"{name}: all tensors must be on one device, but q is on {device} and {n} is on {t.device}")
-        if kind == "qkv":
-            if t.dtype != dtype:
-                raise TypeError(f"{name}: q, k and v must have one dtype (q is {q.dtype}, {n} is {t.dtype})")
-        elif kind == "float":
-            if not t.is_floating_point():
-                raise TypeError(f"{name}: {n} must be a floating-point tensor (got {t.dtype})")
-        elif t.dtype not in (torch.int32, torch.int64) or t.dim() != 1 or t.shape[0] < 2:
-            raise (ValueError if t.dtype in (torch.int32, torch.int64) else TypeError)(
-                f"{name}: {n} must be a 1-D int32 or int64 tensor [N+1] (got {t.dtype} {list(t.shape)})")
-        if shape is not None and t.shape != shape:
-            raise ValueError(f"{name}: {n} must have shape {list(shape)} (got {list(t.shape)})")
+    # each present argument in turn: name, tensor, expected shape or None, what its dtype must be
+    # (one call per present argument: no table of the absent ones is built per call)
+    _check_arg(name, "k", k, q, device, (B, T, H, K), "qkv")
+    _check_arg(name, "v", v, q, device, None, "qkv")
+    if g is not None:
+        _check_arg(name, "g", g, q, device, (B, T, HV) if op == _lib.OP_GDN else (B, T, HV, K), "float")
+    if beta is not None:
+        _check_arg(name, "beta", beta, q, device, (B, T, HV), "float")
+    if b is not None:
+        _check_arg(name, "b", b, q, device, (B, T, HV, K), "float")
+    if w is not None:
+        _check_arg(name, "w", w, q, device, (B, T, HV, V), "float")
+    for n, t, kind in (("initial_state", initial_state, "float"), ("A_log", A_log, "float"),
+                       ("dt_bias", dt_bias, "float"), ("cu_seqlens", cu_seqlens, "int"),
+                       ("cu_seqlens_cpu", cu_seqlens_cpu, "int")):
+        if t is not None:
+            _check_arg(name, n, t, q, device,
+                       state_shape(q, v, cu_seqlens, state_v_first) if n == "initial_state" else None, kind)
     if cu_seqlens_cpu is not None and (cu_seqlens is None or cu_seqlens_cpu.shape != cu_seqlens.shape):
         raise ValueError(f"{name}: cu_seqlens_cpu must be a host copy of cu_seqlens "
                          f"(shape {list(cu_seqlens_cpu.shape)}, cu_seqlens {cu_seqlens if cu_seqlens is None else list(cu_seqlens.shape)})")
@@ -148,17 +160,19 @@ def _check_options(name, use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_g
 
 def _rewy_kwargs(name, kwargs, state_v_first, disable_recompute, fla_kwargs=()):
     """Pop the keyword-only options of **kwargs; anything left over is an error, never ignored."""
+    opts = dict(chunk_size=64, backward="rewy", state_v_first=state_v_first, disable_recompute=disable_recompute)
+    for n in fla_kwargs:
+        opts[n] = None
+    if not kwargs:   # the common call: every option at its default
+        return opts
     if "head_first" in kwargs:
         raise ValueError(f"{name}: head_first has been removed (as in FLA); inputs are [B, T, H, ...]")
     if "transpose_state_layout" in kwargs:   # FLA's deprecated name of state_v_first
         if state_v_first:
             raise ValueError(f"{name}: cannot pass both `state_v_first` and `transpose_state_layout`")
-        state_v_first = kwargs.pop("transpose_state_layout")
-    opts = dict(chunk_size=kwargs.pop("chunk_size", 64), backward=kwargs.pop("backward", "rewy"),
-                state_v_first=kwargs.pop("state_v_first", state_v_first),
-                disable_recompute=kwargs.pop("disable_recompute", disable_recompute))
-    for n in fla_kwargs:
-        opts[n] = kwargs.pop(n, None)
+        opts["state_v_first"] = kwargs.pop("transpose_state_layout")
+    for n in opts:
+        opts[n] = kwargs.pop(n, opts[n])
     if kwargs:
         raise TypeError(f"{name}() got unexpected keyword argument(s) {', '.join(map(repr, kwargs))}; "
                         f"rewy accepts FLA's options and backward=, disable_recompute=, chunk_size=, "
@@ -197,7 +211,10 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
     if use_qk_l2norm_in_kernel:
         q, k = l2norm(q), l2norm(k)
     if g is not None:                        # gates and states are fp32 (rewy.h)
-        g = gate(g, A_log, dt_bias, lower_bound) if use_gate_in_kernel else g.float()
+        if use_gate_in_kernel:
+            g = gate(g, A_log, dt_bias, lower_bound)
+        elif g.dtype != torch.float32:
+            g = g.float()
     if beta is not None and use_beta_sigmoid_in_kernel:
         beta = beta_activation(beta, allow_neg_eigval)
     beta, b, w = _to(beta, q.dtype), _to(b, q.dtype), _to(w, q.dtype)
@@ -245,7 +262,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     chunk_indices is FLA's cached chunk table, derived from cu_seqlens; rewy derives its own.
     """
     name = "chunk_gated_delta_rule"
-    _unsupported(name, cp_context=(cp_context is not None, "context parallelism"))
+    if cp_context is not None:
+        _unsupported(name, cp_context=(True, "context parallelism"))
     opts = _rewy_kwargs(name, kwargs, state_v_first, False, ("use_gate_in_kernel", "A_log", "dt_bias"))
     opts["use_gate_in_kernel"] = bool(opts["use_gate_in_kernel"])
     return _delta_rule(name, _lib.OP_GDN, q, k, v, g=g, beta=beta, scale=scale, initial_state=initial_state,
@@ -266,8 +284,9 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     so it changes nothing here beyond FLA's lower_bound check.
     """
     name = "chunk_kda"
-    _unsupported(name, cp_context=(cp_context is not None, "context parallelism"),
-                 return_intermediate_states=(return_intermediate_states, "chunk states are not returned"))
+    if cp_context is not None or return_intermediate_states:
+        _unsupported(name, cp_context=(cp_context is not None, "context parallelism"),
+                     return_intermediate_states=(return_intermediate_states, "chunk states are not returned"))
     opts = _rewy_kwargs(name, kwargs, state_v_first, disable_recompute, ("A_log", "dt_bias"))
     return _delta_rule(name, _lib.OP_KDA, q, k, v, g=g, beta=beta, scale=scale, initial_state=initial_state,
                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
@@ -286,7 +305,8 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     kwargs as FLA: A_log [HV], dt_bias [HV*K], chunk_size (rewy also takes 16 and 32); plus rewy's keywords.
     """
     name = "chunk_gdn2"
-    _unsupported(name, return_intermediate_states=(return_intermediate_states, "chunk states are not returned"))
+    if return_intermediate_states:
+        _unsupported(name, return_intermediate_states=(True, "chunk states are not returned"))
     opts = _rewy_kwargs(name, kwargs, state_v_first, disable_recompute, ("A_log", "dt_bias"))
     return _delta_rule(name, _lib.OP_GDN2, q, k, v, g=g, b=b, w=w, scale=scale, initial_state=initial_state,
                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
