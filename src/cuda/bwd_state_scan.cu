@@ -4,7 +4,10 @@
  *   R̄  = C_qᵀ Ō + F S̄⁺             both uses of R
  *   P  = Aᵀ R̄                        ReWY product (1), shared by the scan and the pullback
  *   S̄ ← Q_gᵀ Ō + Λ S̄⁺ − Eᵀ P        (S̄_res supplied here, once)
- * Stores P (ReWY) or R̄ (WY: its pullback starts from R̄), and dh0 = S̄ at each sequence start. */
+ * Stores P (ReWY) or R̄ (WY: its pullback starts from R̄), and dh0 = S̄ at each sequence start.
+ * Scalar gates: F, Q_g, E are k, q, k scaled per row, applied around the products. Vector gates
+ * (VEC): F, Q_g, E and Λ = Diag(γ_n) come precomputed per chunk (VecOps, vec_factors.cu), in three
+ * single-buffered tiles, each reloaded for the next chunk as soon as its product is done. */
 #include "kernels.cuh"
 
 namespace rewy_cuda {
@@ -13,15 +16,19 @@ constexpr int BSCAN_THREADS = 256;
 constexpr int BSCAN_NW = BSCAN_THREADS / 32;
 constexpr size_t BSCAN_SHARE_KQ_BYTES = 512;
 
-template <class T>
+template <class T, bool VEC, int KPC>
 __global__ void __launch_bounds__(BSCAN_THREADS)
-bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const float *A, const float *Cq, const T *do_,
-                      const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
+bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const float *A, const float *Cq, VecOps vo,
+                      const T *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
+    using FT = factor_t<T>;
     extern __shared__ __align__(16) float sm[];
-    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV, h = hv / p.G, BT = p.BT;
-    const int ldk = scan_ldk<T>(p.Kp), ldvt = scan_ldvt<T>(), lds = scan_lds(p.Kp);
+    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV, h = hv / p.G;
+    /* KPC > 0: the fast path, K padded to KPC and chunk 64 known at compile time (constant loop
+     * bounds and strides in every product); KPC = 0: any K and chunk size */
+    const int BT = KPC ? MAXBT : p.BT, Kp = KPC ? KPC : p.Kp;
+    const int ldk = scan_ldk<T>(Kp), ldfe = scan_ldk<FT>(Kp), ldvt = scan_ldvt<T>(), lds = scan_lds(Kp);
     /* fp32 inputs with K > 128: one K/Q buffer (Q reloaded inside the chunk, no K/Q prefetch) */
-    const bool share = sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES;
+    const bool share = !VEC && sizeof(T) * Kp > BSCAN_SHARE_KQ_BYTES;
     /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ (then (γ⊙Ō)ᵀ), Pst = Pᵀ */
     float *Sbt = sm;                 /* [BV][Kp+8] */
     float *As = Sbt + BV * lds;      /* [64][LDA] */
@@ -29,21 +36,25 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     float *Rbt = Cs + MAXBT * LDA;   /* [BV][LDX] */
     float *Pst = Rbt + BV * LDX;
     float *GBs = Pst + BV * LDX;     /* [2][2][64] */
-    T *KQ0 = reinterpret_cast<T *>(GBs + 4 * MAXBT);   /* [64][ldk] ×2 (×1 when sharing) */
-    T *KQ1 = share ? KQ0 : KQ0 + MAXBT * ldk;
-    T *Os = KQ1 + MAXBT * ldk;                          /* [64][ldvt] */
+    float *lam = GBs + 4 * MAXBT;    /* VEC: [2][Kp] γ_n */
+    T *KQ0 = reinterpret_cast<T *>(lam + (VEC ? 2 * Kp : 0)); /* scalar: [64][ldk] ×2 (×1 when sharing) */
+    T *KQ1 = (VEC || share) ? KQ0 : KQ0 + MAXBT * ldk;
+    T *Os = KQ1 + (VEC ? 0 : MAXBT * ldk);              /* [64][ldvt] */
+    FT *Fs = reinterpret_cast<FT *>(Os + MAXBT * ldvt);  /* VEC: F, Q_g, E [64][ldfe] */
+    FT *Qv = Fs + MAXBT * ldfe;
+    FT *Es = Qv + MAXBT * ldfe;
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    for (int e = threadIdx.x; e < p.Kp * BV; e += blockDim.x) {
-        const int j = e / p.Kp, kk = e - j * p.Kp;
+    for (int e = threadIdx.x; e < Kp * BV; e += blockDim.x) {
+        const int j = e / Kp, kk = e - j * Kp;
         Sbt[j * lds + kk] = (dht && kk < p.K && v0 + j < p.V) ? dht[sbase + st_idx(p, kk, v0 + j)] : 0.f;
     }
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
-        copy_tile<T>(dst, ldk, BT, p.Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+        copy_tile<T>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_q = [&](T *dst, const ChunkInfo &cj) {
-        copy_tile<T>(dst, ldk, BT, p.Kp, q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+        copy_tile<T>(dst, ldk, BT, Kp, q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_o = [&](const ChunkInfo &cj) {
         copy_tile<T>(Os, ldvt, BT, BV, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
@@ -51,18 +62,30 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     auto issue_nn = [&](float *dst, const float *src, int cj) {
         copy_tile<float>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
     };
-    auto issue_gb = [&](float *dst, int cj) {
-        copy_tile<float>(dst, 2 * BT, 1, 2 * BT, GB + ((size_t)cj * p.HV + hv) * 2 * BT, 2 * BT, 1, 0, 2 * BT);
+    auto issue_gb = [&](int buf, int cj) {
+        copy_tile<float>(GBs + buf * 2 * MAXBT, 2 * BT, 1, 2 * BT, GB + ((size_t)cj * p.HV + hv) * 2 * BT, 2 * BT, 1, 0,
+                         2 * BT);
+        if (VEC) copy_tile<float>(lam + buf * Kp, Kp, 1, Kp, vo.lam + ((size_t)cj * p.HV + hv) * Kp, Kp, 1, 0, Kp);
+    };
+    auto issue_f = [&](FT *dst, const void *src, int cj) { /* VEC: a precomputed factor tile */
+        copy_tile<FT>(dst, ldfe, BT, Kp, static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp, Kp, BT, 0,
+                      Kp);
     };
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
     if (c_last >= c_begin) {
         const ChunkInfo cl = p.ctab[c_last];
-        issue_k(KQ0, cl);
-        if (!share) issue_q(KQ1, cl);
+        if (VEC) {
+            issue_f(Fs, vo.F, c_last);
+            issue_f(Qv, vo.Qg, c_last);
+            issue_f(Es, vo.E, c_last);
+        } else {
+            issue_k(KQ0, cl);
+            if (!share) issue_q(KQ1, cl);
+        }
         issue_o(cl);
         issue_nn(As, A, c_last);
         issue_nn(Cs, Cq, c_last);
-        issue_gb(GBs, c_last);
+        issue_gb(0, c_last);
     }
     int kb = 0, cur = 0;
     for (int c = c_last; c >= c_begin; c--) {
@@ -73,10 +96,10 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         if (has_next) cn = p.ctab[c - 1];
         const size_t ch = (size_t)c * p.HV + hv;
         T *Ks = kb ? KQ1 : KQ0, *Qs = kb ? KQ0 : KQ1;
-        const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT;
+        const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
         cp_async_wait();
         __syncthreads();
-        if (has_next) issue_gb(GBs + (cur ^ 1) * 2 * MAXBT, c - 1);
+        if (has_next) issue_gb(cur ^ 1, c - 1);
         {
             state_t *dst = Sbar + ch * p.K * p.V;
             for (int e = threadIdx.x; e < p.K * BV; e += blockDim.x) {
@@ -86,10 +109,15 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         }
         const float gl = Gs[n - 1];
         /* R̄ = F S̄⁺ + C_qᵀ Ō */
-        bgemm<BSCAN_NW>(BT, BV, p.Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
-            Rbt[j * LDX + i] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
-        });
+        if (VEC) {
+            bgemm<BSCAN_NW>(BT, BV, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
+        } else {
+            bgemm<BSCAN_NW>(BT, BV, Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
+                Rbt[j * LDX + i] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
+            });
+        }
         __syncthreads();
+        if (VEC && has_next) issue_f(Fs, vo.F, c - 1);
         bgemm<BSCAN_NW>(BT, BV, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
         __syncthreads();
         if (has_next) issue_nn(Cs, Cq, c - 1);
@@ -108,33 +136,46 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         __syncthreads();
         for (int e = threadIdx.x; e < BT * BV; e += blockDim.x) {
             const int j = e / BT, i = e - j * BT;
-            const float gi = expf(Gs[i]);
-            Rbt[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
-            Pst[j * LDX + i] *= bs[i] * gi;
+            if (VEC) {
+                Rbt[j * LDX + i] = ldf(Os + i * ldvt + j);
+            } else {
+                const float gi = expf(Gs[i]);
+                Rbt[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
+                Pst[j * LDX + i] *= bs[i] * gi;
+            }
         }
         __syncthreads();
         if (has_next) issue_o(cn);
         /* S̄ ← Λ S̄⁺ + Q_gᵀ Ō − Eᵀ P */
         const float gn = expf(gl);
-        if (!share) {
-            bgemm<BSCAN_NW>(p.Kp, BV, BT, Qs, 1, ldk, Rbt, 1, LDX, [&](int i, int j, float cc) {
+        if (VEC) {
+            bgemm<BSCAN_NW>(Kp, BV, BT, Qv, 1, ldfe, Rbt, 1, LDX, [&](int i, int j, float cc) {
+                Sbt[j * lds + i] = lm[i] * Sbt[j * lds + i] + p.scale * cc;
+            });
+            __syncthreads();
+            if (has_next) issue_f(Qv, vo.Qg, c - 1);
+            bgemm<BSCAN_NW>(Kp, BV, BT, Es, 1, ldfe, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
+            __syncthreads();
+            if (has_next) issue_f(Es, vo.E, c - 1);
+        } else if (!share) {
+            bgemm<BSCAN_NW>(Kp, BV, BT, Qs, 1, ldk, Rbt, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = gn * Sbt[j * lds + i] + p.scale * cc;
             });
             __syncthreads();
             if (has_next) issue_k(Qs, cn);
-            bgemm<BSCAN_NW>(p.Kp, BV, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
+            bgemm<BSCAN_NW>(Kp, BV, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
             __syncthreads();
             if (has_next) issue_q(Ks, cn);
             kb ^= 1;
         } else {
-            bgemm<BSCAN_NW>(p.Kp, BV, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(Kp, BV, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = gn * Sbt[j * lds + i] - cc;
             });
             __syncthreads();
             issue_q(Ks, ci);
             cp_async_wait();
             __syncthreads();
-            bgemm<BSCAN_NW>(p.Kp, BV, BT, Ks, 1, ldk, Rbt, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(Kp, BV, BT, Ks, 1, ldk, Rbt, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] += p.scale * cc;
             });
             __syncthreads();
@@ -150,31 +191,42 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     }
 }
 
-template <class T>
+template <class T, bool VEC, int KPC>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const float *GB, const float *A, const float *Cq,
-                       const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s) {
-    const int nkq = sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES ? 1 : 2;
-    const size_t smem = sizeof(float) * ((size_t)BV * scan_lds(p.Kp) + 2 * (size_t)MAXBT * LDA + 2 * (size_t)BV * LDX +
-                                         4 * MAXBT) +
-                        sizeof(T) * (nkq * (size_t)MAXBT * scan_ldk<T>(p.Kp) + (size_t)MAXBT * scan_ldvt<T>());
-    auto kern = bwd_state_scan_kernel<T>;
-    cudaError_t e = ensure_smem<bwd_state_scan_kernel<T>>(smem);
+                       const VecOps &vo, const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy,
+                       cudaStream_t s) {
+    using FT = factor_t<T>;
+    size_t smem = sizeof(float) * ((size_t)BV * scan_lds(p.Kp) + 2 * (size_t)MAXBT * LDA + 2 * (size_t)BV * LDX +
+                                   4 * MAXBT) +
+                  sizeof(T) * (size_t)MAXBT * scan_ldvt<T>();
+    if (VEC)
+        smem += sizeof(float) * 2 * p.Kp + sizeof(FT) * 3 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
+    else
+        smem += sizeof(T) * (sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES ? 1 : 2) * (size_t)MAXBT * scan_ldk<T>(p.Kp);
+    cudaError_t e = ensure_smem<bwd_state_scan_kernel<T, VEC, KPC>>(smem);
     if (e != cudaSuccess) return e;
     dim3 grid(p.N, p.HV, ceil_div(p.V, BV));
-    kern<<<grid, BSCAN_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, GB, A, Cq, (const T *)do_, dht, dh0, Sbar,
-                                           PR, wy);
+    bwd_state_scan_kernel<T, VEC, KPC><<<grid, BSCAN_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, GB, A, Cq, vo,
+                                                                   (const T *)do_, dht, dh0, Sbar, PR, wy);
     return cudaGetLastError();
 }
 
-cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
-                                  const float *GB, const float *A, const float *Cq, const void *do_,
-                                  const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s) {
-    (void)beta; /* β comes from GB */
+template <bool VEC>
+static cudaError_t dispatch(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB, const float *A,
+                            const float *Cq, const VecOps &vo, const void *do_, const float *dht, float *dh0,
+                            state_t *Sbar, float *PR, int wy, cudaStream_t s) {
     switch (dt) {
-    case REWY_BF16: return run<__nv_bfloat16>(p, q, k, GB, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
-    case REWY_F16: return run<__half>(p, q, k, GB, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
-    default: return run<float>(p, q, k, GB, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
+    case REWY_BF16: return with_fast_kp<__nv_bfloat16>(p, [&](auto kp) { return run<__nv_bfloat16, VEC, decltype(kp)::value>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s); });
+    case REWY_F16: return with_fast_kp<__half>(p, [&](auto kp) { return run<__half, VEC, decltype(kp)::value>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s); });
+    default: return with_fast_kp<float>(p, [&](auto kp) { return run<float, VEC, decltype(kp)::value>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s); });
     }
+}
+
+cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
+                                  const float *A, const float *Cq, const VecOps *vo, const void *do_,
+                                  const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s) {
+    if (vo) return dispatch<true>(p, dt, q, k, GB, A, Cq, *vo, do_, dht, dh0, Sbar, PR, wy, s);
+    return dispatch<false>(p, dt, q, k, GB, A, Cq, VecOps{}, do_, dht, dh0, Sbar, PR, wy, s);
 }
 
 } // namespace rewy_cuda

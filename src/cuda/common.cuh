@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <type_traits>
 #include "rewy.h"
 
 namespace rewy_cuda {
@@ -48,6 +49,19 @@ struct Prob {
 };
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* Vector-gate operands of the two scans (MATH §2), written per chunk and value head by
+ * vec_factors.cu so that the sequential scans do no per-feature exponentials:
+ *   E = b⊙k⊙γ, F = k⊙e^{G_n−G}, Q_g = q⊙γ (the consumer applies scale): factor_t [NC*HV][BT][Kp],
+ *   rows ≥ n and features ≥ K zero; lam = γ_n: fp32 [NC*HV][Kp]; w: GDN2's write gate (input dtype,
+ *   [B*T][HV][V]) or NULL (KDA: β, from the GB table). Bounded by |k|, |q| for log gates ≤ 0, so the
+ *   input type holds them; fp32 inputs store them in bf16 (the chunk states are bf16 already). */
+template <class T> using factor_t = typename std::conditional<sizeof(T) == 4, __nv_bfloat16, T>::type;
+struct VecOps {
+    const void *E, *F, *Qg;
+    const float *lam;
+    const void *w;
+};
 
 template <class T> __device__ __forceinline__ float ld(const T *p);
 template <> __device__ __forceinline__ float ld<float>(const float *p) { return *p; }
@@ -214,6 +228,25 @@ __device__ __forceinline__ void copy_tile(T *dst, int ldd, int rows, int ncols, 
             dst[i * ldd + j] = x;
         }
     }
+}
+
+/* The scans' compile-time fast path: K padded to 64, 128 or 256, chunk 64, a 2-byte input type.
+ * Anything else runs the general instantiation (0). */
+template <class T> inline int fast_kp(const Prob &p) {
+    if (sizeof(T) != 2 || p.BT != MAXBT) return 0;
+    return (p.Kp == 64 || p.Kp == 128 || p.Kp == 256) ? p.Kp : 0;
+}
+/* Calls f(std::integral_constant<int, KPC>{}) with the fast-path KPC of p (0 = general). */
+template <class T, class Fn> inline cudaError_t with_fast_kp(const Prob &p, Fn f) {
+    if constexpr (sizeof(T) == 2) {
+        switch (fast_kp<T>(p)) {
+        case 64: return f(std::integral_constant<int, 64>{});
+        case 128: return f(std::integral_constant<int, 128>{});
+        case 256: return f(std::integral_constant<int, 256>{});
+        default: break;
+        }
+    }
+    return f(std::integral_constant<int, 0>{});
 }
 
 /* Chunk geometry every backend layout starts from: value heads, chunk size, K padded to

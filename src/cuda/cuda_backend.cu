@@ -117,7 +117,7 @@ extern "C" rewy_status rewy_cuda_forward(const rewy_fwd_params *a) {
     float *Cq = polA ? at<float>(a->saved, L.Cq) : at<float>(a->workspace, L.fCq);
     TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
     TRY(launch_kkt_inverse(p, c->dtype, a->q, a->k, a->g, a->beta, Gc, A, Cq, s));
-    TRY(launch_state_scan(p, c->dtype, a->q, a->k, a->v, a->beta, Gc, A, Cq, a->h0, a->o, a->ht,
+    TRY(launch_state_scan(p, c->dtype, a->q, a->k, a->v, Gc, A, Cq, nullptr, a->h0, a->o, a->ht,
                           polA ? at<state_t>(a->saved, L.Sc) : nullptr, polA ? at<float>(a->saved, L.R) : nullptr, s));
     return REWY_OK;
 }
@@ -144,12 +144,12 @@ extern "C" rewy_status rewy_cuda_backward(const rewy_bwd_params *a) {
         state_t *sc = at<state_t>(a->workspace, L.bSc);
         float *r = at<float>(a->workspace, L.bR);
         TRY(launch_kkt_inverse(p, c->dtype, a->q, a->k, a->g, a->beta, nullptr, nullptr, cq, s));
-        TRY(launch_state_scan(p, c->dtype, a->q, a->k, a->v, a->beta, Gc, A, cq, a->h0, nullptr, nullptr, sc, r, s));
+        TRY(launch_state_scan(p, c->dtype, a->q, a->k, a->v, Gc, A, cq, nullptr, a->h0, nullptr, nullptr, sc, r, s));
         Cq = cq; Sc = sc; R = r;
     }
     state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
     float *PR = at<float>(a->workspace, L.PR);
-    TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, a->beta, Gc, A, Cq, a->do_, a->dht, a->dh0, Sbar, PR, wy, s));
+    TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, Gc, A, Cq, nullptr, a->do_, a->dht, a->dh0, Sbar, PR, wy, s));
     TRY(launch_pullback(p, c->dtype, a->q, a->k, a->v, a->beta, Gc, A, a->do_, Sc, Sbar, R, PR, wy,
                         (wy && !wbar_in_smem(L.Kp, c->dtype == REWY_F32 ? 4 : 2)) ? at<float>(a->workspace, L.Wbar) : nullptr,
                         p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr,

@@ -18,15 +18,16 @@ cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, cons
                                const void *beta, float *GB, float *A, float *Cq, cudaStream_t s);
 
 /* state_scan.cu: forward chunk scan: R = A(Z − E S), O = Q_g S + C_q R, S ← Λ S + Fᵀ R.
- * o NULL: no output (backward recompute); Sc / R NULL: not stored; ht NULL: not stored. */
+ * o NULL: no output (backward recompute); Sc / R NULL: not stored; ht NULL: not stored.
+ * vo NULL: scalar gates (E, F, Q_g from k, q and GB); else the vector-gate operands (KDA, GDN2). */
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
-                              const void *beta, const float *GB, const float *A, const float *Cq, const float *h0,
-                              void *o, float *ht, state_t *Sc, float *R, cudaStream_t s);
+                              const float *GB, const float *A, const float *Cq, const VecOps *vo,
+                              const float *h0, void *o, float *ht, state_t *Sc, float *R, cudaStream_t s);
 
 /* bwd_state_scan.cu: reverse scan: R̄ = C_qᵀŌ + F S̄⁺, P = AᵀR̄, S̄ = Q_gᵀŌ + ΛS̄⁺ − EᵀP.
  * Stores S̄⁺ per chunk, and P (ReWY) or R̄ (WY) per chunk; dh0 when not NULL. */
-cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
-                                  const float *GB, const float *A, const float *Cq, const void *do_,
+cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
+                                  const float *A, const float *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s);
 
 /* pullback.cu: per chunk, the local pullback (ReWY: 3 products, or the 7-product WY graph) fused with

@@ -5,8 +5,9 @@
  * Differences from the scalar-gate stages (kernels.cuh), all of them feature-local:
  *   - G is a per-feature cumulative log decay: Gc [chunk][hv][BT][Kp] fp32 (rows ≥ n repeat
  *     G_{n-1}, features ≥ K are 0), saved by the forward in place of the scalar GB table.
- *   - E = b⊙k⊙γ, Q_g = scale·q⊙γ, F = k⊙e^{G_n−G} are never stored: every scan forms them in
- *     32-feature slabs (fp32, bounded for log gates ≤ 0) right before the product that uses them.
+ *   - E = b⊙k⊙γ, Q_g = q⊙γ, F = k⊙e^{G_n−G} and Λ = Diag(γ_n) are written per chunk by
+ *     vec_factors.cu (in the input type: bounded for log gates ≤ 0), and the scans of the scalar
+ *     path read them in their VEC mode; the pullback forms what it needs in fp32 from G.
  *   - The intra products (L, C_q, and the four backward contractions of §6) use centered factors
  *     α = e^{G−c}, ζ = e^{c−G} with the per-feature midpoint c of the chunk, exactly as the CPU
  *     reference (src/cpu/chunk_common.c). When half the chunk's widest per-feature range exceeds
@@ -45,19 +46,14 @@ __device__ __forceinline__ float vg_write(const Prob &p, const T *beta, const T 
 cudaError_t launch_vec_intra(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                              const void *beta, const void *b, float *Gc, float *A, float *Cq, cudaStream_t s);
 
-/* vec_state_scan.cu: per (sequence, value head, 32 columns of V): R = A(Z − E S), O = Q_g S + C_q R,
- * S ← Diag(γ_n) S + Fᵀ R. o NULL: no output (backward recompute); Sc / R / ht NULL: not stored. */
-cudaError_t launch_vec_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
-                                  const void *beta, const void *b, const void *w, const float *Gc, const float *A,
-                                  const float *Cq, const float *h0, void *o, float *ht, state_t *Sc, float *R,
-                                  cudaStream_t s);
-
-/* vec_bwd_state_scan.cu: reverse scan: store S̄⁺; R̄ = C_qᵀŌ + F S̄⁺; P = AᵀR̄; store P (ReWY) or R̄ (WY);
- * S̄ ← Q_gᵀŌ + Diag(γ_n) S̄⁺ − EᵀP; dh0 = S̄ at the sequence start when not NULL. */
-cudaError_t launch_vec_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
-                                      const void *b, const float *Gc, const float *A, const float *Cq,
-                                      const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR,
-                                      int wy, cudaStream_t s);
+/* vec_factors.cu: per (chunk, value head) the scans' vector-gate operands (common.cuh VecOps):
+ * E = b⊙k⊙γ, F = k⊙e^{G_n−G}, Q_g = q⊙γ (factor_t [NC*HV][BT][Kp]), lam = γ_n (fp32 [NC*HV][Kp]) and
+ * the per-chunk β table GB (fp32 [NC*HV][2][BT], G row zero) from the saved per-feature G (Gc).
+ * The scans themselves are state_scan.cu and bwd_state_scan.cu (kernels.cuh), shared with the
+ * scalar-gate operators. */
+cudaError_t launch_vec_factors(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
+                               const void *b, const float *Gc, void *E, void *F, void *Qg, float *lam, float *GB,
+                               cudaStream_t s);
 
 /* vec_pullback.cu: per (chunk, value head): the local pullback (ReWY or WY), matrix intra (§6),
  * the feature-local chain rule (§5), endpoint terms and the reverse in-chunk cumsum of Ḡ.

@@ -1,0 +1,70 @@
+/* vec_factors.cu: the vector-gate factors of MATH §2 that the two scans read, per chunk and value
+ * head, so that the sequential scans do no per-feature exponentials (state_scan.cu and
+ * bwd_state_scan.cu in their VEC mode):
+ *   E = b ⊙ k ⊙ γ,   F = k ⊙ e^{G_n − G},   Q_g = q ⊙ γ   (γ = e^G; the scans apply scale)
+ *   lam = γ_n   (Λ = Diag(γ_n), the per-row decay of the state)
+ *   GB  = the scalar path's per-chunk table [2][BT]: G row 0 (unused), β row (KDA's erase = write gate)
+ * All exponents are ≤ 0 for log gates ≤ 0, so the factors are bounded by |k|, |q| and hold in the
+ * input type (factor_t: bf16 for fp32 inputs). Rows ≥ n and features ≥ K are zero.
+ * Grid (NC, HV), 256 threads; elementwise, feature index fastest (coalesced). */
+#include "vec_kernels.cuh"
+
+namespace rewy_cuda {
+
+template <class T>
+__global__ void __launch_bounds__(256)
+vec_factors_kernel(Prob p, const T *q, const T *k, const T *beta, const T *b, const float *Gc, factor_t<T> *E,
+                   factor_t<T> *F, factor_t<T> *Qg, float *lam, float *GB) {
+    using FT = factor_t<T>;
+    const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G, BT = p.BT, Kp = p.Kp;
+    const ChunkInfo ci = p.ctab[c];
+    const int n = ci.n;
+    const size_t ch = (size_t)c * p.HV + hv, tok0 = (size_t)ci.tok0;
+    const float *G = Gc + ch * BT * Kp;
+    const size_t rsk = (size_t)p.H * p.K;
+    for (int e = threadIdx.x; e < BT * Kp; e += blockDim.x) {
+        const int i = e / Kp, d = e - i * Kp;
+        float ev = 0.f, fv = 0.f, qv = 0.f;
+        if (i < n && d < p.K) {
+            const size_t tok = tok0 + i;
+            const float g = G[(size_t)i * Kp + d], gn = G[(size_t)(n - 1) * Kp + d], ga = expf(g);
+            const float kv = ld<T>(k + tok * rsk + (size_t)h * p.K + d);
+            const float bv = b ? ld<T>(b + (tok * p.HV + hv) * p.K + d) : ld<T>(beta + tok * p.HV + hv);
+            ev = bv * kv * ga;
+            fv = kv * expf(gn - g);
+            qv = ld<T>(q + tok * rsk + (size_t)h * p.K + d) * ga;
+        }
+        const size_t o = ch * BT * Kp + e;
+        st<FT>(E + o, ev);
+        st<FT>(F + o, fv);
+        st<FT>(Qg + o, qv);
+    }
+    for (int d = threadIdx.x; d < Kp; d += blockDim.x)
+        lam[ch * Kp + d] = (n > 0 && d < p.K) ? expf(G[(size_t)(n - 1) * Kp + d]) : 0.f;
+    for (int i = threadIdx.x; i < BT; i += blockDim.x) {
+        GB[ch * 2 * BT + i] = 0.f;
+        GB[ch * 2 * BT + BT + i] = (i < n && !b) ? ld<T>(beta + (tok0 + i) * p.HV + hv) : 1.f;
+    }
+}
+
+template <class T>
+static cudaError_t run(const Prob &p, const void *q, const void *k, const void *beta, const void *b, const float *Gc,
+                       void *E, void *F, void *Qg, float *lam, float *GB, cudaStream_t s) {
+    using FT = factor_t<T>;
+    dim3 grid(p.NC, p.HV);
+    vec_factors_kernel<T><<<grid, 256, 0, s>>>(p, (const T *)q, (const T *)k, (const T *)beta, (const T *)b, Gc,
+                                               (FT *)E, (FT *)F, (FT *)Qg, lam, GB);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_vec_factors(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
+                               const void *b, const float *Gc, void *E, void *F, void *Qg, float *lam, float *GB,
+                               cudaStream_t s) {
+    switch (dt) {
+    case REWY_BF16: return run<__nv_bfloat16>(p, q, k, beta, b, Gc, E, F, Qg, lam, GB, s);
+    case REWY_F16: return run<__half>(p, q, k, beta, b, Gc, E, F, Qg, lam, GB, s);
+    default: return run<float>(p, q, k, beta, b, Gc, E, F, Qg, lam, GB, s);
+    }
+}
+
+} // namespace rewy_cuda
