@@ -13,3 +13,16 @@ def test_overhead_probe_runs():
         assert r["overhead_" + d] == r["api_" + d] - r["bare_" + d]
         assert r["rewy_" + d] == pytest.approx(r["api_" + d] - r["bare_" + d] - r["floor_" + d])
     assert r["rewy_backward_direct"] == r["direct_backward"] - r["bare_backward"]
+
+
+def test_packed_params_match_ctypes_constructor():
+    """_lib.fwd_params / bwd_params (one struct.pack per call) fill the same bytes as the ctypes
+    constructors of rewy_fwd_params / rewy_bwd_params."""
+    from rewy import _lib
+    cfg = _lib.Config(1, 0, 1, 2, 64, 4, 8, 128, 64, 32, 0.125)
+    cfg.policy, cfg.state_v_first, cfg.num_seqs = 1, 1, 3
+    fwd = range(16, 16 * 15, 16)   # 12 pointers, then workspace_bytes, saved_bytes
+    assert bytes(_lib.fwd_params(bytes(cfg), *fwd)) == bytes(_lib.FwdParams(cfg, *fwd))
+    bwd = list(range(16, 16 * 23, 16))   # 9 pointers, saved_bytes, 11 pointers, workspace_bytes
+    bwd[3] = bwd[14] = 0   # NULL
+    assert bytes(_lib.bwd_params(bytes(cfg), *bwd)) == bytes(_lib.BwdParams(cfg, *bwd))
