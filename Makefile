@@ -35,7 +35,7 @@ LDLIBS   = -lm -fopenmp
 endif
 SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
-NVFLAGS  = -O3 -std=c++17 -Xcompiler -fPIC -Iinclude -Isrc \
+NVFLAGS  = -O3 -std=c++17 -lineinfo -Xcompiler -fPIC -Iinclude -Isrc \
            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a \
            --expt-relaxed-constexpr -Werror all-warnings
 

@@ -137,6 +137,8 @@ __device__ __forceinline__ void ld_pair(const __half *p, int stride, uint32_t &x
  * tf32 operands, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
  * Each lane takes the k pair (2t, 2t+1) of every 8-wide k step for the mma slots (t, t+4) of both A
  * and B (the sum over k is unchanged), so k-contiguous operands load both with one instruction.
+ * Even and odd k steps accumulate into separate registers (summed once at the end): twice the
+ * independent mma chains per warp, which is what bounds these small products (latency, not issue).
  * epi(i, j, c) is called exactly once per output element by the thread that owns it; the owner of
  * (i, j) depends only on (M, N), so products of one shape may update the same element without a barrier. */
 template <int NW, bool AKC, bool BKC, class TA, class TB, class Epi>
@@ -148,13 +150,14 @@ __device__ __forceinline__ void bgemm_impl(int M, int N, int Kd, const TA *A, in
     for (int tile = warp; tile < mt * nt; tile += NW) {
         const int i0 = (tile % mt) << 4, j0 = (tile / mt) * 8 * wn;
         const int nsub = min(wn, (N - j0) >> 3);
-        float acc[4][4];
+        float acc[2][4][4];
 #pragma unroll
-        for (int s = 0; s < 4; s++) acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = 0.f;
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int s = 0; s < 4; s++) acc[h][s][0] = acc[h][s][1] = acc[h][s][2] = acc[h][s][3] = 0.f;
         const TA *a0p = A + (i0 + g) * ars + 2 * t * acs, *a1p = a0p + 8 * ars;
         const TB *bp = B + 2 * t * brs + (j0 + g) * bcs;
-#pragma unroll 2
-        for (int k0 = 0; k0 < Kd; k0 += 8) {
+        auto step = [&](int k0, float (&c)[4][4]) {
             uint32_t a[4];
             ld_pair<AKC>(a0p + k0 * acs, acs, a[0], a[2]);
             ld_pair<AKC>(a1p + k0 * acs, acs, a[1], a[3]);
@@ -163,18 +166,25 @@ __device__ __forceinline__ void bgemm_impl(int M, int N, int Kd, const TA *A, in
                 if (s < nsub) {
                     uint32_t b0, b1;
                     ld_pair<BKC>(bp + k0 * brs + s * 8 * bcs, brs, b0, b1);
-                    mma_tf32(acc[s], a, b0, b1);
+                    mma_tf32(c[s], a, b0, b1);
                 }
             }
+        };
+        int k0 = 0;
+#pragma unroll 2
+        for (; k0 + 16 <= Kd; k0 += 16) {
+            step(k0, acc[0]);
+            step(k0 + 8, acc[1]);
         }
+        if (k0 < Kd) step(k0, acc[0]);
 #pragma unroll
         for (int s = 0; s < 4; s++) {
             if (s < nsub) {
                 const int j = j0 + s * 8 + 2 * t;
-                epi(i0 + g, j, acc[s][0]);
-                epi(i0 + g, j + 1, acc[s][1]);
-                epi(i0 + g + 8, j, acc[s][2]);
-                epi(i0 + g + 8, j + 1, acc[s][3]);
+                epi(i0 + g, j, acc[0][s][0] + acc[1][s][0]);
+                epi(i0 + g, j + 1, acc[0][s][1] + acc[1][s][1]);
+                epi(i0 + g + 8, j, acc[0][s][2] + acc[1][s][2]);
+                epi(i0 + g + 8, j + 1, acc[0][s][3] + acc[1][s][3]);
             }
         }
     }

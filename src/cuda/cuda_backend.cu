@@ -1,7 +1,7 @@
 /* cuda_backend.cu: the five entry points api.c calls for cfg.backend == REWY_BACKEND_CUDA.
  * Scalar-gate operators (DeltaNet, GDN) here; KDA and GDN2 go to vec_backend.cu.
  *
- * Forward:  chunk_plan → kkt_inverse (G, A, C_q) → state_scan (o, ht; policy A also S_c, R)
+ * Forward:  chunk_plan → kkt_inverse (G, A, C_q) → state_scan (S_c, R, ht) → output (o)
  * Backward: [policy R: kkt_inverse (C_q) → state_scan (S_c, R)] → bwd_state_scan (S̄⁺, P or R̄, dh0)
  *           → pullback (dq, dk, dv, dβ, dg)
  * Every kernel runs on cfg.stream; nothing synchronizes the host; all scratch comes from the
@@ -9,7 +9,7 @@
  *
  * saved:   ChunkInfo[NC] | int coff[N+1] | GB fp32 [NC*HV][2][BT] (G, β per chunk) | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q fp32 [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R fp32 [NC*HV][BT][V]
- * fwd ws:  policy R: C_q; policy A: nothing
+ * fwd ws:  policy R: C_q, S_c, R (policy A keeps them in saved)
  * bwd ws:  policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) fp32 [NC*HV][BT][V]
  *          K > 128 or fp32: + W̄ fp32 [NC*HV][BT][Kp] (WY scratch) | GVA (HV > H): + q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp]
  * NC = number of chunks: exact from cu_seqlens_host when given, else ⌈T/BT⌉ + num_seqs (varlen)
@@ -27,7 +27,7 @@ namespace {
 struct Layout {
     int NC, N, HV, BT, Kp;
     size_t ctab, coff, G, A, Cq, Sc, R, saved;   /* saved offsets */
-    size_t fCq, fwd;                              /* fwd workspace */
+    size_t fCq, fSc, fR, fwd;                     /* fwd workspace */
     size_t bCq, bSc, bR, Sbar, PR, Wbar, acc, bwd; /* bwd workspace */
 };
 
@@ -54,7 +54,11 @@ Layout plan(const rewy_config *c) {
     }
     L.saved = o;
     o = 0;
-    if (!polA) { L.fCq = o; o += al(sizeof(float) * chh * nn); }
+    if (!polA) {
+        L.fCq = o; o += al(sizeof(float) * chh * nn);
+        L.fSc = o; o += al(st);
+        L.fR = o; o += al(rv);
+    }
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = 0;
     if (!polA) {
@@ -117,8 +121,10 @@ extern "C" rewy_status rewy_cuda_forward(const rewy_fwd_params *a) {
     float *Cq = polA ? at<float>(a->saved, L.Cq) : at<float>(a->workspace, L.fCq);
     TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
     TRY(launch_kkt_inverse(p, c->dtype, a->q, a->k, a->g, a->beta, Gc, A, Cq, s));
-    TRY(launch_state_scan(p, c->dtype, a->q, a->k, a->v, Gc, A, Cq, nullptr, a->h0, a->o, a->ht,
-                          polA ? at<state_t>(a->saved, L.Sc) : nullptr, polA ? at<float>(a->saved, L.R) : nullptr, s));
+    state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
+    float *R = polA ? at<float>(a->saved, L.R) : at<float>(a->workspace, L.fR);
+    TRY(launch_state_scan(p, c->dtype, a->k, a->v, Gc, A, nullptr, a->h0, a->ht, Sc, R, s));
+    TRY(launch_output(p, c->dtype, a->q, Gc, Cq, Sc, R, nullptr, a->o, s));
     return REWY_OK;
 }
 
@@ -144,7 +150,7 @@ extern "C" rewy_status rewy_cuda_backward(const rewy_bwd_params *a) {
         state_t *sc = at<state_t>(a->workspace, L.bSc);
         float *r = at<float>(a->workspace, L.bR);
         TRY(launch_kkt_inverse(p, c->dtype, a->q, a->k, a->g, a->beta, nullptr, nullptr, cq, s));
-        TRY(launch_state_scan(p, c->dtype, a->q, a->k, a->v, Gc, A, cq, nullptr, a->h0, nullptr, nullptr, sc, r, s));
+        TRY(launch_state_scan(p, c->dtype, a->k, a->v, Gc, A, nullptr, a->h0, nullptr, sc, r, s));
         Cq = cq; Sc = sc; R = r;
     }
     state_t *Sbar = at<state_t>(a->workspace, L.Sbar);

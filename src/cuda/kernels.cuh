@@ -17,12 +17,17 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                                const void *beta, float *GB, float *A, float *Cq, cudaStream_t s);
 
-/* state_scan.cu: forward chunk scan: R = A(Z − E S), O = Q_g S + C_q R, S ← Λ S + Fᵀ R.
- * o NULL: no output (backward recompute); Sc / R NULL: not stored; ht NULL: not stored.
- * vo NULL: scalar gates (E, F, Q_g from k, q and GB); else the vector-gate operands (KDA, GDN2). */
-cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
-                              const float *GB, const float *A, const float *Cq, const VecOps *vo,
-                              const float *h0, void *o, float *ht, state_t *Sc, float *R, cudaStream_t s);
+/* state_scan.cu: forward chunk scan: store S_c; R = A(Z − E S) (stored); S ← Λ S + Fᵀ R; ht at the end.
+ * Sc / R / ht NULL: not stored. vo NULL: scalar gates (E, F from k and GB); else the vector-gate
+ * operands (KDA, GDN2). */
+cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
+                              const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, float *R,
+                              cudaStream_t s);
+
+/* output.cu: O = Q_g S_c + C_q R per chunk, in parallel (after the scan stored S_c and R).
+ * vo NULL: scalar gates (Q_g from q and GB); else Q_g from the vector-gate operands. */
+cudaError_t launch_output(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const float *Cq,
+                          const state_t *Sc, const float *R, const VecOps *vo, void *o, cudaStream_t s);
 
 /* bwd_state_scan.cu: reverse scan: R̄ = C_qᵀŌ + F S̄⁺, P = AᵀR̄, S̄ = Q_gᵀŌ + ΛS̄⁺ − EᵀP.
  * Stores S̄⁺ per chunk, and P (ReWY) or R̄ (WY) per chunk; dh0 when not NULL. */

@@ -2,7 +2,7 @@
  * cuda_backend.cu forwards KDA and GDN2 to these.
  *
  * Forward:  chunk_plan → vec_intra (Gc, A, C_q) → vec_factors (E, F, Q_g, Λ) → state_scan in its
- *           vector mode (o, ht; policy A also S_c, R)
+ *           vector mode (S_c, R, ht) → output (o)
  * Backward: [policy R: vec_intra (C_q)] → vec_factors → [policy R: state_scan (S_c, R)]
  *           → bwd_state_scan, vector mode (S̄⁺, P or R̄, dh0) → vec_pullback (dq, dk, dv, dg, dβ | db, dw)
  *           [→ GVA sum of dq, dk]
@@ -11,7 +11,7 @@
  *
  * saved:   ChunkInfo[NC] | int coff[N+1] | Gc fp32 [NC*HV][BT][Kp] | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q fp32 [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R fp32 [NC*HV][BT][V]
- * fwd ws:  factors | policy R: C_q
+ * fwd ws:  factors | policy R: C_q, S_c, R (policy A keeps them in saved)
  * bwd ws:  factors | policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) fp32 [NC*HV][BT][V]
  *          | W̄ fp32 [NC*HV][BT][Kp] (WY scratch, sized whatever bwd_algo: the backward may switch)
  *          | HV > H: q̄, k̄ partials fp32 2×[NC*HV][BT][Kp]
@@ -28,7 +28,7 @@ namespace {
 struct VLayout {
     int NC, N, HV, BT, Kp;
     size_t ctab, coff, G, A, Cq, Sc, R, saved;
-    size_t fCq, fwd;
+    size_t fCq, fSc, fR, fwd;
     size_t bCq, bSc, bR, Sbar, PR, Wbar, acc, bwd;
     size_t fac_E, fac_F, fac_Q, fac_lam, fac_GB, fac_bytes; /* factor region, relative to its start */
 };
@@ -62,7 +62,11 @@ VLayout vplan(const rewy_config *c) {
     }
     L.saved = o;
     o = L.fac_bytes; /* both workspaces start with the factor region */
-    if (!polA) { L.fCq = o; o += al(sizeof(float) * chh * nn); }
+    if (!polA) {
+        L.fCq = o; o += al(sizeof(float) * chh * nn);
+        L.fSc = o; o += al(st);
+        L.fR = o; o += al(rv);
+    }
     L.fwd = o;
     o = L.fac_bytes;
     if (!polA) {
@@ -124,8 +128,10 @@ rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *a) {
     const VecOps vo = factors(L, a->workspace, a->w, &GB);
     VTRY(launch_vec_factors(p, c->dtype, a->q, a->k, a->beta, a->b, Gc, (void *)vo.E, (void *)vo.F, (void *)vo.Qg,
                             (float *)vo.lam, GB, s));
-    VTRY(launch_state_scan(p, c->dtype, a->q, a->k, a->v, GB, A, Cq, &vo, a->h0, a->o, a->ht,
-                           polA ? at<state_t>(a->saved, L.Sc) : nullptr, polA ? at<float>(a->saved, L.R) : nullptr, s));
+    state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
+    float *R = polA ? at<float>(a->saved, L.R) : at<float>(a->workspace, L.fR);
+    VTRY(launch_state_scan(p, c->dtype, a->k, a->v, GB, A, &vo, a->h0, a->ht, Sc, R, s));
+    VTRY(launch_output(p, c->dtype, a->q, GB, Cq, Sc, R, &vo, a->o, s));
     return REWY_OK;
 }
 
@@ -155,7 +161,7 @@ rewy_status rewy_cuda_vec_backward(const rewy_bwd_params *a) {
         float *r = at<float>(a->workspace, L.bR);
         /* recompute: C_q only (G and A are saved), then S_c and R by one forward scan without output */
         VTRY(launch_vec_intra(p, c->dtype, a->q, a->k, a->g, a->beta, a->b, nullptr, nullptr, cq, s));
-        VTRY(launch_state_scan(p, c->dtype, a->q, a->k, a->v, GB, A, cq, &vo, a->h0, nullptr, nullptr, sc, r, s));
+        VTRY(launch_state_scan(p, c->dtype, a->k, a->v, GB, A, &vo, a->h0, nullptr, sc, r, s));
         Cq = cq; Sc = sc; R = r;
     }
     state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
