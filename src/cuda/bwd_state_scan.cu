@@ -29,13 +29,15 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     const int ldk = scan_ldk<T>(Kp), ldfe = scan_ldk<FT>(Kp), ldvt = scan_ldvt<T>(), lds = scan_lds(Kp);
     /* fp32 inputs with K > 128: one K/Q buffer (Q reloaded inside the chunk, no K/Q prefetch) */
     const bool share = !VEC && sizeof(T) * Kp > BSCAN_SHARE_KQ_BYTES;
-    /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ (then (γ⊙Ō)ᵀ), Pst = Pᵀ */
+    /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ, Pst = Pᵀ (scaled by βγ for scalar
+     * gates), Xo = (γ⊙Ō)ᵀ (Ōᵀ for vector gates) */
     float *Sbt = sm;                 /* [BV][Kp+8] */
     float *As = Sbt + BV * lds;      /* [64][LDA] */
     float *Cs = As + MAXBT * LDA;
     float *Rbt = Cs + MAXBT * LDA;   /* [BV][LDX] */
     float *Pst = Rbt + BV * LDX;
-    float *GBs = Pst + BV * LDX;     /* [2][2][64] */
+    float *Xo = Pst + BV * LDX;
+    float *GBs = Xo + BV * LDX;      /* [2][2][64] */
     float *lam = GBs + 4 * MAXBT;    /* VEC: [2][Kp] γ_n */
     T *KQ0 = reinterpret_cast<T *>(lam + (VEC ? 2 * Kp : 0)); /* scalar: [64][ldk] ×2 (×1 when sharing) */
     T *KQ1 = (VEC || share) ? KQ0 : KQ0 + MAXBT * ldk;
@@ -100,15 +102,14 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         cp_async_wait();
         __syncthreads();
         if (has_next) issue_gb(cur ^ 1, c - 1);
-        {
-            state_t *dst = Sbar + ch * p.K * p.V;
-            for (int e = threadIdx.x; e < p.K * BV; e += blockDim.x) {
-                const int kk = e / BV, j = e - kk * BV;
-                if (v0 + j < p.V) st<state_t>(dst + (size_t)kk * p.V + v0 + j, Sbt[j * lds + kk]);
-            }
-        }
+        store_state_tile(Sbar + ch * p.K * p.V, Sbt, lds, p.K, p.V, v0);
         const float gl = Gs[n - 1];
-        /* R̄ = F S̄⁺ + C_qᵀ Ō */
+        { /* one row per thread (blockDim is a multiple of BT): one exponential per thread */
+            const int i = threadIdx.x % BT;
+            const float gi = VEC ? 1.f : expf(Gs[i]);
+            for (int j = threadIdx.x / BT; j < BV; j += BSCAN_THREADS / BT) Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
+        }
+        /* R̄ = F S̄⁺ + C_qᵀ Ō: two products of one shape, so each thread adds to what it wrote */
         if (VEC) {
             bgemm<BSCAN_NW>(BT, BV, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
         } else {
@@ -116,40 +117,25 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
                 Rbt[j * LDX + i] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
             });
         }
-        __syncthreads();
-        if (VEC && has_next) issue_f(Fs, vo.F, c - 1);
         bgemm<BSCAN_NW>(BT, BV, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
         __syncthreads();
-        if (has_next) issue_nn(Cs, Cq, c - 1);
-        /* P = Aᵀ R̄ */
-        bgemm<BSCAN_NW>(BT, BV, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) { Pst[j * LDX + i] = cc; });
+        if (has_next) {
+            if (VEC) issue_f(Fs, vo.F, c - 1);
+            issue_nn(Cs, Cq, c - 1);
+            issue_o(cn);
+        }
+        /* P = Aᵀ R̄; stored as P (ReWY) or R̄ (WY) for the pullback, kept as βγ⊙P for Eᵀ P (scalar gates) */
+        float *PRc = PR + ch * BT * p.V + v0;
+        bgemm<BSCAN_NW>(BT, BV, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
+            if (i < n && v0 + j < p.V) PRc[(size_t)i * p.V + j] = wy ? Rbt[j * LDX + i] : cc;
+            Pst[j * LDX + i] = VEC ? cc : bs[i] * expf(Gs[i]) * cc;
+        });
         __syncthreads();
         if (has_next) issue_nn(As, A, c - 1);
-        {
-            const float *src = wy ? Rbt : Pst;
-            float *dst = PR + ch * BT * p.V;
-            for (int e = threadIdx.x; e < n * BV; e += blockDim.x) {
-                const int i = e / BV, j = e - i * BV;
-                if (v0 + j < p.V) dst[(size_t)i * p.V + v0 + j] = src[j * LDX + i];
-            }
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < BT * BV; e += blockDim.x) {
-            const int j = e / BT, i = e - j * BT;
-            if (VEC) {
-                Rbt[j * LDX + i] = ldf(Os + i * ldvt + j);
-            } else {
-                const float gi = expf(Gs[i]);
-                Rbt[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
-                Pst[j * LDX + i] *= bs[i] * gi;
-            }
-        }
-        __syncthreads();
-        if (has_next) issue_o(cn);
         /* S̄ ← Λ S̄⁺ + Q_gᵀ Ō − Eᵀ P */
         const float gn = expf(gl);
         if (VEC) {
-            bgemm<BSCAN_NW>(Kp, BV, BT, Qv, 1, ldfe, Rbt, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(Kp, BV, BT, Qv, 1, ldfe, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = lm[i] * Sbt[j * lds + i] + p.scale * cc;
             });
             __syncthreads();
@@ -158,7 +144,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             __syncthreads();
             if (has_next) issue_f(Es, vo.E, c - 1);
         } else if (!share) {
-            bgemm<BSCAN_NW>(Kp, BV, BT, Qs, 1, ldk, Rbt, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(Kp, BV, BT, Qs, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = gn * Sbt[j * lds + i] + p.scale * cc;
             });
             __syncthreads();
@@ -175,7 +161,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             issue_q(Ks, ci);
             cp_async_wait();
             __syncthreads();
-            bgemm<BSCAN_NW>(Kp, BV, BT, Ks, 1, ldk, Rbt, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(Kp, BV, BT, Ks, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] += p.scale * cc;
             });
             __syncthreads();
@@ -196,7 +182,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                        const VecOps &vo, const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy,
                        cudaStream_t s) {
     using FT = factor_t<T>;
-    size_t smem = sizeof(float) * ((size_t)BV * scan_lds(p.Kp) + 2 * (size_t)MAXBT * LDA + 2 * (size_t)BV * LDX +
+    size_t smem = sizeof(float) * ((size_t)BV * scan_lds(p.Kp) + 2 * (size_t)MAXBT * LDA + 3 * (size_t)BV * LDX +
                                    4 * MAXBT) +
                   sizeof(T) * (size_t)MAXBT * scan_ldvt<T>();
     if (VEC)

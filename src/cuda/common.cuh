@@ -137,8 +137,56 @@ __device__ __forceinline__ void ld_pair(const __half *p, int stride, uint32_t &x
  * tf32 operands, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
  * Each lane takes the k pair (2t, 2t+1) of every 8-wide k step for the mma slots (t, t+4) of both A
  * and B (the sum over k is unchanged), so k-contiguous operands load both with one instruction.
- * Even and odd k steps accumulate into separate registers (summed once at the end): twice the
- * independent mma chains per warp, which is what bounds these small products (latency, not issue).
+ * Narrow warp tiles accumulate even and odd k steps separately (warp_tile): twice the independent
+ * mma chains per warp, which is what bounds these small products (latency, not issue).
+ * epi(i, j, c) is called exactly once per output element by the thread that owns it; the owner of
+ * (i, j) depends only on (M, N), so products of one shape may update the same element without a barrier. */
+/* One warp's 16 × 8·NS tile over the whole k range. NS is a compile-time count of 8-wide column
+ * blocks: no guard sits between the loads and the mma (a guarded mma costs a WARPSYNC and the
+ * operand conversion once per guard; this is most of what a product costs otherwise). */
+template <int NS, bool AKC, bool BKC, class TA, class TB>
+__device__ __forceinline__ void warp_tile(int Kd, const TA *a0p, const TA *a1p, int acs, const TB *bp, int brs,
+                                          int bcs, float (&acc)[4][4]) {
+    /* with one or two column blocks, even and odd k steps go to separate accumulators (twice the
+     * independent mma chains); with three or four there are chains enough, and registers matter more */
+    constexpr bool SPLIT = NS <= 2;
+    float odd[SPLIT ? NS : 1][4];
+#pragma unroll
+    for (int s = 0; s < (SPLIT ? NS : 1); s++) odd[s][0] = odd[s][1] = odd[s][2] = odd[s][3] = 0.f;
+    auto step = [&](int k0, auto &c) {
+        uint32_t a[4];
+        ld_pair<AKC>(a0p + k0 * acs, acs, a[0], a[2]);
+        ld_pair<AKC>(a1p + k0 * acs, acs, a[1], a[3]);
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            uint32_t b0, b1;
+            ld_pair<BKC>(bp + k0 * brs + s * 8 * bcs, brs, b0, b1);
+            mma_tf32(c[s], a, b0, b1);
+        }
+    };
+    int k0 = 0;
+#pragma unroll 2
+    for (; k0 + 16 <= Kd; k0 += 16) {
+        step(k0, acc);
+        if constexpr (SPLIT) step(k0 + 8, odd);
+        else step(k0 + 8, acc);
+    }
+    if (k0 < Kd) step(k0, acc);
+    if constexpr (SPLIT) {
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) acc[s][r] += odd[s][r];
+    }
+}
+
+/* C = A·B over the whole block (NW warps). A(i,k) = A[i*ars + k*acs] (M×Kd), B(k,j) = B[k*brs + j*bcs]
+ * (Kd×N); M % 16 == 0, N % 8 == 0, Kd % 8 == 0; operands in shared memory (fp32, bf16 or fp16 elements;
+ * tf32 operands, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
+ * Each lane takes the k pair (2t, 2t+1) of every 8-wide k step for the mma slots (t, t+4) of both A
+ * and B (the sum over k is unchanged), so k-contiguous operands load both with one instruction.
+ * Narrow warp tiles accumulate even and odd k steps separately (warp_tile): twice the independent
+ * mma chains per warp, which is what bounds these small products (latency, not issue).
  * epi(i, j, c) is called exactly once per output element by the thread that owns it; the owner of
  * (i, j) depends only on (M, N), so products of one shape may update the same element without a barrier. */
 template <int NW, bool AKC, bool BKC, class TA, class TB, class Epi>
@@ -150,41 +198,24 @@ __device__ __forceinline__ void bgemm_impl(int M, int N, int Kd, const TA *A, in
     for (int tile = warp; tile < mt * nt; tile += NW) {
         const int i0 = (tile % mt) << 4, j0 = (tile / mt) * 8 * wn;
         const int nsub = min(wn, (N - j0) >> 3);
-        float acc[2][4][4];
+        float acc[4][4];
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int s = 0; s < 4; s++) acc[h][s][0] = acc[h][s][1] = acc[h][s][2] = acc[h][s][3] = 0.f;
+        for (int s = 0; s < 4; s++) acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = 0.f;
         const TA *a0p = A + (i0 + g) * ars + 2 * t * acs, *a1p = a0p + 8 * ars;
         const TB *bp = B + 2 * t * brs + (j0 + g) * bcs;
-        auto step = [&](int k0, float (&c)[4][4]) {
-            uint32_t a[4];
-            ld_pair<AKC>(a0p + k0 * acs, acs, a[0], a[2]);
-            ld_pair<AKC>(a1p + k0 * acs, acs, a[1], a[3]);
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                if (s < nsub) {
-                    uint32_t b0, b1;
-                    ld_pair<BKC>(bp + k0 * brs + s * 8 * bcs, brs, b0, b1);
-                    mma_tf32(c[s], a, b0, b1);
-                }
-            }
-        };
-        int k0 = 0;
-#pragma unroll 2
-        for (; k0 + 16 <= Kd; k0 += 16) {
-            step(k0, acc[0]);
-            step(k0 + 8, acc[1]);
-        }
-        if (k0 < Kd) step(k0, acc[0]);
+        /* nsub is uniform over the warp; each case is a separate unguarded loop */
+        if (nsub == 4) warp_tile<4, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
+        else if (nsub == 2) warp_tile<2, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
+        else if (nsub == 3) warp_tile<3, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
+        else warp_tile<1, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
 #pragma unroll
         for (int s = 0; s < 4; s++) {
             if (s < nsub) {
                 const int j = j0 + s * 8 + 2 * t;
-                epi(i0 + g, j, acc[0][s][0] + acc[1][s][0]);
-                epi(i0 + g, j + 1, acc[0][s][1] + acc[1][s][1]);
-                epi(i0 + g + 8, j, acc[0][s][2] + acc[1][s][2]);
-                epi(i0 + g + 8, j + 1, acc[0][s][3] + acc[1][s][3]);
+                epi(i0 + g, j, acc[s][0]);
+                epi(i0 + g, j + 1, acc[s][1]);
+                epi(i0 + g + 8, j, acc[s][2]);
+                epi(i0 + g + 8, j + 1, acc[s][3]);
             }
         }
     }
@@ -306,6 +337,32 @@ inline cudaError_t ensure_smem(size_t smem) {
         done[dev] = 1;
     }
     return smem <= (size_t)optin[dev] ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/* Rows [0, K) × columns [v0, v0 + BV) of a [K][V] chunk-state matrix (state_t) from the block's
+ * transposed fp32 tile Xt[j * ld + kk]. Eight columns per 16-byte store where V allows (this store
+ * runs once per chunk in both scans, and one element per store cost a quarter of a scan's
+ * instructions); feature index fastest across threads, so the shared-memory reads are conflict-free. */
+__device__ __forceinline__ void store_state_tile(state_t *dst, const float *Xt, int ld, int K, int V, int v0) {
+    if constexpr (sizeof(state_t) == 2) {
+        if (V % 8 == 0) {
+            for (int e = threadIdx.x; e < K * (BV / 8); e += blockDim.x) {
+                const int kk = e % K, j = (e / K) * 8;
+                if (v0 + j >= V) continue;
+                uint4 pk;
+                __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&pk);
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+                    h[m] = __floats2bfloat162_rn(Xt[(j + 2 * m) * ld + kk], Xt[(j + 2 * m + 1) * ld + kk]);
+                *reinterpret_cast<uint4 *>(dst + (size_t)kk * V + v0 + j) = pk;
+            }
+            return;
+        }
+    }
+    for (int e = threadIdx.x; e < K * BV; e += blockDim.x) {
+        const int kk = e / BV, j = e - kk * BV;
+        if (v0 + j < V) st<state_t>(dst + (size_t)kk * V + v0 + j, Xt[j * ld + kk]);
+    }
 }
 
 /* State element (kk, vv) of a [K,V] (or [V,K] when svf) matrix. */

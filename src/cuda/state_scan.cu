@@ -101,13 +101,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             issue_gb(cur ^ 1, c + 1);
             if (!VEC) issue_k(kb ? K0 : K1, cn);
         }
-        if (Sc) {
-            state_t *dst = Sc + ch * p.K * p.V;
-            for (int e = threadIdx.x; e < p.K * BV; e += blockDim.x) {
-                const int kk = e / BV, j = e - kk * BV;
-                if (v0 + j < p.V) st<state_t>(dst + (size_t)kk * p.V + v0 + j, St[j * lds + kk]);
-            }
-        }
+        if (Sc) store_state_tile(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
         /* X = Z − E S,  Z = β v (w ⊙ v for GDN2) */
         if (VEC) {
             bgemm<SCAN_NW>(BT, BV, Kp, Es, ldfe, 1, St, 1, lds, [&](int i, int j, float cc) {
