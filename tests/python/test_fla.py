@@ -3,15 +3,16 @@
 Runs where FLA is importable and a CUDA device exists (FLA is Triton-only). FLA runs on CUDA;
 rewy runs on CUDA when librewy has the CUDA backend, otherwise on the CPU with the same
 (bf16) values, which checks the conventions (gates, dg/dβ meaning, layouts, GVA) on any
-build. Paths where FLA itself fails on this GPU/Triton (e.g. its Hopper Triton bug #640)
-are skipped with FLA's error, not counted as passes. Both are also compared with the fp64
+build. Paths where FLA itself fails on this GPU/Triton are skipped with FLA's error, not counted
+as passes; where FLA's GDN backward is known wrong (its Hopper Triton bug #640) only o and ht
+are compared with FLA (every gradient is still checked against the fp64 reference in test_ops). Both are also compared with the fp64
 reference, so a disagreement says which side is off.
 """
 import pytest
 import torch
 
 import rewy
-from helpers import FN, TOL, make_inputs, rel_err
+from helpers import FN, TOL, fla_gdn_bwd_known_wrong, make_inputs, rel_err
 from reference import reference
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="FLA needs a CUDA device")
@@ -61,7 +62,12 @@ def _compare(op, x, **kwargs):
     print(f"\n{op} {kwargs}: name: rewy-vs-FLA, rewy-vs-fp64, FLA-vs-fp64")
     for n, errs in report.items():
         print(f"  {n:14s} " + "  ".join(f"{e:.2e}" for e in errs))
+    # FLA's GDN gradients are known wrong on this stack (#640): compare its outputs only
+    outputs_only = op == "gdn" and fla_gdn_bwd_known_wrong()
     for n, (vs_fla, vs_ref, fla_vs_ref) in report.items():
+        if outputs_only and n not in ("o", "ht"):
+            assert vs_ref <= TOL.get(n, TOL["o"]), f"{n}: {vs_ref:.3g} from the fp64 reference"
+            continue
         assert torch.isfinite(ours[n]).all(), n
         assert vs_fla <= TOL.get(n, TOL["o"]), f"{n}: {vs_fla:.3g} from FLA (rewy-vs-fp64 {vs_ref:.3g}, FLA-vs-fp64 {fla_vs_ref:.3g})"
 
