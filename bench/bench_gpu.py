@@ -222,12 +222,12 @@ def flop_model(op, B, T, H, K, V, n=64):
     """FLOP (2 per MAC) of each rewy kernel, whole problem, chunk n. Returns dict kernel -> flops."""
     NC = B * H * math.ceil(T / n)
     return {
-        "kkt_inverse(fwd)": NC * (4 * n * n * K + n ** 3 / 3),
-        "state_scan(fwd,+o)": NC * (6 * n * K * V + 4 * n * n * V),
-        "kkt_inverse(Cq)": NC * (2 * n * n * K),
-        "state_scan(recompute)": NC * (4 * n * K * V + 2 * n * n * V),
-        "bwd_state_scan": NC * (6 * n * K * V + 4 * n * n * V),
-        # ReWY: P Rᵀ, P S_cᵀ (P = AᵀR̄ is in the scan), plus the same shared consumers
+        "kkt_inverse / vec_intra (fwd: L, A, C_q)": NC * (4 * n * n * K + n ** 3 / 3),
+        "kkt_inverse / vec_intra (bwd: C_q)": NC * (2 * n * n * K),
+        "state_scan (E S, A X, Fᵀ R)": NC * (4 * n * K * V + 2 * n * n * V),
+        "output (Q_g S_c, C_q R)": NC * (2 * n * K * V + 2 * n * n * V),
+        "bwd_state_scan (F S̄⁺, C_qᵀŌ, AᵀR̄, Q_gᵀŌ, EᵀP)": NC * (6 * n * K * V + 4 * n * n * V),
+        # ReWY: P Rᵀ, P S_cᵀ (P = AᵀR̄ is in the scan), plus the shared consumers
         "pullback(ReWY)": NC * (6 * n * K * V + 4 * n * n * V + 8 * n * n * K),
         # WY: R̄S_cᵀ, R̄Zᵀ, W̄Eᵀ, Aᵀ·Ā·Aᵀ (2), AᵀR̄, AᵀW̄, plus the shared consumers ŌRᵀ, ŌS_cᵀ, RS̄⁺ᵀ, 4 n×n×K
         "pullback(WY)": NC * (6 * n * K * V + 6 * n * n * V + 12 * n * n * K + 4 * n ** 3),
@@ -235,17 +235,17 @@ def flop_model(op, B, T, H, K, V, n=64):
 
 
 def bytes_model(op, B, T, H, K, V, n=64, bv=32, bk=32):
-    """Approximate DRAM/L2 bytes moved by each kernel (bf16 inputs, fp32 A/Cq/R/P, bf16 chunk states)."""
+    """Approximate DRAM/L2 bytes moved by each kernel (bf16 inputs, fp32 A/C_q/R/P, bf16 chunk
+    states), counting each V-tile's reload of the K-side tiles."""
     NC = B * H * math.ceil(T / n)
-    nvt = math.ceil(V / bv)
-    tok = B * T * H
+    nvt, nvo = math.ceil(V / bv), math.ceil(V / 64)
+    kt, nn = n * K * 2, n * n * 4
     return {
-        "kkt_inverse(fwd)": tok * (2 * K * 2 + 8) + NC * 2 * n * n * 4,
-        "state_scan(fwd,+o)": nvt * NC * (2 * n * K * 2 + 2 * n * n * 4) + tok * (2 * V * 2),
-        "kkt_inverse(Cq)": tok * (2 * K * 2 + 8) + NC * n * n * 4,
-        "state_scan(recompute)": nvt * NC * (n * K * 2 + n * n * 4) + tok * V * 2 + NC * (K * V * 2 + n * V * 4),
-        "bwd_state_scan": nvt * NC * (2 * n * K * 2 + 2 * n * n * 4) + tok * V * 2 + NC * (K * V * 2 + n * V * 4),
-        "pullback(ReWY)": NC * ((1 + math.ceil(K / bk)) * (2 * n * V * 4 + n * V * 2) + 2 * K * V * 2) + tok * (4 * K * 2 + 2 * V * 2 + 8),
+        "kkt_inverse / vec_intra (fwd: L, A, C_q)": NC * (2 * kt + 2 * nn + 2 * n * 4),
+        "state_scan (E S, A X, Fᵀ R)": NC * nvt * (kt + nn + n * bv * 2 + K * bv * 2 + n * bv * 4),
+        "output (Q_g S_c, C_q R)": NC * nvo * (kt + K * 64 * 2 + nn + n * 64 * 4 + n * 64 * 2),
+        "bwd_state_scan (F S̄⁺, C_qᵀŌ, AᵀR̄, Q_gᵀŌ, EᵀP)": NC * nvt * (2 * kt + 2 * nn + n * bv * 2 + K * bv * 2 + n * bv * 4),
+        "pullback(ReWY)": NC * ((1 + math.ceil(K / bk)) * (2 * n * V * 4 + n * V * 2) + 2 * K * V * 2) + B * T * H * (4 * K * 2 + 2 * V * 2 + 8),
     }
 
 
