@@ -197,14 +197,23 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
     return cudaGetLastError();
 }
 
+template <class T, bool VEC>
+static cudaError_t run_kp(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
+                          const float *Cq, const VecOps &vo, const void *do_, const float *dht, float *dh0,
+                          state_t *Sbar, float *PR, int wy, cudaStream_t s) {
+    return with_fast_kp<T>(p, [&](auto kp) {
+        return run<T, VEC, decltype(kp)::value>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
+    });
+}
+
 template <bool VEC>
 static cudaError_t dispatch(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB, const float *A,
                             const float *Cq, const VecOps &vo, const void *do_, const float *dht, float *dh0,
                             state_t *Sbar, float *PR, int wy, cudaStream_t s) {
     switch (dt) {
-    case REWY_BF16: return with_fast_kp<__nv_bfloat16>(p, [&](auto kp) { return run<__nv_bfloat16, VEC, decltype(kp)::value>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s); });
-    case REWY_F16: return with_fast_kp<__half>(p, [&](auto kp) { return run<__half, VEC, decltype(kp)::value>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s); });
-    default: return with_fast_kp<float>(p, [&](auto kp) { return run<float, VEC, decltype(kp)::value>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s); });
+    case REWY_BF16: return run_kp<__nv_bfloat16, VEC>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
+    case REWY_F16: return run_kp<__half, VEC>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
+    default: return run_kp<float, VEC>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
     }
 }
 
