@@ -68,53 +68,65 @@ static void add(case_list *l, rewy_case c) {
 }
 static const int varlen[5] = {1, 15, 64, 65, 300};
 
-static void full_matrix(case_list *l) {
-    static const rewy_op ops[2] = {REWY_OP_DELTANET, REWY_OP_GDN};
-    for (int i = 0; i < 2; i++) {
-        rewy_op op = ops[i];
-        int gated = op == REWY_OP_GDN;
-        rewy_case c;
-        static const int Ts[] = {1, 63, 64, 65};
-        for (int t = 0; t < 4; t++) { c = base(op); c.T = Ts[t]; add(l, c); }
-        c = base(op); c.B = 1; c.H = c.HV = 2; c.T = 1000; add(l, c);
-        static const int KV[][2] = {{32, 32}, {60, 60}, {100, 100}, {128, 128}, {256, 256},
-                                    {64, 128}, {128, 32}, {60, 100}, {256, 64}, {32, 256}};
-        for (int s = 0; s < 10; s++) { c = base(op); c.B = 1; c.T = 130; c.K = KV[s][0]; c.V = KV[s][1]; add(l, c); }
-        c = base(op); c.B = 1; c.H = c.HV = 1; c.T = 1000; c.K = c.V = 256; add(l, c);
-        c = base(op); c.B = 1; c.H = c.HV = 2; c.T = 1000; c.K = c.V = 128; add(l, c);
-        c = base(op); c.T = 100; c.chunk_size = 16; add(l, c);
-        c = base(op); c.T = 100; c.chunk_size = 32; c.K = 60; c.V = 100; add(l, c);
-        c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; add(l, c);
-        c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; c.dtype = REWY_F32; add(l, c);
-        if (gated) {
-            c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; add(l, c);
-            c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.dtype = REWY_F32; c.chunk_size = 32; add(l, c);
-            c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; add(l, c);
-            c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.H = 1; c.HV = 2; add(l, c);
-            c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; add(l, c);
-        }
-        c = base(op); c.T = 100; c.HV = 4; add(l, c);
-        c = base(op); c.T = 100; c.H = 1; c.HV = 4; c.K = 128; c.V = 128; add(l, c);
-        c = base(op); c.T = 100; c.HV = 4; c.dtype = REWY_F32; c.K = 32; c.V = 48; add(l, c);
-        c = base(op); set_seqs(&c, varlen, 5); add(l, c);
-        c = base(op); set_seqs(&c, varlen, 5); c.dtype = REWY_F32; c.chunk_size = 16; c.K = c.V = 32; add(l, c);
-        c = base(op); c.use_h0 = 0; c.use_dht = 0; add(l, c);
-        c = base(op); c.use_dht = 0; c.no_ht = 1; c.T = 100; add(l, c);
-        c = base(op); c.state_v_first = 1; c.K = 64; c.V = 128; c.T = 100; add(l, c);
-        c = base(op); c.state_v_first = 1; set_seqs(&c, varlen, 5); c.K = 32; c.V = 48; c.dtype = REWY_F32; add(l, c);
-        c = base(op); c.dtype = REWY_F32; add(l, c);
-        c = base(op); c.dtype = REWY_F32; c.T = 200; c.K = 100; c.V = 60; c.HV = 4; add(l, c);
-        c = base(op); c.dtype = REWY_F16; add(l, c);
-        c = base(op); c.dtype = REWY_F16; c.T = 130; c.chunk_size = 32; if (gated) c.gates = REWY_GATES_STRONG; add(l, c);
+/* The core case matrix for one operator, in a fixed order (case seeds follow it). Vector gates
+ * add two cases for their pairwise fallback (strong decay at chunk 16, resets with fp32 K = 256). */
+static void core_cases(case_list *l, rewy_op op) {
+    const int gated = op != REWY_OP_DELTANET, vec = op == REWY_OP_KDA || op == REWY_OP_GDN2;
+    rewy_case c;
+    static const int Ts[] = {1, 63, 64, 65};
+    for (int t = 0; t < 4; t++) { c = base(op); c.T = Ts[t]; add(l, c); }
+    c = base(op); c.B = 1; c.H = c.HV = 2; c.T = 1000; if (vec) c.K = c.V = 128; add(l, c);
+    static const int KV[][2] = {{32, 32}, {60, 60}, {100, 100}, {128, 128}, {256, 256},
+                                {64, 128}, {128, 32}, {60, 100}, {256, 64}, {32, 256}};
+    for (int s = 0; s < 10; s++) { c = base(op); c.B = 1; c.T = 130; c.K = KV[s][0]; c.V = KV[s][1]; add(l, c); }
+    c = base(op); c.B = 1; c.H = c.HV = 1; c.T = 1000; c.K = c.V = 256; add(l, c);
+    if (!vec) { c = base(op); c.B = 1; c.H = c.HV = 2; c.T = 1000; c.K = c.V = 128; add(l, c); }
+    c = base(op); c.T = 100; c.chunk_size = 16; add(l, c);
+    c = base(op); c.T = 100; c.chunk_size = 32; c.K = 60; c.V = 100; add(l, c);
+    c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; add(l, c);
+    c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; c.dtype = REWY_F32; add(l, c);
+    if (gated) {
+        /* strong decay (vector gates: centered and pairwise paths), −1000 resets */
+        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; add(l, c);
+        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.dtype = REWY_F32; c.chunk_size = 32; add(l, c);
+        if (vec) { c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; c.K = 100; c.V = 60; add(l, c); }
+        c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; add(l, c);
+        if (vec) { c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; c.K = 256; c.V = 64; add(l, c); }
+        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.H = 1; c.HV = 2; add(l, c);
+        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; add(l, c);
     }
+    /* grouped value heads (KDA's Kimi configuration among them) */
+    c = base(op); c.T = 100; c.HV = 4; add(l, c);
+    c = base(op); c.T = 100; c.H = 1; c.HV = 4; c.K = 128; c.V = 128; add(l, c);
+    c = base(op); c.T = 100; c.HV = 4; c.dtype = REWY_F32; c.K = 32; c.V = 48; add(l, c);
+    c = base(op); set_seqs(&c, varlen, 5); add(l, c);
+    c = base(op); set_seqs(&c, varlen, 5); c.dtype = REWY_F32; c.chunk_size = 16; c.K = c.V = 32; add(l, c);
+    c = base(op); c.use_h0 = 0; c.use_dht = 0; add(l, c);
+    c = base(op); c.use_dht = 0; c.no_ht = 1; c.T = 100; add(l, c);
+    c = base(op); c.state_v_first = 1; c.K = 64; c.V = 128; c.T = 100; add(l, c);
+    c = base(op); c.state_v_first = 1; set_seqs(&c, varlen, 5); c.K = 32; c.V = 48; c.dtype = REWY_F32; add(l, c);
+    c = base(op); c.dtype = REWY_F32; add(l, c);
+    c = base(op); c.dtype = REWY_F32; c.T = 200; c.K = 100; c.V = 60; c.HV = 4; add(l, c);
+    c = base(op); c.dtype = REWY_F16; add(l, c);
+    c = base(op); c.dtype = REWY_F16; c.T = 130; c.chunk_size = 32; if (gated) c.gates = REWY_GATES_STRONG; add(l, c);
+}
+
+/* --quick (compute-sanitizer): GVA with chunk 32 and K ≠ V; short varlen with resets and state_v_first. */
+static void quick_cases(case_list *l, rewy_op op) {
+    rewy_case c;
+    c = base(op); c.H = 1; c.HV = 2; c.K = 32; c.V = 48; c.T = 40; c.chunk_size = 32; add(l, c);
+    c = base(op); set_seqs(&c, (const int[]){1, 15, 40}, 3); c.K = 40; c.V = 32; c.gates = REWY_GATES_RESET;
+    c.state_v_first = 1; add(l, c);
+}
+
+static void full_matrix(case_list *l) {
+    core_cases(l, REWY_OP_DELTANET);
+    core_cases(l, REWY_OP_GDN);
 }
 
 static void quick_matrix(case_list *l) {
-    rewy_case c;
-    c = base(REWY_OP_GDN); c.H = 1; c.HV = 2; c.K = 32; c.V = 48; c.T = 40; c.chunk_size = 32; add(l, c);
-    c = base(REWY_OP_GDN); set_seqs(&c, (const int[]){1, 15, 40}, 3); c.K = 40; c.V = 32; c.gates = REWY_GATES_RESET;
-    c.state_v_first = 1; add(l, c);
-    c = base(REWY_OP_DELTANET); c.T = 20; c.K = 16; c.V = 24; c.dtype = REWY_F16; c.chunk_size = 16; add(l, c);
+    quick_cases(l, REWY_OP_GDN);
+    rewy_case c = base(REWY_OP_DELTANET); c.T = 20; c.K = 16; c.V = 24; c.dtype = REWY_F16; c.chunk_size = 16; add(l, c);
 }
 
 /* tf32 tensor-core products: WY and ReWY agree to about 1e-3, not to fp32 rounding (1e-5). */
@@ -375,47 +387,8 @@ static void test_graph(test_counts *tc) {
 static void vec_matrix(case_list *l, int quick) {
     static const rewy_op ops[2] = {REWY_OP_KDA, REWY_OP_GDN2};
     for (int i = 0; i < 2; i++) {
-        rewy_op op = ops[i];
-        rewy_case c;
-        if (quick) {
-            c = base(op); c.H = 1; c.HV = 2; c.K = 32; c.V = 48; c.T = 40; c.chunk_size = 32; add(l, c);
-            c = base(op); set_seqs(&c, (const int[]){1, 15, 40}, 3); c.K = 40; c.V = 32; c.gates = REWY_GATES_RESET;
-            c.state_v_first = 1; add(l, c);
-            continue;
-        }
-        static const int Ts[] = {1, 63, 64, 65};
-        for (int t = 0; t < 4; t++) { c = base(op); c.T = Ts[t]; add(l, c); }
-        c = base(op); c.B = 1; c.H = c.HV = 2; c.T = 1000; c.K = c.V = 128; add(l, c);
-        static const int KV[][2] = {{32, 32}, {60, 60}, {100, 100}, {128, 128}, {256, 256},
-                                    {64, 128}, {128, 32}, {60, 100}, {256, 64}, {32, 256}};
-        for (int s = 0; s < 10; s++) { c = base(op); c.B = 1; c.T = 130; c.K = KV[s][0]; c.V = KV[s][1]; add(l, c); }
-        c = base(op); c.B = 1; c.H = c.HV = 1; c.T = 1000; c.K = c.V = 256; add(l, c);
-        c = base(op); c.T = 100; c.chunk_size = 16; add(l, c);
-        c = base(op); c.T = 100; c.chunk_size = 32; c.K = 60; c.V = 100; add(l, c);
-        c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; add(l, c);
-        c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; c.dtype = REWY_F32; add(l, c);
-        /* strong decay (centered and pairwise paths), −1000 resets (pairwise path) */
-        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; add(l, c);
-        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.dtype = REWY_F32; c.chunk_size = 32; add(l, c);
-        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; c.K = 100; c.V = 60; add(l, c);
-        c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; add(l, c);
-        c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; c.K = 256; c.V = 64; add(l, c);
-        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.H = 1; c.HV = 2; add(l, c);
-        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; add(l, c);
-        /* grouped value heads (KDA's Kimi configuration; GDN2 shares the path) */
-        c = base(op); c.T = 100; c.HV = 4; add(l, c);
-        c = base(op); c.T = 100; c.H = 1; c.HV = 4; c.K = 128; c.V = 128; add(l, c);
-        c = base(op); c.T = 100; c.HV = 4; c.dtype = REWY_F32; c.K = 32; c.V = 48; add(l, c);
-        c = base(op); set_seqs(&c, varlen, 5); add(l, c);
-        c = base(op); set_seqs(&c, varlen, 5); c.dtype = REWY_F32; c.chunk_size = 16; c.K = c.V = 32; add(l, c);
-        c = base(op); c.use_h0 = 0; c.use_dht = 0; add(l, c);
-        c = base(op); c.use_dht = 0; c.no_ht = 1; c.T = 100; add(l, c);
-        c = base(op); c.state_v_first = 1; c.K = 64; c.V = 128; c.T = 100; add(l, c);
-        c = base(op); c.state_v_first = 1; set_seqs(&c, varlen, 5); c.K = 32; c.V = 48; c.dtype = REWY_F32; add(l, c);
-        c = base(op); c.dtype = REWY_F32; add(l, c);
-        c = base(op); c.dtype = REWY_F32; c.T = 200; c.K = 100; c.V = 60; c.HV = 4; add(l, c);
-        c = base(op); c.dtype = REWY_F16; add(l, c);
-        c = base(op); c.dtype = REWY_F16; c.T = 130; c.chunk_size = 32; c.gates = REWY_GATES_STRONG; add(l, c);
+        if (quick) quick_cases(l, ops[i]);
+        else core_cases(l, ops[i]);
     }
 }
 
