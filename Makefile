@@ -138,9 +138,12 @@ test-cuda:
 	  REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; done
 
 # (a shorter stem than $(BUILD)/tests/%, so make prefers this rule for the device tests)
-$(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/librewy.a $(wildcard tests/*.h)
+# Linked against librewy.so (found next to it through the rpath), so that the device tests and
+# the Python package run the same library, and a built tree carries one copy of the kernels.
+$(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/librewy.so $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< $(BUILD)/librewy.a $(LDLIBS) -o $@
+	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< -L$(BUILD) -lrewy \
+	  -Wl,-rpath,'$$ORIGIN/../..' $(LDLIBS) -o $@
 
 clean:
 	rm -rf $(BUILD) build

@@ -19,8 +19,9 @@ for s in $steps; do
   t0=$(date +%s)
   case $s in
   build)
-    # The device has no network to install OpenBLAS (pass BLAS=0 when building there): by default use the build/cuda-on
-    # prebuilt here (make CUDA=1 BUILD=build/cuda-on lib + the test) and carried with build/devlibs.
+    # The device has no network to install OpenBLAS (pass BLAS=0 when building there): by default use the $RB prebuilt
+    # here (make CUDA=1 BLAS=0 BUILD=$RB lib $RB/tests/cuda/test_cuda), carrying $RB/librewy.so and $RB/tests/cuda
+    # (the test finds the library through its rpath; the static archive and objects need not travel).
     if [ "${BUILD_ON_DEVICE:-0}" = 1 ]; then
       make -j16 CUDA=1 BLAS=0 BUILD=$RB lib > "$OUT/build.log" 2>&1 &&
       make CUDA=1 BLAS=0 BUILD=$RB $RB/tests/cuda/test_cuda >> "$OUT/build.log" 2>&1
