@@ -1,7 +1,8 @@
 # rewy: build, check, benchmark, test.
 #   make run        build, `rewy check` + `rewy bench` on the default suite (GPU suite when one is present)
 #   make test       C tests (plain and ASan+UBSan), CUDA compile check, Python tests (CPU)
-#   make test-cuda  device tests (needs a GPU; BLAS=0 where OpenBLAS cannot be installed)
+#   make test-cuda  device tests: C tests + compute-sanitizer + Python tests on CUDA (needs a GPU;
+#                   BLAS=0 where OpenBLAS cannot be installed; FLA on PYTHONPATH adds the FLA comparisons)
 # OpenBLAS is installed from Debian when missing (see BLAS below).
 
 SHELL   := /bin/bash
@@ -136,6 +137,9 @@ test-cuda:
 	  echo "== $$t --quick under compute-sanitizer memcheck, racecheck"; \
 	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; done
+	@# the Python tests on CUDA tensors, and against FLA where PYTHONPATH has it (its tests skip otherwise)
+	REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so PYTHONPATH=$(CURDIR)/python$${PYTHONPATH:+:$$PYTHONPATH} \
+	  FLA_DISABLE_BACKEND_DISPATCH=1 $(PYTHON) -m pytest -q -rs tests/python
 
 # (a shorter stem than $(BUILD)/tests/%, so make prefers this rule for the device tests)
 # Linked against librewy.so (found next to it through the rpath), so that the device tests and
