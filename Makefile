@@ -2,7 +2,8 @@
 #   make run        build, `rewy check` + `rewy bench` on the default suite (GPU suite when one is present)
 #   make test       C tests (plain and ASan+UBSan), CUDA compile check, Python tests (CPU)
 #   make test-cuda  device tests: C tests + compute-sanitizer + Python tests on CUDA (needs a GPU;
-#                   BLAS=0 where OpenBLAS cannot be installed; FLA on PYTHONPATH adds the FLA comparisons)
+#                   BLAS=0 where OpenBLAS cannot be installed)
+#   make test-fla   rewy against FLA (functions and FLA's layers; needs a GPU and FLA on PYTHONPATH)
 # OpenBLAS is installed from Debian when missing (see BLAS below).
 
 SHELL   := /bin/bash
@@ -59,7 +60,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda bench clean
+.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean
 
 all: lib $(BUILD)/rewy
 
@@ -137,9 +138,17 @@ test-cuda:
 	  echo "== $$t --quick under compute-sanitizer memcheck, racecheck"; \
 	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; done
-	@# the Python tests on CUDA tensors, and against FLA where PYTHONPATH has it (its tests skip otherwise)
+	@# the Python tests on CUDA tensors (the comparisons against FLA are test-fla's: Triton compiles for minutes)
+	REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -rs tests/python \
+	  --ignore=tests/python/test_fla.py --ignore=tests/python/test_fla_layers.py
+
+# rewy against FLA itself (functions and FLA's own layers), on a GPU with FLA on PYTHONPATH
+# (e.g. PYTHONPATH=.ref/fla-src). Expect about ten minutes of Triton compilation on a fresh machine.
+test-fla:
+	$(MAKE) CUDA=1 BUILD=build/cuda-on lib
 	REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so PYTHONPATH=$(CURDIR)/python$${PYTHONPATH:+:$$PYTHONPATH} \
-	  FLA_DISABLE_BACKEND_DISPATCH=1 $(PYTHON) -m pytest -q -rs tests/python
+	  FLA_DISABLE_BACKEND_DISPATCH=1 REWY_FLA_ONE_CONFIG=1 $(PYTHON) -m pytest -q -rs -s tests/python/test_fla.py \
+	  tests/python/test_fla_layers.py
 
 # (a shorter stem than $(BUILD)/tests/%, so make prefers this rule for the device tests)
 # Linked against librewy.so (found next to it through the rpath), so that the device tests and
