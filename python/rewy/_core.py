@@ -4,18 +4,22 @@ This is MATH §1 for all four operators at once; the operator only decides which
 gates g, beta, b, w are present (rewy.h's table). Everything FLA does around the kernels
 (l2norm, gate activation, beta sigmoid) is plain differentiable torch code in rewy.ops.
 
-`forward` and `backward` below fill rewy_fwd_params / rewy_bwd_params and call the library;
-the forward returns the library's `saved` buffer (a uint8 tensor) for the backward.
-They are reached two ways, with one autograd formula (`_pullback`):
-  * eagerly through `_ChunkFunction`, a plain torch.autograd.Function (cheapest per call);
+`_forward` and `_backward` below fill rewy_fwd_params / rewy_bwd_params from a plan (`_plan`)
+and call the library; the forward returns the library's `saved` buffer (a uint8 tensor) for
+the backward. They are reached two ways:
+  * eagerly through `eager` and `_ChunkFunction`, a plain torch.autograd.Function (cheapest
+    per call), on a plan that rewy.ops looked up with its argument checks;
   * under torch.compile through the torch.library custom ops rewy::chunk_fwd and
-    rewy::chunk_bwd, which have fake implementations and a registered autograd formula.
+    rewy::chunk_bwd (`forward`, `backward`), which have fake implementations and a registered
+    autograd formula (`_pullback`).
 Nothing here syncs with a device: sizes come from shapes, and varlen plans use a host copy
 of cu_seqlens.
 
 Per-call cost matters here (a layer calls this once per step and direction, issue 5): the
-eager path looks its config and sizes up in a cache (_PLANS), builds the params structs in one
-copy (_lib.fwd_params), and reads the CUDA stream without creating a torch Stream object.
+eager path gets its config and sizes from a cache (rewy.ops._CALLS, _PLANS), keeps them on the
+autograd node for the backward, builds the params structs in one copy (_lib.fwd_params), calls
+the C++ Function.apply without its Python wrapper, and reads the CUDA stream without creating a
+torch Stream object.
 """
 from ctypes import addressof, byref, c_int32
 from typing import Optional
@@ -115,28 +119,28 @@ def sizes(cfg):
 # ------------------------------------------------------------------------------------------
 # the two library calls
 
-_PLANS = {}  # shapes and options -> (bytes of the Config without per-call pointers, sizes, final-state shape)
+_PLANS = {}  # shapes and options -> plan (below)
 
 
 def _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first):
-    """(status, plan): the config, the buffer sizes and the final-state shape of one problem, built
-    once per shape and options (the per-call pointers, cu_seqlens and the stream, are not in it).
+    """The plan of one problem: (bytes of its Config without the per-call pointers, cu_seqlens and
+    the stream; (saved, fwd workspace, bwd workspace) bytes; final-state shape; size-query status),
+    built once per shape and options.
 
-    plan is (bytes(cfg), (saved, fwd workspace, bwd workspace) bytes, final-state shape); after a
-    failed size query the sizes are None (and nothing is cached), for the caller to report on its
-    params through the library's validation."""
+    After a failed size query the sizes are None (and nothing is cached), for the call to report on
+    its params through the library's validation."""
     key = (op, q.dtype, q.device, q.shape, v.shape, None if cu_seqlens is None else cu_seqlens.shape[0],
            scale, chunk_size, policy, bwd_algo, state_v_first,
            torch.get_num_threads())  # CPU workspaces scale with OpenMP threads (as in sizes)
     plan = _PLANS.get(key)
     if plan is not None:
-        return _lib.OK, plan
+        return plan
     cfg = config(op, q, v, cu_seqlens, None, scale, chunk_size, policy, bwd_algo, state_v_first, real=False)
     status, n = sizes(cfg)
-    plan = (bytes(cfg), n, state_shape(q, v, cu_seqlens, state_v_first))
+    plan = (bytes(cfg), n, state_shape(q, v, cu_seqlens, state_v_first), status)
     if status == _lib.OK:
         _remember(_PLANS, key, plan)
-    return status, plan
+    return plan
 
 
 def _set_pointers(cfg, q, cu_seqlens, cu_seqlens_cpu):
@@ -157,23 +161,23 @@ def forward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional
     This is the custom op rewy::chunk_fwd: its saved buffer is zeroed, so that the bytes the
     library leaves unwritten (padding, varlen worst-case room) are deterministic, as
     torch.library.opcheck and compiled graphs compare whole outputs."""
-    o, ht, saved = _forward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size, policy,
-                            bwd_algo, state_v_first, output_final_state, True)
+    plan = _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first)
+    o = torch.empty_like(v, dtype=q.dtype, memory_format=torch.contiguous_format)
+    o, ht, saved = _forward(plan, o, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, output_final_state,
+                            True)
     if ht is None:   # an op returns tensors only
         ht = torch.empty(0, dtype=torch.float32, device=q.device)
     return o, ht, saved
 
 
-def _forward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size, policy, bwd_algo,
-             state_v_first, output_final_state, zero_saved):
-    """forward, with the saved buffer left uninitialised unless zero_saved, and None for the final
-    state unless output_final_state (no allocation for it). The eager path never shows the saved
-    buffer to anyone but rewy_backward, which reads only what rewy_forward wrote (the C tests
-    poison it); zeroing it would cost a memset of the whole buffer per call."""
+def _forward(plan, o, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, output_final_state, zero_saved):
+    """rewy_forward of a plan into o: (o, the final state or None unless output_final_state (no
+    allocation for it), the saved buffer), with the saved buffer left uninitialised unless zero_saved.
+    The eager path never shows the saved buffer to anyone but rewy_backward, which reads only what
+    rewy_forward wrote (the C tests poison it); zeroing it would cost a memset of the whole buffer per call."""
+    cfg, n, ht_shape, status = plan
     L = _lib.lib()
-    status, (cfg, n, ht_shape) = _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first)
     device = q.device
-    o = torch.empty_like(v, dtype=q.dtype, memory_format=torch.contiguous_format)
     ht = torch.empty(ht_shape, dtype=torch.float32, device=device) if output_final_state else None
     if n is None:   # a failed size query: the library's validation says why
         p = _lib.fwd_params(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
@@ -182,8 +186,11 @@ def _forward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, 
         _lib.check(status, p, L.rewy_validate_fwd)
     saved = (torch.zeros if zero_saved else torch.empty)(n[0], dtype=torch.uint8, device=device)
     ws = torch.empty(max(n[1], 16), dtype=torch.uint8, device=device)
-    p = _lib.fwd_params(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
-                        _ptr(h0), o.data_ptr(), _ptr(ht), saved.data_ptr(), ws.data_ptr(), n[1], n[0])
+    # (the optional pointers written out, not through _ptr: a call each costs per call)
+    p = _lib.fwd_params(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), 0 if g is None else g.data_ptr(),
+                        0 if beta is None else beta.data_ptr(), 0 if b is None else b.data_ptr(),
+                        0 if w is None else w.data_ptr(), 0 if h0 is None else h0.data_ptr(), o.data_ptr(),
+                        0 if ht is None else ht.data_ptr(), saved.data_ptr(), ws.data_ptr(), n[1], n[0])
     if cu_seqlens is not None or q.is_cuda:
         _set_pointers(p.cfg, q, cu_seqlens, cu_seqlens_cpu)
     status = L.rewy_forward(byref(p))
@@ -205,8 +212,14 @@ def backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optiona
              op: int, scale: float, chunk_size: int, policy: int, bwd_algo: int,
              state_v_first: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """rewy_backward: dq, dk, dv, dg, dbeta, db, dw, dh0 (None where the input is None)."""
+    return _backward(_plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first),
+                     q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht)
+
+
+def _backward(plan, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht):
+    """rewy_backward of a plan."""
+    cfg, n, _, status = plan
     L = _lib.lib()
-    status, (cfg, n, _) = _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first)
     grads = (_grad_buffer(q), _grad_buffer(k), _grad_buffer(v), _grad_buffer(g), _grad_buffer(beta),
              _grad_buffer(b), _grad_buffer(w), _grad_buffer(h0))
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w), _ptr(h0),
@@ -226,48 +239,72 @@ def backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optiona
 
 
 # ------------------------------------------------------------------------------------------
-# autograd: one formula for both routes
+# autograd: the custom op's formula and the eager Function, on one preparation of do and dht
 
-def _save(ctx, tensors, options, output, eager):
-    """tensors: q k v g beta b w h0 cu_seqlens cu_seqlens_cpu; options: the 7 other arguments."""
+def _save(ctx, tensors, options, output):
+    """The custom op's setup_context. tensors: q k v g beta b w h0 cu_seqlens cu_seqlens_cpu;
+    options: the 7 other arguments."""
     ctx.save_for_backward(*tensors, output[2])
     ctx.args, ctx.output_final_state = options[:6], options[6]
-    ctx.eager = eager
-    if eager:   # no zero-filled gradients for unused outputs (the saved buffer's would be a memset of it)
-        ctx.set_materialize_grads(False)   # (and the uint8 saved buffer is non-differentiable by its dtype)
-    else:
-        ctx.mark_non_differentiable(output[2])
+    ctx.mark_non_differentiable(output[2])
 
 
-def _pullback(ctx, do, dht, _dsaved):
-    q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved = ctx.saved_tensors
+def _gradients_in(ctx, do, dht, q, v):
+    """do and dht as rewy_backward reads them: contiguous, do in q's dtype (zeros where o was
+    unused: eagerly, gradients of unused outputs are not materialized), dht None unless asked for."""
     dht = dht.contiguous() if ctx.output_final_state and dht is not None else None
-    if do is None:   # o unused (eagerly, gradients of unused outputs are not materialized)
+    if do is None:
         do = torch.zeros_like(v, dtype=q.dtype, memory_format=torch.contiguous_format)
     elif do.dtype != q.dtype:
         do = do.to(q.dtype)
-    args = (q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do.contiguous(), dht, *ctx.args)
-    if ctx.eager:   # backward gives None where the input is None; then None for _ChunkFunction's `rest`
-        return backward(*args) + (None,)
-    grads = torch.ops.rewy.chunk_bwd(*args)   # empty tensors stand for None
+    return do.contiguous(), dht
+
+
+def _pullback(ctx, do, dht, _dsaved):
+    """The custom op's autograd formula (torch.compile's route)."""
+    q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved = ctx.saved_tensors
+    do, dht = _gradients_in(ctx, do, dht, q, v)
+    grads = torch.ops.rewy.chunk_bwd(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht,
+                                     *ctx.args)   # empty tensors stand for None
     grads = tuple(None if t is None else d for t, d in zip((q, k, v, g, beta, b, w, h0), grads))
     return grads + (None,) * 9   # cu_seqlens, cu_seqlens_cpu and the 7 options
 
 
 class _ChunkFunction(torch.autograd.Function):
     """The eager route: inputs q k v g beta b w h0 (None where absent), then one tuple `rest` of
-    cu_seqlens, cu_seqlens_cpu and the 7 options (Function.apply costs per argument; cu_seqlens
-    needs no gradient, and save_for_backward keeps it like any other tensor)."""
+    the plan (_plan), cu_seqlens, cu_seqlens_cpu and output_final_state (Function.apply costs per
+    argument; cu_seqlens needs no gradient, and save_for_backward keeps it like any other tensor).
+    The ctx keeps the plan, so the backward needs no lookup."""
     @staticmethod
     def forward(ctx, q, k, v, g, beta, b, w, h0, rest):
-        tensors = (q, k, v, g, beta, b, w, h0) + rest[:2]
-        output = _forward(*tensors, *rest[2:], False)
-        _save(ctx, tensors, rest[2:], output, eager=True)
+        plan, cu_seqlens, cu_seqlens_cpu, output_final_state = rest
+        # o: v is contiguous and of q's dtype (the caller checked and made it so), so empty_like's
+        # default layout is the contiguous buffer the library writes, at less cost per call
+        output = _forward(plan, torch.empty_like(v), q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu,
+                          output_final_state, False)
+        ctx.save_for_backward(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, output[2])
+        ctx.plan, ctx.output_final_state = plan, output_final_state
+        # no zero-filled gradients for unused outputs (the saved buffer's would be a memset of it;
+        # the uint8 saved buffer is non-differentiable by its dtype)
+        ctx.set_materialize_grads(False)
         return output
 
     @staticmethod
-    def backward(ctx, do, dht, dsaved):
-        return _pullback(ctx, do, dht, dsaved)
+    def backward(ctx, do, dht, _dsaved):
+        q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved = ctx.saved_tensors
+        do, dht = _gradients_in(ctx, do, dht, q, v)
+        # None where the input is None; then None for `rest`
+        return _backward(ctx.plan, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht) + (None,)
+
+
+# torch.autograd.Function.apply is a Python wrapper of the C++ apply (torch._C._FunctionBase.apply,
+# private) that, outside functorch transforms (torch.func), only unwraps "dead" functorch wrappers
+# (tensors that escaped a finished transform) through a generator over the arguments: about 3.5 µs of
+# a 25 µs eager forward on a CPU VM (torch 2.13). The eager path calls the C++ apply directly, and the
+# public apply while a transform is active (which then raises its own error: _ChunkFunction defines
+# no setup_context). A dead wrapper passed in is not unwrapped; reading its data pointer fails loudly.
+_function_apply = super(torch.autograd.Function, _ChunkFunction).apply
+_transforms_active = torch._C._are_functorch_transforms_active
 
 
 # the custom ops, for torch.compile (an op returns tensors only: empty ones stand for None)
@@ -276,7 +313,7 @@ chunk_bwd = torch.library.custom_op(
     "rewy::chunk_bwd", lambda *args: tuple(args[0].new_empty(0) if d is None else d for d in backward(*args)),
     mutates_args=(), schema=torch.library.infer_schema(backward, mutates_args=()))
 chunk_fwd.register_autograd(
-    _pullback, setup_context=lambda ctx, inputs, output: _save(ctx, inputs[:10], inputs[10:], output, False))
+    _pullback, setup_context=lambda ctx, inputs, output: _save(ctx, inputs[:10], inputs[10:], output))
 
 
 def _fake_sizes(cfg):
@@ -303,19 +340,18 @@ def _(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht, op
     return tuple(q.new_empty(0) if t is None else _grad_buffer(t) for t in (q, k, v, g, beta, b, w, h0))
 
 
-def _requires_grad(tensors):
-    for t in tensors:   # (a loop: any() over a generator costs a frame per call)
-        if t is not None and t.requires_grad:
-            return True
-    return False
-
-
-def apply(*inputs):
-    """The core op on (q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_size,
-    policy, bwd_algo, state_v_first, output_final_state) -> (o, ht, saved); ht is None or an empty
-    tensor unless output_final_state."""
-    if torch.compiler.is_compiling():
-        return torch.ops.rewy.chunk_fwd(*inputs)
-    if torch.is_grad_enabled() and _requires_grad(inputs[:8]):
-        return _ChunkFunction.apply(*inputs[:8], inputs[8:])
-    return _forward(*inputs, False)
+def eager(plan, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, output_final_state):
+    """The core op outside torch.compile, on a plan from _plan for these tensors (rewy.ops checked
+    them): (o, the final state or None unless output_final_state)."""
+    # (the inputs that may need gradients written out: a loop or any() costs more per call)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
+                                    or (g is not None and g.requires_grad)
+                                    or (beta is not None and beta.requires_grad)
+                                    or (b is not None and b.requires_grad) or (w is not None and w.requires_grad)
+                                    or (h0 is not None and h0.requires_grad)):
+        o, ht, _ = (_ChunkFunction.apply if _transforms_active() else _function_apply)(
+            q, k, v, g, beta, b, w, h0, (plan, cu_seqlens, cu_seqlens_cpu, output_final_state))
+    else:
+        o, ht, _ = _forward(plan, torch.empty_like(v), q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu,
+                            output_final_state, False)
+    return o, ht

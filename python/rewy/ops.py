@@ -198,13 +198,61 @@ def _to(t, dtype):
     return t.contiguous()
 
 
+# The eager path's per-call checks and plan in one dictionary lookup (issue 5: a layer calls this once
+# per step): a call whose arguments have the signature of one seen before (each tensor's type, shape,
+# dtype and device, and the options the checks and the plan read) passed _check_tensors then, and
+# gets that call's plan (_core._plan) without building it again. Anything else, including an
+# argument without those attributes, takes the full checks, whose messages say what is wrong.
+_CALLS = {}   # call signature -> _core plan; bounded like _core's caches
+
+
+def _sig(t):
+    return type(t), t.shape, t.dtype, t.device
+
+
+def _lookup(op, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
+            scale, chunk_size, disable_recompute, state_v_first, backward):
+    """(signature, plan or None) of a call; (None, None) where no signature can be formed (an
+    argument that is not a tensor, an unhashable or non-number option: the full checks report
+    those, and a tensor scale is kept out of the cache)."""
+    if scale is not None and type(scale) is not float and type(scale) is not int:
+        return None, None
+    try:
+        key = (op, scale, chunk_size, disable_recompute, state_v_first, backward, torch.get_num_threads(),
+               type(q), q.shape, q.dtype, q.device, type(k), k.shape, k.dtype, k.device,
+               type(v), v.shape, v.dtype, v.device,
+               # (False for an absent argument: no call of _sig)
+               g is not None and _sig(g), beta is not None and _sig(beta), b is not None and _sig(b),
+               w is not None and _sig(w), initial_state is not None and _sig(initial_state),
+               A_log is not None and _sig(A_log), dt_bias is not None and _sig(dt_bias),
+               cu_seqlens is not None and _sig(cu_seqlens), cu_seqlens_cpu is not None and _sig(cu_seqlens_cpu))
+        return key, _CALLS.get(key)
+    except (AttributeError, TypeError):
+        return None, None
+
+
 def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=None, initial_state=None,
                 output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                 A_log=None, dt_bias=None, lower_bound=None, safe_gate=False, use_beta_sigmoid_in_kernel=False,
                 allow_neg_eigval=False, cu_seqlens=None, cu_seqlens_cpu=None, disable_recompute=False,
-                state_v_first=False, chunk_size=64, backward="rewy"):
-    _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
-                   op, state_v_first)
+                state_v_first=False, kwargs=None, fla_kwargs=()):
+    """The four operators' common body. kwargs: the public function's **kwargs, FLA's options among
+    them named by fla_kwargs (passed on as a dict: expanding options into keywords costs per call)."""
+    chunk_size, backward = 64, "rewy"
+    if kwargs:   # options given as keywords beyond the public signature (the common call has none)
+        opts = _rewy_kwargs(name, kwargs, state_v_first, disable_recompute, fla_kwargs)
+        chunk_size, backward = opts["chunk_size"], opts["backward"]
+        state_v_first, disable_recompute = opts["state_v_first"], opts["disable_recompute"]
+        use_gate_in_kernel = bool(opts.get("use_gate_in_kernel", use_gate_in_kernel))
+        A_log, dt_bias = opts.get("A_log"), opts.get("dt_bias")
+    # (under torch.compile the checks run every time: they are traced once, and shapes may be symbolic)
+    compiling = torch.compiler.is_compiling()
+    key, plan = (None, None) if compiling else _lookup(
+        op, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu, scale, chunk_size,
+        disable_recompute, state_v_first, backward)
+    if plan is None:
+        _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
+                       op, state_v_first)
     _check_options(name, use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_gate,
                    use_beta_sigmoid_in_kernel, allow_neg_eigval, backward)
 
@@ -215,9 +263,15 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
             g = gate(g, A_log, dt_bias, lower_bound)
         elif g.dtype != torch.float32:
             g = g.float()
-    if beta is not None and use_beta_sigmoid_in_kernel:
-        beta = beta_activation(beta, allow_neg_eigval)
-    beta, b, w = _to(beta, q.dtype), _to(b, q.dtype), _to(w, q.dtype)
+        g = g.contiguous()
+    if beta is not None:
+        if use_beta_sigmoid_in_kernel:
+            beta = beta_activation(beta, allow_neg_eigval)
+        beta = _to(beta, q.dtype)
+    if b is not None:
+        b = _to(b, q.dtype)
+    if w is not None:
+        w = _to(w, q.dtype)
     h0 = None if initial_state is None else initial_state.float().contiguous()
     if cu_seqlens is not None:
         cu_seqlens = _to(cu_seqlens, torch.int32)
@@ -225,14 +279,19 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
             cu_seqlens_cpu = (cu_seqlens.cpu() if cu_seqlens_cpu is None else cu_seqlens_cpu).to(torch.int32)
         else:
             cu_seqlens_cpu = None            # host memory already
-    scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
 
-    o, ht, _ = _core.apply(
-        q.contiguous(), k.contiguous(), v.contiguous(), None if g is None else g.contiguous(), beta, b, w, h0,
-        cu_seqlens, cu_seqlens_cpu, op, scale, int(chunk_size),
-        _lib.POLICY_A if disable_recompute else _lib.POLICY_R, _BACKWARD[backward], bool(state_v_first),
-        bool(output_final_state))
-    return o, (ht if output_final_state else None)
+    if plan is None:
+        options = (float(q.shape[-1] ** -0.5 if scale is None else scale), int(chunk_size),
+                   _lib.POLICY_A if disable_recompute else _lib.POLICY_R, _BACKWARD[backward], bool(state_v_first))
+        if compiling:
+            o, ht, _ = torch.ops.rewy.chunk_fwd(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op,
+                                                *options, bool(output_final_state))
+            return o, (ht if output_final_state else None)
+        plan = _core._plan(op, q, v, cu_seqlens, *options)
+        if plan[1] is not None and key is not None:   # (a failed size query is reported by the call)
+            _core._remember(_CALLS, key, plan)
+    return _core.eager(plan, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, bool(output_final_state))
 
 
 # ------------------------------------------------------------------------------------------
@@ -246,10 +305,9 @@ def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final
     [N,HV,K,V] fp32 or None). As fla.ops.delta_rule.chunk_delta_rule, plus rewy's keywords.
     """
     name = "chunk_delta_rule"
-    opts = _rewy_kwargs(name, kwargs, False, False)
     return _delta_rule(name, _lib.OP_DELTANET, q, k, v, beta=beta, scale=scale, initial_state=initial_state,
                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **opts)
+                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, kwargs=kwargs)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
@@ -264,12 +322,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     name = "chunk_gated_delta_rule"
     if cp_context is not None:
         _unsupported(name, cp_context=(True, "context parallelism"))
-    opts = _rewy_kwargs(name, kwargs, state_v_first, False, ("use_gate_in_kernel", "A_log", "dt_bias"))
-    opts["use_gate_in_kernel"] = bool(opts["use_gate_in_kernel"])
     return _delta_rule(name, _lib.OP_GDN, q, k, v, g=g, beta=beta, scale=scale, initial_state=initial_state,
                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **opts)
+                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, state_v_first=state_v_first,
+                       kwargs=kwargs, fla_kwargs=("use_gate_in_kernel", "A_log", "dt_bias"))
 
 
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
@@ -287,12 +344,12 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     if cp_context is not None or return_intermediate_states:
         _unsupported(name, cp_context=(cp_context is not None, "context parallelism"),
                      return_intermediate_states=(return_intermediate_states, "chunk states are not returned"))
-    opts = _rewy_kwargs(name, kwargs, state_v_first, disable_recompute, ("A_log", "dt_bias"))
     return _delta_rule(name, _lib.OP_KDA, q, k, v, g=g, beta=beta, scale=scale, initial_state=initial_state,
                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                        use_gate_in_kernel=use_gate_in_kernel, lower_bound=lower_bound, safe_gate=safe_gate,
                        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **opts)
+                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, disable_recompute=disable_recompute,
+                       state_v_first=state_v_first, kwargs=kwargs, fla_kwargs=("A_log", "dt_bias"))
 
 
 def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False,
@@ -307,11 +364,11 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     name = "chunk_gdn2"
     if return_intermediate_states:
         _unsupported(name, return_intermediate_states=(True, "chunk states are not returned"))
-    opts = _rewy_kwargs(name, kwargs, state_v_first, disable_recompute, ("A_log", "dt_bias"))
     return _delta_rule(name, _lib.OP_GDN2, q, k, v, g=g, b=b, w=w, scale=scale, initial_state=initial_state,
                        output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                        use_gate_in_kernel=use_gate_in_kernel, lower_bound=lower_bound, safe_gate=safe_gate,
-                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **opts)
+                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, disable_recompute=disable_recompute,
+                       state_v_first=state_v_first, kwargs=kwargs, fla_kwargs=("A_log", "dt_bias"))
 
 
 chunk_gdn = chunk_gated_delta_rule

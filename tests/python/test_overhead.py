@@ -26,3 +26,26 @@ def test_packed_params_match_ctypes_constructor():
     bwd = list(range(16, 16 * 23, 16))   # 9 pointers, saved_bytes, 11 pointers, workspace_bytes
     bwd[3] = bwd[14] = 0   # NULL
     assert bytes(_lib.bwd_params(bytes(cfg), *bwd)) == bytes(_lib.BwdParams(cfg, *bwd))
+
+
+def test_seen_signature_skips_checks_and_others_still_get_them():
+    """A call with the signature of a checked one reuses its plan (rewy.ops._CALLS) and gives the same
+    result; a call that differs in any tensor's dtype, device, shape or type still gets the full checks."""
+    import torch
+    from helpers import make_inputs
+
+    import rewy
+    from rewy import ops
+    x = {n: t.float() for n, t in make_inputs("gdn", T=16).items()}
+    o1, h1 = rewy.chunk_gated_delta_rule(**x, output_final_state=True)
+    n_calls = len(ops._CALLS)
+    o2, h2 = rewy.chunk_gated_delta_rule(**x, output_final_state=True)
+    assert len(ops._CALLS) == n_calls and torch.equal(o1, o2) and torch.equal(h1, h2)
+    for name, bad, error, message in [("k", x["k"].bfloat16(), TypeError, "one dtype"),
+                                      ("v", x["v"].to("meta"), TypeError, "one device"),
+                                      ("beta", x["beta"][:, :8], ValueError, "beta must have shape"),
+                                      ("g", x["g"].tolist(), TypeError, "g must be a torch.Tensor")]:
+        with pytest.raises(error, match=message):
+            rewy.chunk_gated_delta_rule(**dict(x, **{name: bad}))
+    with pytest.raises(ValueError, match="backward must be"):   # options are checked on every call
+        rewy.chunk_gated_delta_rule(**x, backward="fast")
