@@ -303,8 +303,11 @@ class _ChunkFunction(torch.autograd.Function):
 # a 25 µs eager forward on a CPU VM (torch 2.13). The eager path calls the C++ apply directly, and the
 # public apply while a transform is active (which then raises its own error: _ChunkFunction defines
 # no setup_context). A dead wrapper passed in is not unwrapped; reading its data pointer fails loudly.
-_function_apply = super(torch.autograd.Function, _ChunkFunction).apply
-_transforms_active = torch._C._are_functorch_transforms_active
+try:
+    _function_apply = super(torch.autograd.Function, _ChunkFunction).apply
+    _transforms_active = torch._C._are_functorch_transforms_active
+except AttributeError:   # a torch without these private names: the public apply, always
+    _function_apply, _transforms_active = _ChunkFunction.apply, (lambda: True)
 
 
 # the custom ops, for torch.compile (an op returns tensors only: empty ones stand for None)
