@@ -197,31 +197,18 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
     return cudaGetLastError();
 }
 
-template <class T, bool VEC>
-static cudaError_t run_kp(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
-                          const float *Cq, const VecOps &vo, const void *do_, const float *dht, float *dh0,
-                          state_t *Sbar, float *PR, int wy, cudaStream_t s) {
-    return with_fast_kp<T>(p, [&](auto kp) {
-        return run<T, VEC, decltype(kp)::value>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
-    });
-}
-
-template <bool VEC>
-static cudaError_t dispatch(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB, const float *A,
-                            const float *Cq, const VecOps &vo, const void *do_, const float *dht, float *dh0,
-                            state_t *Sbar, float *PR, int wy, cudaStream_t s) {
-    switch (dt) {
-    case REWY_BF16: return run_kp<__nv_bfloat16, VEC>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
-    case REWY_F16: return run_kp<__half, VEC>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
-    default: return run_kp<float, VEC>(p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
-    }
-}
-
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
                                   const float *A, const float *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s) {
-    if (vo) return dispatch<true>(p, dt, q, k, GB, A, Cq, *vo, do_, dht, dh0, Sbar, PR, wy, s);
-    return dispatch<false>(p, dt, q, k, GB, A, Cq, VecOps{}, do_, dht, dh0, Sbar, PR, wy, s);
+    const VecOps none = {};
+    return with_dtype(dt, [&](auto t) {
+        using T = decltype(t);
+        return with_fast_kp<T>(p, [&](auto kp) {
+            constexpr int KPC = decltype(kp)::value;
+            return vo ? run<T, true, KPC>(p, q, k, GB, A, Cq, *vo, do_, dht, dh0, Sbar, PR, wy, s)
+                      : run<T, false, KPC>(p, q, k, GB, A, Cq, none, do_, dht, dh0, Sbar, PR, wy, s);
+        });
+    });
 }
 
 } // namespace rewy_cuda

@@ -271,6 +271,15 @@ __device__ __forceinline__ void copy_tile(T *dst, int ldd, int rows, int ncols, 
     }
 }
 
+/* Calls f(T{}) with the element type of dt (bf16, fp16, else fp32): every launcher's dtype switch. */
+template <class Fn> inline cudaError_t with_dtype(rewy_dtype dt, Fn f) {
+    switch (dt) {
+    case REWY_BF16: return f(__nv_bfloat16{});
+    case REWY_F16: return f(__half{});
+    default: return f(float{});
+    }
+}
+
 /* The scans' compile-time fast path: K padded to 64, 128 or 256, chunk 64, a 2-byte input type.
  * Anything else runs the general instantiation (0). */
 template <class T> inline int fast_kp(const Prob &p) {

@@ -110,11 +110,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
 
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                                const void *beta, float *GB, float *A, float *Cq, cudaStream_t s) {
-    switch (dt) {
-    case REWY_BF16: return run<__nv_bfloat16>(p, q, k, g, beta, GB, A, Cq, s);
-    case REWY_F16: return run<__half>(p, q, k, g, beta, GB, A, Cq, s);
-    default: return run<float>(p, q, k, g, beta, GB, A, Cq, s);
-    }
+    return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, g, beta, GB, A, Cq, s); });
 }
 
 } // namespace rewy_cuda

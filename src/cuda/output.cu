@@ -70,20 +70,12 @@ static cudaError_t run(const Prob &p, const void *q, const float *GB, const floa
     return cudaGetLastError();
 }
 
-template <bool VEC>
-static cudaError_t dispatch(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const float *Cq,
-                            const state_t *Sc, const float *R, const void *Qg, void *o, cudaStream_t s) {
-    switch (dt) {
-    case REWY_BF16: return run<__nv_bfloat16, VEC>(p, q, GB, Cq, Sc, R, Qg, o, s);
-    case REWY_F16: return run<__half, VEC>(p, q, GB, Cq, Sc, R, Qg, o, s);
-    default: return run<float, VEC>(p, q, GB, Cq, Sc, R, Qg, o, s);
-    }
-}
-
 cudaError_t launch_output(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const float *Cq,
                           const state_t *Sc, const float *R, const VecOps *vo, void *o, cudaStream_t s) {
-    if (vo) return dispatch<true>(p, dt, q, GB, Cq, Sc, R, vo->Qg, o, s);
-    return dispatch<false>(p, dt, q, GB, Cq, Sc, R, nullptr, o, s);
+    return with_dtype(dt, [&](auto t) {
+        using T = decltype(t);
+        return vo ? run<T, true>(p, q, GB, Cq, Sc, R, vo->Qg, o, s) : run<T, false>(p, q, GB, Cq, Sc, R, nullptr, o, s);
+    });
 }
 
 } // namespace rewy_cuda

@@ -384,14 +384,9 @@ cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const v
                             float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, float *dg,
                             cudaStream_t s) {
     (void)beta; /* β comes from GB */
-    switch (dt) {
-    case REWY_BF16:
-        return run<__nv_bfloat16>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
-    case REWY_F16:
-        return run<__half>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
-    default:
-        return run<float>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
-    }
+    return with_dtype(dt, [&](auto t) {
+        return run<decltype(t)>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
+    });
 }
 
 } // namespace rewy_cuda

@@ -173,30 +173,18 @@ static cudaError_t run(const Prob &p, const void *k, const void *v, const float 
     return cudaGetLastError();
 }
 
-template <class T, bool VEC>
-static cudaError_t run_kp(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
-                          const VecOps &vo, const float *h0, float *ht, state_t *Sc, float *R, cudaStream_t s) {
-    return with_fast_kp<T>(p, [&](auto kp) {
-        return run<T, VEC, decltype(kp)::value>(p, k, v, GB, A, vo, h0, ht, Sc, R, s);
-    });
-}
-
-template <bool VEC>
-static cudaError_t dispatch(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
-                            const float *A, const VecOps &vo, const float *h0, float *ht, state_t *Sc, float *R,
-                            cudaStream_t s) {
-    switch (dt) {
-    case REWY_BF16: return run_kp<__nv_bfloat16, VEC>(p, k, v, GB, A, vo, h0, ht, Sc, R, s);
-    case REWY_F16: return run_kp<__half, VEC>(p, k, v, GB, A, vo, h0, ht, Sc, R, s);
-    default: return run_kp<float, VEC>(p, k, v, GB, A, vo, h0, ht, Sc, R, s);
-    }
-}
-
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, float *R,
                               cudaStream_t s) {
-    if (vo) return dispatch<true>(p, dt, k, v, GB, A, *vo, h0, ht, Sc, R, s);
-    return dispatch<false>(p, dt, k, v, GB, A, VecOps{}, h0, ht, Sc, R, s);
+    const VecOps none = {};
+    return with_dtype(dt, [&](auto t) {
+        using T = decltype(t);
+        return with_fast_kp<T>(p, [&](auto kp) {
+            constexpr int KPC = decltype(kp)::value;
+            return vo ? run<T, true, KPC>(p, k, v, GB, A, *vo, h0, ht, Sc, R, s)
+                      : run<T, false, KPC>(p, k, v, GB, A, none, h0, ht, Sc, R, s);
+        });
+    });
 }
 
 } // namespace rewy_cuda

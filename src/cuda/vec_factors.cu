@@ -60,11 +60,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
 cudaError_t launch_vec_factors(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
                                const void *b, const float *Gc, void *E, void *F, void *Qg, float *lam, float *GB,
                                cudaStream_t s) {
-    switch (dt) {
-    case REWY_BF16: return run<__nv_bfloat16>(p, q, k, beta, b, Gc, E, F, Qg, lam, GB, s);
-    case REWY_F16: return run<__half>(p, q, k, beta, b, Gc, E, F, Qg, lam, GB, s);
-    default: return run<float>(p, q, k, beta, b, Gc, E, F, Qg, lam, GB, s);
-    }
+    return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, beta, b, Gc, E, F, Qg, lam, GB, s); });
 }
 
 } // namespace rewy_cuda

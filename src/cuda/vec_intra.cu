@@ -163,11 +163,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
 
 cudaError_t launch_vec_intra(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                              const void *beta, const void *b, float *Gc, float *A, float *Cq, cudaStream_t s) {
-    switch (dt) {
-    case REWY_BF16: return run<__nv_bfloat16>(p, q, k, g, beta, b, Gc, A, Cq, s);
-    case REWY_F16: return run<__half>(p, q, k, g, beta, b, Gc, A, Cq, s);
-    default: return run<float>(p, q, k, g, beta, b, Gc, A, Cq, s);
-    }
+    return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, g, beta, b, Gc, A, Cq, s); });
 }
 
 } // namespace rewy_cuda

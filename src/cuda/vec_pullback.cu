@@ -415,17 +415,10 @@ cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, con
                                 const void *do_, const state_t *Sc, const state_t *Sbar, const float *R,
                                 const float *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv,
                                 void *dbeta, void *db, void *dw, float *dg, cudaStream_t s) {
-    switch (dt) {
-    case REWY_BF16:
-        return run<__nv_bfloat16>(p, q, k, v, beta, b, w, Gc, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta,
-                                  db, dw, dg, s);
-    case REWY_F16:
-        return run<__half>(p, q, k, v, beta, b, w, Gc, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, db, dw,
-                           dg, s);
-    default:
-        return run<float>(p, q, k, v, beta, b, w, Gc, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, db, dw,
-                          dg, s);
-    }
+    return with_dtype(dt, [&](auto t) {
+        return run<decltype(t)>(p, q, k, v, beta, b, w, Gc, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta,
+                                db, dw, dg, s);
+    });
 }
 
 } // namespace rewy_cuda
