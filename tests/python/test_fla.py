@@ -20,11 +20,13 @@ LOW = ("q", "k", "v", "beta", "b", "w")   # bf16 inputs; gates, states and gate 
 
 
 def _fla(op):
-    fla = pytest.importorskip("fla.ops")
-    fn = {"delta": "chunk_delta_rule", "gdn": "chunk_gated_delta_rule", "kda": "chunk_kda", "gdn2": "chunk_gdn2"}[op]
-    if not hasattr(fla, fn):
+    # FLA's operator packages (fla.ops.gdn2 is not re-exported from fla.ops)
+    pkg, fn = {"delta": ("delta_rule", "chunk_delta_rule"), "gdn": ("gated_delta_rule", "chunk_gated_delta_rule"),
+               "kda": ("kda", "chunk_kda"), "gdn2": ("gdn2", "chunk_gdn2")}[op]
+    mod = pytest.importorskip(f"fla.ops.{pkg}")
+    if not hasattr(mod, fn):
         pytest.skip(f"this FLA has no {fn}")
-    return getattr(fla, fn)
+    return getattr(mod, fn)
 
 
 def _run(fn, x, device, do, dht, **kwargs):
