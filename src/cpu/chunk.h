@@ -47,6 +47,11 @@ typedef struct chunk {
 /* Where one sequence lives in the packed token axis. */
 typedef struct seq_span { long tok0; int len; long chunk0; } seq_span;
 
+/* A running position in the sequence list: sequence s starts at chunk chunk0. A varlen
+ * sequence's first chunk is the sum of the chunk counts before it, so looking it up from
+ * scratch costs O(s); walking with a cursor keeps a pass over all N sequences O(N). */
+typedef struct seq_cursor { int s; long chunk0; } seq_cursor;
+
 /* A bump allocator over caller memory: the backend never calls malloc. */
 typedef struct arena { char *base; size_t used, cap; } arena;
 float *arena_floats(arena *a, size_t n);
@@ -67,7 +72,9 @@ typedef struct problem {
 } problem;
 
 int problem_init(problem *pb, const rewy_config *cfg);
-seq_span problem_seq(const problem *pb, const rewy_config *cfg, int s);
+/* Sequence s. cur starts at {0, 0} and is advanced to s (restarted if s is behind it):
+ * calls in increasing s cost O(1) each, amortised. */
+seq_span problem_seq(const problem *pb, const rewy_config *cfg, seq_cursor *cur, int s);
 
 /* Load chunk rows [t0, t0+n) of value head hv from the inputs, and derive G, E, Q_g, F, Λ
  * and the intra factors. */

@@ -188,10 +188,13 @@ rewy_status rewy_cpu_backward(const rewy_bwd_params *p) {
     const int nslots = cpu_slots(p->workspace_bytes, slot, pb.N * pb.H), items = pb.N * pb.H;
     const int K = pb.K, V = pb.V, KV = K * V, HV = pb.HV, BT = pb.BT, group = pb.HV / pb.H;
 
-#pragma omp parallel for num_threads(nslots) schedule(dynamic) if (nslots > 1)
+    /* firstprivate: a cursor per thread. Monotonic dynamic scheduling hands each thread
+     * increasing items, so its cursor only moves forward: O(N) per thread in all. */
+    seq_cursor cur = {0, 0};
+#pragma omp parallel for num_threads(nslots) schedule(monotonic : dynamic) firstprivate(cur) if (nslots > 1)
     for (int it = 0; it < items; it++) {
         const int s = it / pb.H, h = it % pb.H;
-        const seq_span sp = problem_seq(&pb, &p->cfg, s);
+        const seq_span sp = problem_seq(&pb, &p->cfg, &cur, s);
         arena a = {(char *)p->workspace + (size_t)omp_get_thread_num() * slot, 0, slot};
         head_grads hg = {arena_floats(&a, (size_t)sp.len * K), arena_floats(&a, (size_t)sp.len * K)};
         memset(hg.dq, 0, sizeof(float) * sp.len * K);

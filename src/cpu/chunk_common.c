@@ -65,22 +65,24 @@ int problem_init(problem *pb, const rewy_config *cfg) {
     pb->N = cfg->cu_seqlens ? cfg->num_seqs : cfg->B;
     pb->Tmax = 0;
     pb->NC = 0;
+    seq_cursor cur = {0, 0};
     for (int s = 0; s < pb->N; s++) {
-        seq_span sp = problem_seq(pb, cfg, s);
+        seq_span sp = problem_seq(pb, cfg, &cur, s);
         if (sp.len > pb->Tmax) pb->Tmax = sp.len;
         pb->NC += (sp.len + pb->BT - 1) / pb->BT;
     }
     return 0;
 }
 
-seq_span problem_seq(const problem *pb, const rewy_config *cfg, int s) {
+seq_span problem_seq(const problem *pb, const rewy_config *cfg, seq_cursor *cur, int s) {
     seq_span sp;
     const int32_t *cu = cfg->cu_seqlens_host ? cfg->cu_seqlens_host : cfg->cu_seqlens;
     if (cu) {
+        if (s < cur->s) *cur = (seq_cursor){0, 0}; /* asked for an earlier sequence: rewalk */
+        for (; cur->s < s; cur->s++) cur->chunk0 += (cu[cur->s + 1] - cu[cur->s] + pb->BT - 1) / pb->BT;
         sp.tok0 = cu[s];
         sp.len = cu[s + 1] - cu[s];
-        sp.chunk0 = 0;
-        for (int i = 0; i < s; i++) sp.chunk0 += (cu[i + 1] - cu[i] + pb->BT - 1) / pb->BT;
+        sp.chunk0 = cur->chunk0;
     } else {
         sp.tok0 = (long)s * pb->T;
         sp.len = pb->T;

@@ -101,12 +101,15 @@ rewy_status rewy_cpu_forward(const rewy_fwd_params *p) {
     const int nslots = cpu_slots(p->workspace_bytes, slot, pb.N * pb.HV), items = pb.N * pb.HV;
     const int KV = pb.K * pb.V, HV = pb.HV;
 
-#pragma omp parallel for num_threads(nslots) schedule(dynamic) if (nslots > 1)
+    /* firstprivate: a cursor per thread. Monotonic dynamic scheduling hands each thread
+     * increasing items, so its cursor only moves forward: O(N) per thread in all. */
+    seq_cursor cur = {0, 0};
+#pragma omp parallel for num_threads(nslots) schedule(monotonic : dynamic) firstprivate(cur) if (nslots > 1)
     for (int it = 0; it < items; it++) {
         const int s = it / HV, hv = it % HV;
         arena a = {(char *)p->workspace + (size_t)omp_get_thread_num() * slot, 0, slot};
         float *S = arena_floats(&a, (size_t)KV);
-        seq_span sp = problem_seq(&pb, &p->cfg, s);
+        seq_span sp = problem_seq(&pb, &p->cfg, &cur, s);
         state_load(&pb, p->h0 ? p->h0 + (size_t)it * KV : NULL, S);
         head_io io = {saved + L.A + ((size_t)sp.tok0 * HV + hv) * pb.BT, NULL, NULL, NULL,
                       (long)HV * pb.BT, (long)HV * KV, (long)HV * pb.V, (long)HV * pb.K};
