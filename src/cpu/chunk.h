@@ -141,10 +141,13 @@ typedef struct head_io {
 
 /* One value head of one sequence through the forward scan. When A_ready is set, A is read
  * (the policy-R recompute); otherwise L and A = (I+L)⁻¹ are formed and written. S: the
- * incoming state [K][V], updated in place to the final state. o may be NULL. */
+ * incoming state [K][V], updated in place to the final state. o may be NULL. c: the
+ * caller's chunk buffers (chunk_alloc); on return they hold the sequence's last chunk, where
+ * the backward's reverse scan starts. */
 void head_forward(const problem *pb, seq_span sp, int hv, const void *q, const void *k,
                   const void *v, const float *g, const void *beta, const void *b, const void *w,
-                  float *S, void *o, head_io io, int A_ready, arena scratch);
+                  float *S, void *o, head_io io, int A_ready, chunk *c, arena scratch);
+/* Scratch of head_forward: the chunk's buffers and its own. */
 size_t head_forward_floats(int BT, int K, int V);
 
 #endif

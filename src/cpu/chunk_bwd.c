@@ -207,13 +207,15 @@ rewy_status rewy_cpu_backward(const rewy_bwd_params *p) {
             R_rc = arena_floats(&a, (size_t)sp.len * V);
             W_rc = arena_floats(&a, (size_t)sp.len * K);
         }
+        chunk c; /* shared by the recompute and the reverse scan (see below) */
+        chunk_alloc(&c, &a, BT, K, V);
         for (int gi = 0; gi < group; gi++) {
             const int hv = h * group + gi, sh = s * HV + hv;
             const float *A = saved + L.A + ((size_t)sp.tok0 * HV + hv) * BT;
             head_io io = {(float *)A, S_rc, R_rc, W_rc, (long)HV * BT, KV, V, K};
             if (pb.policy == REWY_POLICY_R) { /* recompute W, U, S_c, R from the saved A */
                 state_load(&pb, p->h0 ? p->h0 + (size_t)sh * KV : NULL, S0);
-                head_forward(&pb, sp, hv, p->q, p->k, p->v, p->g, p->beta, p->b, p->w, S0, NULL, io, 1, a);
+                head_forward(&pb, sp, hv, p->q, p->k, p->v, p->g, p->beta, p->b, p->w, S0, NULL, io, 1, &c, a);
             } else {
                 io.S_all = (float *)saved + L.S + ((size_t)sp.chunk0 * HV + hv) * KV;
                 io.R_all = (float *)saved + L.R + ((size_t)sp.tok0 * HV + hv) * V;
@@ -223,14 +225,15 @@ rewy_status rewy_cpu_backward(const rewy_bwd_params *p) {
                 io.ldW = (long)HV * K;
             }
             arena sc = a;
-            chunk c;
             bwd_bufs x;
-            chunk_alloc(&c, &sc, BT, K, V);
             bwd_alloc(&x, &sc, BT, K, V);
             state_load(&pb, p->dht ? p->dht + (size_t)sh * KV : NULL, Sb);
             for (int ci = NT - 1; ci >= 0; ci--) {
                 const int t = ci * BT, n = sp.len - t < BT ? sp.len - t : BT;
-                chunk_load(&c, &pb, n, sp.tok0 + t, hv, p->q, p->k, p->v, p->g, p->beta, p->b, p->w);
+                /* The recompute ended on the last chunk and left it loaded in c: the reverse
+                 * scan starts there without converting its inputs again. */
+                if (pb.policy != REWY_POLICY_R || ci != NT - 1)
+                    chunk_load(&c, &pb, n, sp.tok0 + t, hv, p->q, p->k, p->v, p->g, p->beta, p->b, p->w);
                 for (int i = 0; i < n; i++)
                     memcpy(x.A + i * n, A + (size_t)(t + i) * io.ldA, sizeof(float) * n);
                 chunk_backward(&pb, p, &c, &x, sp.tok0 + t, hv, io.S_all + (size_t)ci * io.ldS,

@@ -20,10 +20,8 @@ size_t head_forward_floats(int BT, int K, int V) {
 
 void head_forward(const problem *pb, seq_span sp, int hv, const void *q, const void *k,
                   const void *v, const float *g, const void *beta, const void *b, const void *w,
-                  float *S, void *o, head_io io, int A_ready, arena scratch) {
+                  float *S, void *o, head_io io, int A_ready, chunk *c, arena scratch) {
     const int K = pb->K, V = pb->V, BT = pb->BT, HV = pb->HV;
-    chunk c;
-    chunk_alloc(&c, &scratch, BT, K, V);
     float *A = arena_floats(&scratch, (size_t)BT * BT), *Cq = arena_floats(&scratch, (size_t)BT * BT);
     float *W = arena_floats(&scratch, (size_t)BT * K), *R = arena_floats(&scratch, (size_t)BT * V);
     float *O = arena_floats(&scratch, (size_t)BT * V);
@@ -32,20 +30,20 @@ void head_forward(const problem *pb, seq_span sp, int hv, const void *q, const v
     for (int ci = 0, t = 0; t < sp.len; ci++, t += BT) {
         const int n = sp.len - t < BT ? sp.len - t : BT;
         const long t0 = sp.tok0 + t;
-        chunk_load(&c, pb, n, t0, hv, q, k, v, g, beta, b, w);
+        chunk_load(c, pb, n, t0, hv, q, k, v, g, beta, b, w);
         float *Arow = io.A + (size_t)t * io.ldA; /* saved A rows of this chunk, stride ldA */
         if (A_ready) {
             for (int i = 0; i < n; i++) memcpy(A + i * n, Arow + (size_t)i * io.ldA, sizeof(float) * n);
         } else {
-            intra_coef(&c, c.be, 0, A, tmp);    /* L = 𝓛_<(E Yᵀ) */
+            intra_coef(c, c->be, 0, A, tmp);    /* L = 𝓛_<(E Yᵀ) */
             unit_lower_inverse(n, A, A);        /* A = (I + L)⁻¹ */
             for (int i = 0; i < n; i++) {
                 memcpy(Arow + (size_t)i * io.ldA, A + i * n, sizeof(float) * n);
                 memset(Arow + (size_t)i * io.ldA + n, 0, sizeof(float) * (BT - n));
             }
         }
-        mm(0, 0, n, K, n, 1.0f, A, n, c.E, K, 0.0f, W, K); /* W = A E */
-        mm(0, 0, n, V, n, 1.0f, A, n, c.Z, V, 0.0f, R, V); /* U = A Z */
+        mm(0, 0, n, K, n, 1.0f, A, n, c->E, K, 0.0f, W, K); /* W = A E */
+        mm(0, 0, n, V, n, 1.0f, A, n, c->Z, V, 0.0f, R, V); /* U = A Z */
         if (io.S_all) memcpy(io.S_all + (size_t)ci * io.ldS, S, sizeof(float) * K * V);
         mm(0, 0, n, V, K, -1.0f, W, K, S, V, 1.0f, R, V);  /* R = U − W S */
         for (int i = 0; i < n; i++) {
@@ -53,14 +51,14 @@ void head_forward(const problem *pb, seq_span sp, int hv, const void *q, const v
             if (io.W_all) memcpy(io.W_all + (size_t)(t + i) * io.ldW, W + i * K, sizeof(float) * K);
         }
         if (o) {
-            intra_coef(&c, c.q, 1, Cq, tmp);                     /* C_q = 𝓛_≤(Q_g Yᵀ) */
-            mm(0, 0, n, V, K, 1.0f, c.Qg, K, S, V, 0.0f, O, V);  /* O = Q_g S */
+            intra_coef(c, c->q, 1, Cq, tmp);                     /* C_q = 𝓛_≤(Q_g Yᵀ) */
+            mm(0, 0, n, V, K, 1.0f, c->Qg, K, S, V, 0.0f, O, V);  /* O = Q_g S */
             mm(0, 0, n, V, n, 1.0f, Cq, n, R, V, 1.0f, O, V);    /*   + C_q R */
             for (int i = 0; i < n; i++) rewy_store_n(o, pb->dt, ((size_t)(t0 + i) * HV + hv) * V, O + i * V, V);
         }
         for (int d = 0; d < K; d++)                              /* S ← Λ S + Fᵀ R */
-            for (int e = 0; e < V; e++) S[d * V + e] *= c.lam[d];
-        mm(1, 0, K, V, n, 1.0f, c.F, K, R, V, 1.0f, S, V);
+            for (int e = 0; e < V; e++) S[d * V + e] *= c->lam[d];
+        mm(1, 0, K, V, n, 1.0f, c->F, K, R, V, 1.0f, S, V);
     }
 }
 
@@ -109,6 +107,8 @@ rewy_status rewy_cpu_forward(const rewy_fwd_params *p) {
         const int s = it / HV, hv = it % HV;
         arena a = {(char *)p->workspace + (size_t)omp_get_thread_num() * slot, 0, slot};
         float *S = arena_floats(&a, (size_t)KV);
+        chunk c;
+        chunk_alloc(&c, &a, pb.BT, pb.K, pb.V);
         seq_span sp = problem_seq(&pb, &p->cfg, &cur, s);
         state_load(&pb, p->h0 ? p->h0 + (size_t)it * KV : NULL, S);
         head_io io = {saved + L.A + ((size_t)sp.tok0 * HV + hv) * pb.BT, NULL, NULL, NULL,
@@ -118,7 +118,7 @@ rewy_status rewy_cpu_forward(const rewy_fwd_params *p) {
             io.R_all = saved + L.R + ((size_t)sp.tok0 * HV + hv) * pb.V;
             io.W_all = saved + L.W + ((size_t)sp.tok0 * HV + hv) * pb.K;
         }
-        head_forward(&pb, sp, hv, p->q, p->k, p->v, p->g, p->beta, p->b, p->w, S, p->o, io, 0, a);
+        head_forward(&pb, sp, hv, p->q, p->k, p->v, p->g, p->beta, p->b, p->w, S, p->o, io, 0, &c, a);
         if (p->ht) state_store(&pb, S, p->ht + (size_t)it * KV);
     }
     return REWY_OK;
