@@ -70,24 +70,31 @@ static void read_out(int K, int V, double scale, const double *S, const double *
         (p)->w + (size_t)(t) * (p)->V, (p)->k + (size_t)(t) * (p)->K,                      \
         (p)->v + (size_t)(t) * (p)->V
 
+/* The recurrence over all T tokens, in place on S, from h0 (or zero). The forward reads
+ * every token out into o; the backward's first pass keeps S before every C-th token in
+ * ckpt (segment s starts at token s·C). Either may be NULL. r: V scratch. */
+static void run_head(const rewy_oracle_head *p, double *S, double *r, double *o, double *ckpt, int C) {
+    const size_t KV = (size_t)p->K * p->V;
+    if (p->h0) memcpy(S, p->h0, KV * sizeof *S);
+    else memset(S, 0, KV * sizeof *S); /* all-zero bits are 0.0 in IEEE 754 */
+    for (int t = 0; t < p->T; t++) {
+        if (ckpt && t % C == 0) memcpy(ckpt + (size_t)(t / C) * KV, S, KV * sizeof *S);
+        token_step(TOKEN_ARGS(p, t), S, S, r, S);
+        if (o) read_out(p->K, p->V, p->scale, S, p->q + (size_t)t * p->K, o + (size_t)t * p->V);
+    }
+}
+
 int rewy_oracle_head_forward(const rewy_oracle_head *p, double *o, double *hT) {
     if (!head_valid(p) || !o) return 1;
-    const int K = p->K, V = p->V;
-    const size_t KV = (size_t)K * V;
+    const size_t KV = (size_t)p->K * p->V;
     double *S = malloc(KV * sizeof *S);
-    double *r = malloc((size_t)V * sizeof *r);
+    double *r = malloc((size_t)p->V * sizeof *r);
     if (!S || !r) {
         free(S);
         free(r);
         return 1;
     }
-    if (p->h0) memcpy(S, p->h0, KV * sizeof *S);
-    else memset(S, 0, KV * sizeof *S); /* all-zero bits are 0.0 in IEEE 754 */
-
-    for (int t = 0; t < p->T; t++) {
-        token_step(TOKEN_ARGS(p, t), S, S, r, S);
-        read_out(K, V, p->scale, S, p->q + (size_t)t * K, o + (size_t)t * V);
-    }
+    run_head(p, S, r, o, NULL, 0);
     if (hT) memcpy(hT, S, KV * sizeof *S);
     free(S);
     free(r);
@@ -132,13 +139,8 @@ int rewy_oracle_head_backward(const rewy_oracle_head *p, const double *do_, cons
     double *r = vec, *dr = r + V, *dv_t = dr + V, *dw_t = dv_t + V;
     double *de = dw_t + V, *dq_t = de + K, *dk_t = dq_t + K, *db_t = dk_t + K, *dg_t = db_t + K;
 
-    /* Forward pass that keeps only the checkpoints. */
-    if (p->h0) memcpy(dS, p->h0, KV * sizeof *dS); /* dS doubles as the running state here */
-    else memset(dS, 0, KV * sizeof *dS);
-    for (int t = 0; t < T; t++) {
-        if (t % C == 0) memcpy(ckpt + (size_t)(t / C) * KV, dS, KV * sizeof *dS);
-        token_step(TOKEN_ARGS(p, t), dS, dS, r, dS);
-    }
+    /* Forward pass that keeps only the checkpoints (dS doubles as the running state). */
+    run_head(p, dS, r, NULL, ckpt, C);
 
     /* S̄_T = the final-state gradient. */
     if (dhT) memcpy(dS, dhT, KV * sizeof *dS);
@@ -297,6 +299,17 @@ static size_t state_idx(const ref_shape *s, int n, int hv, int i, int j) {
     return base + (s->v_first ? (size_t)j * s->K + i : (size_t)i * s->V + j);
 }
 
+/* State (n, hv) between the API layout and a head's row-major [K][V]. */
+static void state_to_head(const ref_shape *s, int n, int hv, const double *api, double *head) {
+    for (int i = 0; i < s->K; i++)
+        for (int j = 0; j < s->V; j++) head[(size_t)i * s->V + j] = api[state_idx(s, n, hv, i, j)];
+}
+
+static void state_from_head(const ref_shape *s, int n, int hv, const double *head, double *api) {
+    for (int i = 0; i < s->K; i++)
+        for (int j = 0; j < s->V; j++) api[state_idx(s, n, hv, i, j)] = head[(size_t)i * s->V + j];
+}
+
 /* One value head's inputs in the generic vector form, plus room for its outputs. */
 typedef struct head_buf {
     rewy_oracle_head h;
@@ -369,9 +382,7 @@ static void gather_head(const rewy_ref_problem *p, const ref_shape *s, int n, in
             w[j] = s->op == REWY_OP_GDN2 ? p->w[hvv + j] : p->beta[hs];
         }
     }
-    if (p->h0)
-        for (int i = 0; i < K; i++)
-            for (int j = 0; j < V; j++) hb->h0[(size_t)i * V + j] = p->h0[state_idx(s, n, hv, i, j)];
+    if (p->h0) state_to_head(s, n, hv, p->h0, hb->h0);
 
     hb->h = (rewy_oracle_head){.T = len, .K = K, .V = V, .scale = s->scale,
                                .q = hb->q, .k = hb->k, .v = hb->v, .g = hb->g,
@@ -403,10 +414,7 @@ int rewy_ref_forward(const rewy_ref_problem *p, double *o, double *ht) {
             for (int t = 0; t < len; t++)
                 memcpy(o + ((bos + (size_t)t) * HV + hv) * V, hb.o + (size_t)t * V,
                        (size_t)V * sizeof *o);
-            if (ht)
-                for (int i = 0; i < K; i++)
-                    for (int j = 0; j < V; j++)
-                        ht[state_idx(&s, n, hv, i, j)] = hb.hT[(size_t)i * V + j];
+            if (ht) state_from_head(&s, n, hv, hb.hT, ht);
         }
         free(hb.mem);
     }
@@ -445,10 +453,7 @@ int rewy_ref_backward(const rewy_ref_problem *p, const double *do_, const double
             for (int t = 0; t < len; t++)
                 memcpy(hb.do_ + (size_t)t * V, do_ + ((bos + (size_t)t) * HV + hv) * V,
                        (size_t)V * sizeof *do_);
-            if (dht)
-                for (int i = 0; i < K; i++)
-                    for (int j = 0; j < V; j++)
-                        hb.dht[(size_t)i * V + j] = dht[state_idx(&s, n, hv, i, j)];
+            if (dht) state_to_head(&s, n, hv, dht, hb.dht);
             if (rewy_oracle_head_backward(&hb.h, hb.do_, dht ? hb.dht : NULL, hb.dq, hb.dk,
                                           hb.dv, hb.dg, hb.db, hb.dw, hb.dh0)) {
                 bad = 1;
@@ -482,10 +487,7 @@ int rewy_ref_backward(const rewy_ref_problem *p, const double *do_, const double
                     dbeta[hs] = acc;
                 }
             }
-            if (dh0)
-                for (int i = 0; i < K; i++)
-                    for (int j = 0; j < V; j++)
-                        dh0[state_idx(&s, n, hv, i, j)] = hb.dh0[(size_t)i * V + j];
+            if (dh0) state_from_head(&s, n, hv, hb.dh0, dh0);
         }
         if (!bad)
             for (int t = 0; t < len; t++) {
