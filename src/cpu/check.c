@@ -441,6 +441,21 @@ static void fill_cfg(const rewy_case *c, const dims *d, rewy_config *cfg) {
     cfg->state_v_first = c->state_v_first;
 }
 
+/* The three size queries a run needs; the first failing one's status. */
+static rewy_status query_sizes(const rewy_config *cfg, size_t *saved, size_t *fws, size_t *bws) {
+    rewy_status st = rewy_saved_size(cfg, saved);
+    if (st == REWY_OK) st = rewy_fwd_workspace_size(cfg, fws);
+    if (st == REWY_OK) st = rewy_bwd_workspace_size(cfg, bws);
+    return st;
+}
+
+/* Copies quantity q's backend buffer into its host copy for `run` and scores it against the
+ * oracle. */
+static rewy_check_err fetch_compare(pool *p, const qbuf *q, int run, double tol) {
+    to_host(p, q->host[run], q->dev, q->n * rewy_dtype_size(q->t));
+    return compare(q->host[run], q->t, q->ref, q->n, tol);
+}
+
 static int harness_fail(rewy_check_result *r, const char *what) {
     r->harness_error = 1;
     r->pass = 0;
@@ -585,9 +600,7 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
     cfg.cu_seqlens_host = (d.nseq && c->backend == REWY_BACKEND_CUDA) ? d.cu : NULL;
 
     size_t saved_bytes = 0, fws_bytes = 0, bws_bytes = 0;
-    rewy_status st = rewy_saved_size(&cfg, &saved_bytes);
-    if (st == REWY_OK) st = rewy_fwd_workspace_size(&cfg, &fws_bytes);
-    if (st == REWY_OK) st = rewy_bwd_workspace_size(&cfg, &bws_bytes);
+    rewy_status st = query_sizes(&cfg, &saved_bytes, &fws_bytes, &bws_bytes);
     if (st != REWY_OK) {
         /* validate checks the config first, so its message names the bad field */
         rewy_fwd_params vp;
@@ -629,8 +642,7 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
     }
     for (int q = REWY_Q_O; q <= REWY_Q_HT; q++) {
         if (!r->applies[q]) continue;
-        to_host(&p, qb[q].host[REWY_RUN_FWD], qb[q].dev, qb[q].n * rewy_dtype_size(qb[q].t));
-        r->err[REWY_RUN_FWD][q] = compare(qb[q].host[REWY_RUN_FWD], qb[q].t, qb[q].ref, qb[q].n, r->tol[q]);
+        r->err[REWY_RUN_FWD][q] = fetch_compare(&p, &qb[q], REWY_RUN_FWD, r->tol[q]);
     }
     to_host(&p, saved_copy, saved, saved_bytes);
 
@@ -668,8 +680,7 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
         }
         for (int q = REWY_Q_DQ; q < REWY_Q_COUNT; q++) {
             if (!r->applies[q]) continue;
-            to_host(&p, qb[q].host[runs[a]], qb[q].dev, qb[q].n * rewy_dtype_size(qb[q].t));
-            r->err[runs[a]][q] = compare(qb[q].host[runs[a]], qb[q].t, qb[q].ref, qb[q].n, r->tol[q]);
+            r->err[runs[a]][q] = fetch_compare(&p, &qb[q], runs[a], r->tol[q]);
         }
     }
     to_host(&p, saved_after, saved, saved_bytes);
@@ -839,9 +850,7 @@ int rewy_check_time(const rewy_case *c, int reps, double max_seconds, rewy_check
     fill_cfg(c, &d, &cfg);
     cfg.cu_seqlens = di.cu;
     size_t saved_bytes = 0, fws_bytes = 0, bws_bytes = 0;
-    rewy_status st = rewy_saved_size(&cfg, &saved_bytes);
-    if (st == REWY_OK) st = rewy_fwd_workspace_size(&cfg, &fws_bytes);
-    if (st == REWY_OK) st = rewy_bwd_workspace_size(&cfg, &bws_bytes);
+    rewy_status st = query_sizes(&cfg, &saved_bytes, &fws_bytes, &bws_bytes);
     if (st != REWY_OK) { tm->status = st; pool_free(&p); return 0; }
 
     size_t es = rewy_dtype_size(c->dtype);
