@@ -197,21 +197,29 @@ static int names_any(const char *msg, const char *alts) {
     return 0;
 }
 
+/* What validate said: status want and a NUL-terminated message that names `name`. Returns
+ * whether validate refused, so that the caller checks the real call refuses alike. */
+static int expect_validate(test_counts *tc, const char *dir, const char *what, rewy_op op,
+                           rewy_status v, const char *msg, size_t len, rewy_status want,
+                           const char *name) {
+    CHECK(tc, v == want, "%s %s [%s]: validate gave %s, want %s (\"%s\")", dir, what, op_str(op),
+          st(v), st(want), memchr(msg, 0, len) ? msg : "<unterminated>");
+    if (!memchr(msg, 0, len)) {
+        CHECK(tc, 0, "%s %s: message not NUL-terminated", dir, what);
+        return 0;
+    }
+    if (want != REWY_OK)
+        CHECK(tc, names_any(msg, name), "%s %s [%s]: message \"%s\" does not name %s", dir, what,
+              op_str(op), msg, name);
+    return v != REWY_OK;
+}
+
 static void expect_fwd(test_counts *tc, const char *what, const rewy_fwd_params *p, rewy_status want,
                        const char *name) {
     char msg[256];
     memset(msg, 'X', sizeof msg);
     rewy_status v = rewy_validate_fwd(p, msg, sizeof msg);
-    CHECK(tc, v == want, "fwd %s [%s]: validate gave %s, want %s (\"%s\")", what, op_str(p->cfg.op),
-          st(v), st(want), memchr(msg, 0, sizeof msg) ? msg : "<unterminated>");
-    if (!memchr(msg, 0, sizeof msg)) {
-        CHECK(tc, 0, "fwd %s: message not NUL-terminated", what);
-        return;
-    }
-    if (want != REWY_OK)
-        CHECK(tc, names_any(msg, name), "fwd %s [%s]: message \"%s\" does not name %s", what,
-              op_str(p->cfg.op), msg, name);
-    if (v != REWY_OK) {
+    if (expect_validate(tc, "fwd", what, p->cfg.op, v, msg, sizeof msg, want, name)) {
         rewy_status s = rewy_forward(p);
         CHECK(tc, s == want, "fwd %s: rewy_forward gave %s, want %s", what, st(s), st(want));
     }
@@ -222,16 +230,7 @@ static void expect_bwd(test_counts *tc, const char *what, const rewy_bwd_params 
     char msg[256];
     memset(msg, 'X', sizeof msg);
     rewy_status v = rewy_validate_bwd(p, msg, sizeof msg);
-    CHECK(tc, v == want, "bwd %s [%s]: validate gave %s, want %s (\"%s\")", what, op_str(p->cfg.op),
-          st(v), st(want), memchr(msg, 0, sizeof msg) ? msg : "<unterminated>");
-    if (!memchr(msg, 0, sizeof msg)) {
-        CHECK(tc, 0, "bwd %s: message not NUL-terminated", what);
-        return;
-    }
-    if (want != REWY_OK)
-        CHECK(tc, names_any(msg, name), "bwd %s [%s]: message \"%s\" does not name %s", what,
-              op_str(p->cfg.op), msg, name);
-    if (v != REWY_OK) {
+    if (expect_validate(tc, "bwd", what, p->cfg.op, v, msg, sizeof msg, want, name)) {
         rewy_status s = rewy_backward(p);
         CHECK(tc, s == want, "bwd %s: rewy_backward gave %s, want %s", what, st(s), st(want));
     }
@@ -251,6 +250,56 @@ static void expect_cfg(test_counts *tc, const char *what, const rewy_fwd_params 
 
 static const char *byte_offset(const void *p, size_t off) { return (const char *)p + off; }
 
+/* ---------------------------------------------------------------- gates */
+
+/* The gate inputs, named alike in both params structs, and which operators read each
+ * (MATH §1): g all but DeltaNet, β all but GDN2, b and w GDN2 only. */
+enum { GATE_G, GATE_BETA, GATE_B, GATE_W, GATE_COUNT };
+static const char *const gate_name[GATE_COUNT] = {"g", "beta", "b", "w"};
+static const char *const gate_grad[GATE_COUNT] = {"dg", "dbeta", "db", "dw"};
+
+static int op_reads(rewy_op op, int gate) {
+    switch (gate) {
+    case GATE_G: return op != REWY_OP_DELTANET;
+    case GATE_BETA: return op != REWY_OP_GDN2;
+    default: return op == REWY_OP_GDN2;
+    }
+}
+
+/* Points gate i of a rewy_fwd_params or rewy_bwd_params at ptr; clears its gradient. */
+#define SET_GATE(p, i, ptr)                                                                \
+    ((i) == GATE_G ? (void)((p).g = (const float *)(ptr)) : (i) == GATE_BETA ? (void)((p).beta = (ptr)) \
+     : (i) == GATE_B ? (void)((p).b = (ptr)) : (void)((p).w = (ptr)))
+#define CLEAR_GRAD(p, i)                                                                   \
+    ((i) == GATE_G ? (void)((p).dg = NULL) : (i) == GATE_BETA ? (void)((p).dbeta = NULL)   \
+     : (i) == GATE_B ? (void)((p).db = NULL) : (void)((p).dw = NULL))
+
+typedef struct gate_case { char what[48]; int gate; const void *ptr; rewy_status want; } gate_case;
+
+/* Every gate case of x's operator, for both calls: a gate it reads left NULL or misaligned
+ * (one byte off for 16-bit types, two for fp32 and the fp32 g), a gate it does not read
+ * given. Returns how many (at most 2 · GATE_COUNT). */
+static int gate_cases(const fixture *x, gate_case *out) {
+    const void *bufs[GATE_COUNT] = {x->g, x->beta, x->b, x->w};
+    const size_t off = x->dt == REWY_F32 ? 2 : 1;
+    int n = 0;
+    for (int i = 0; i < GATE_COUNT; i++) {
+        gate_case *c = &out[n++];
+        c->gate = i;
+        c->want = REWY_ERR_BAD_OP;
+        c->ptr = op_reads(x->op, i) ? NULL : bufs[i];
+        snprintf(c->what, sizeof c->what, op_reads(x->op, i) ? "%s NULL" : "%s given to %s",
+                 gate_name[i], op_str(x->op));
+        if (!op_reads(x->op, i)) continue;
+        c = &out[n++];
+        c->gate = i;
+        c->want = REWY_ERR_MISALIGNED;
+        c->ptr = byte_offset(bufs[i], i == GATE_G ? 2 : off);
+        snprintf(c->what, sizeof c->what, "%s misaligned", gate_name[i]);
+    }
+    return n;
+}
+
 /* ---------------------------------------------------------------- forward arguments */
 
 static void test_fwd_pointers(test_counts *tc, fixture *x) {
@@ -266,26 +315,10 @@ static void test_fwd_pointers(test_counts *tc, fixture *x) {
     FWD_CASE("h0 NULL (optional)", p.h0 = NULL, REWY_OK, "");
     FWD_CASE("ht NULL (optional)", p.ht = NULL, REWY_OK, "");
 
-    /* Gates: required ones missing, and ones the operator does not have. */
-    switch (x->op) {
-    case REWY_OP_DELTANET:
-        FWD_CASE("g given to deltanet", p.g = x->g, REWY_ERR_BAD_OP, "g");
-        FWD_CASE("beta NULL", p.beta = NULL, REWY_ERR_BAD_OP, "beta");
-        FWD_CASE("b given to deltanet", p.b = x->b, REWY_ERR_BAD_OP, "b");
-        break;
-    case REWY_OP_GDN:
-    case REWY_OP_KDA:
-        FWD_CASE("g NULL", p.g = NULL, REWY_ERR_BAD_OP, "g");
-        FWD_CASE("beta NULL", p.beta = NULL, REWY_ERR_BAD_OP, "beta");
-        FWD_CASE("w given", p.w = x->w, REWY_ERR_BAD_OP, "w");
-        break;
-    case REWY_OP_GDN2:
-        FWD_CASE("g NULL", p.g = NULL, REWY_ERR_BAD_OP, "g");
-        FWD_CASE("b NULL", p.b = NULL, REWY_ERR_BAD_OP, "b");
-        FWD_CASE("w NULL", p.w = NULL, REWY_ERR_BAD_OP, "w");
-        FWD_CASE("beta given to gdn2", p.beta = x->beta, REWY_ERR_BAD_OP, "beta");
-        break;
-    }
+    /* Gates: required ones missing or misaligned, and ones the operator does not have. */
+    gate_case gc[2 * GATE_COUNT];
+    for (int i = 0, n = gate_cases(x, gc); i < n; i++)
+        FWD_CASE(gc[i].what, SET_GATE(p, gc[i].gate, gc[i].ptr), gc[i].want, gate_name[gc[i].gate]);
 
     /* Misaligned pointers: one byte off for 16-bit types, two for fp32. */
     size_t off = x->dt == REWY_F32 ? 2 : 1;
@@ -293,14 +326,6 @@ static void test_fwd_pointers(test_counts *tc, fixture *x) {
     FWD_CASE("k misaligned", p.k = byte_offset(x->k, off), REWY_ERR_MISALIGNED, "k");
     FWD_CASE("v misaligned", p.v = byte_offset(x->v, off), REWY_ERR_MISALIGNED, "v");
     FWD_CASE("o misaligned", p.o = (void *)byte_offset(x->o, off), REWY_ERR_MISALIGNED, "o");
-    if (x->op != REWY_OP_DELTANET)
-        FWD_CASE("g misaligned", p.g = (const float *)byte_offset(x->g, 2), REWY_ERR_MISALIGNED, "g");
-    if (x->op != REWY_OP_GDN2)
-        FWD_CASE("beta misaligned", p.beta = byte_offset(x->beta, off), REWY_ERR_MISALIGNED, "beta");
-    else {
-        FWD_CASE("b misaligned", p.b = byte_offset(x->b, off), REWY_ERR_MISALIGNED, "b");
-        FWD_CASE("w misaligned", p.w = byte_offset(x->w, off), REWY_ERR_MISALIGNED, "w");
-    }
     FWD_CASE("h0 misaligned", p.h0 = (const float *)byte_offset(x->h0, 2), REWY_ERR_MISALIGNED, "h0");
     FWD_CASE("ht misaligned", p.ht = (float *)byte_offset(x->ht, 2), REWY_ERR_MISALIGNED, "ht");
     if (x->saved_bytes)
@@ -418,27 +443,14 @@ static void test_bwd(test_counts *tc, fixture *x) {
     BWD_CASE("dv NULL", p.dv = NULL, REWY_ERR_NULL_POINTER, "dv");
     BWD_CASE("dh0 NULL with h0", p.dh0 = NULL, REWY_ERR_NULL_POINTER, "dh0");
     if (x->bws_bytes) BWD_CASE("workspace NULL", p.workspace = NULL, REWY_ERR_NULL_POINTER, "workspace");
-    switch (x->op) {
-    case REWY_OP_DELTANET:
-        BWD_CASE("g given to deltanet", p.g = x->g, REWY_ERR_BAD_OP, "g");
-        BWD_CASE("beta NULL", p.beta = NULL, REWY_ERR_BAD_OP, "beta");
-        BWD_CASE("dbeta NULL", p.dbeta = NULL, REWY_ERR_NULL_POINTER, "dbeta");
-        break;
-    case REWY_OP_GDN:
-    case REWY_OP_KDA:
-        BWD_CASE("g NULL", p.g = NULL, REWY_ERR_BAD_OP, "g");
-        BWD_CASE("beta NULL", p.beta = NULL, REWY_ERR_BAD_OP, "beta");
-        BWD_CASE("dg NULL", p.dg = NULL, REWY_ERR_NULL_POINTER, "dg");
-        BWD_CASE("dbeta NULL", p.dbeta = NULL, REWY_ERR_NULL_POINTER, "dbeta");
-        break;
-    case REWY_OP_GDN2:
-        BWD_CASE("g NULL", p.g = NULL, REWY_ERR_BAD_OP, "g");
-        BWD_CASE("b NULL", p.b = NULL, REWY_ERR_BAD_OP, "b");
-        BWD_CASE("w NULL", p.w = NULL, REWY_ERR_BAD_OP, "w");
-        BWD_CASE("dg NULL", p.dg = NULL, REWY_ERR_NULL_POINTER, "dg");
-        BWD_CASE("db NULL", p.db = NULL, REWY_ERR_NULL_POINTER, "db");
-        BWD_CASE("dw NULL", p.dw = NULL, REWY_ERR_NULL_POINTER, "dw");
-        break;
+    /* Gates as in the forward, and the gradient of every gate the operator reads. */
+    gate_case gc[2 * GATE_COUNT];
+    for (int i = 0, n = gate_cases(x, gc); i < n; i++)
+        BWD_CASE(gc[i].what, SET_GATE(p, gc[i].gate, gc[i].ptr), gc[i].want, gate_name[gc[i].gate]);
+    for (int i = 0; i < GATE_COUNT; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "%s NULL", gate_grad[i]);
+        if (op_reads(x->op, i)) BWD_CASE(what, CLEAR_GRAD(p, i), REWY_ERR_NULL_POINTER, gate_grad[i]);
     }
     BWD_CASE("q misaligned", p.q = byte_offset(x->q, off), REWY_ERR_MISALIGNED, "q");
     BWD_CASE("do misaligned", p.do_ = byte_offset(x->do_, off), REWY_ERR_MISALIGNED, "do");
