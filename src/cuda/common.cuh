@@ -193,8 +193,10 @@ template <int NW, bool AKC, bool BKC, class TA, class TB, class Epi>
 __device__ __forceinline__ void bgemm_impl(int M, int N, int Kd, const TA *A, int ars, int acs,
                                            const TB *B, int brs, int bcs, Epi &epi) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    /* warp tiles of 16×32, or 16×16 when that is what it takes to keep every warp busy */
-    const int mt = M >> 4, wn = (mt * ((N + 31) >> 5) >= NW) ? 4 : 2, nt = (N + 8 * wn - 1) / (8 * wn);
+    /* warp tiles of 16×32, or 16×16 or 16×8 when that is what it takes to keep every warp busy */
+    const int mt = M >> 4;
+    const int wn = mt * ((N + 31) >> 5) >= NW ? 4 : (mt * ((N + 15) >> 4) >= NW ? 2 : 1);
+    const int nt = (N + 8 * wn - 1) / (8 * wn);
     for (int tile = warp; tile < mt * nt; tile += NW) {
         const int i0 = (tile % mt) << 4, j0 = (tile / mt) * 8 * wn;
         const int nsub = min(wn, (N - j0) >> 3);

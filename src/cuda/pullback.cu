@@ -362,11 +362,382 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
     }
 }
 
+/* ==== The fast path: 2-byte inputs, chunk 64, K ≤ 128, V a multiple of 8 ====
+ * Same math as pullback_kernel above (its header names every term); what differs is where the
+ * partial results live. The four K-wide results are kept in registers, one warp tile each, over
+ * the whole chunk:
+ *   B̂ = −γ⊙(P S_cᵀ) + Γ K                 (k̄ = β⊙B̂ + Ĉ + F̂,  β̄ = ⟨k, B̂⟩ + ⟨P, v⟩)
+ *   Ĉ = Γ_βᵀ K + Γ_H'ᵀ Q                   Γ_β = diag(β) Γ, Γ_H' = scale·Γ_H
+ *   F̂ = e^{G_n−G}⊙(R S̄⁺ᵀ)                 (the Xf term)
+ *   Q̂ = scale·γ⊙(Ō S_cᵀ) + Γ_H' K          (q̄ = Q̂)
+ *   Ḡ = ⟨k, β⊙B̂ − Ĉ − F̂⟩ + ⟨q, Q̂⟩,  Ḡ_n += γ_n⟨S̄⁺, S_c⟩ + Σ ⟨k, F̂⟩
+ * Row scalings sit on the products' per-warp results (rows are fixed per lane), so no scaled copy
+ * of any tile is made. D = P Rᵀ and H_q = Ō Rᵀ are also register accumulators over the V slabs;
+ * the V slabs are read once. WY (the 7-product comparison) forms P = AᵀR̄ per slab and, after the
+ * V loop, Ā = R̄Zᵀ + W̄Eᵀ, D = −AᵀĀAᵀ and Aᵀ W̄ in place of P S_cᵀ; everything else is shared.
+ * One block of 16 warps per (chunk, key head); warp w owns rows 16(w%4)… and a quarter of the
+ * columns of every K-wide result (and of the 64×64 ones). */
+constexpr int PF_THREADS = 512;
+constexpr int PF_NW = PF_THREADS / 32;
+constexpr int PF_BV = 64;          /* V slab */
+constexpr int PF_LDF = PF_BV + 4;  /* fp32 [64][68] tiles (also the n×n ones) */
+constexpr int PF_LDH = PF_BV + 8;  /* 16-bit [rows][72] tiles */
+
+constexpr int PF_LDKT = MAXBT + 8; /* Kᵀ, Qᵀ [KS][72] */
+
+/* byte offsets of the fast pullback's shared memory */
+struct PfLayout {
+    int X, Ps, Rs, Xs, Os, Vs, Sc, Sb;       /* V-slab tiles (region X) */
+    int Gm, Gbt, Hm, Ht, Ab, Tm, Wb;         /* after the V loop, over region X */
+    int Kt, Qt, As, sf, total;               /* resident */
+};
+__host__ __device__ inline PfLayout pf_layout(int KS, bool wy) {
+    PfLayout L = {};
+    const int f = MAXBT * PF_LDF * 4, h = MAXBT * PF_LDH * 2, s = KS * PF_LDH * 2;
+    int o = 0;
+    L.Ps = o; o += f;
+    L.Rs = o; o += f;
+    L.Xs = o; o += wy ? f : 0; /* WY: R̄ slab */
+    L.Os = o; o += h;
+    L.Vs = o; o += h;
+    L.Sc = o; o += s;
+    L.Sb = o; o += s;
+    const int x = o;
+    o = 0;
+    L.Gm = o; o += f;
+    L.Gbt = o; o += f;
+    L.Hm = o; o += f;
+    L.Ht = o; o += f;
+    L.Ab = o; o += wy ? f : 0;
+    L.Tm = o; o += wy ? f : 0;
+    L.Wb = o; o += wy ? MAXBT * (KS + 4) * 4 : 0;
+    o = x > o ? x : o;
+    L.Kt = o; o += KS * PF_LDKT * 2;
+    L.Qt = o; o += KS * PF_LDKT * 2;
+    L.As = o; o += wy ? f : 0;
+    L.sf = o; o += 4 * (8 * MAXBT + 2 * 4 * MAXBT + 2 * PF_NW);
+    L.total = o;
+    return L;
+}
+
+/* acc += this warp's 16×(8·NS) tile of A·B (operands as in bgemm; AKC/BKC: k contiguous) */
+template <int NS, bool AKC, bool BKC, class TA, class TB>
+__device__ __forceinline__ void pf_mma(float (&acc)[4][4], int Kd, const TA *A, int ars, int acs, const TB *B, int brs,
+                                       int bcs, int i0, int j0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const TA *a0p = A + (i0 + g) * ars + 2 * t * acs;
+    warp_tile<NS, AKC, BKC>(Kd, a0p, a0p + 8 * ars, acs, B + 2 * t * brs + (j0 + g) * bcs, brs, bcs, acc);
+}
+/* acc += diag(s) · (this warp's tile of A·B): s_lo for rows g, s_hi for rows g + 8 */
+template <int NS, bool AKC, bool BKC, class TA, class TB>
+__device__ __forceinline__ void pf_mma_rows(float (&acc)[4][4], float s_lo, float s_hi, int Kd, const TA *A, int ars,
+                                            int acs, const TB *B, int brs, int bcs, int i0, int j0) {
+    float tmp[4][4] = {};
+    pf_mma<NS, AKC, BKC>(tmp, Kd, A, ars, acs, B, brs, bcs, i0, j0);
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        acc[s][0] += s_lo * tmp[s][0];
+        acc[s][1] += s_lo * tmp[s][1];
+        acc[s][2] += s_hi * tmp[s][2];
+        acc[s][3] += s_hi * tmp[s][3];
+    }
+}
+/* calls f(i, j, e, x) for every element of a warp accumulator: row i, column j, slot */
+template <int NS, class F>
+__device__ __forceinline__ void pf_each(int i0, int j0, float (&acc)[4][4], F f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) f(i0 + g + (e >> 1) * 8, j0 + 8 * s + 2 * t + (e & 1), s, e);
+}
+
+template <class T, int KS, bool WY>
+__global__ void __launch_bounds__(PF_THREADS)
+pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const T *do_,
+                     const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, float *acc, T *dq, T *dk,
+                     T *dv, T *dbeta, float *dg) {
+    extern __shared__ __align__(16) char smc[];
+    constexpr int NSK = KS / 32;     /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
+    constexpr int NSN = 2;           /* … in the 64×64 results (16 columns) */
+    constexpr int LDKT = PF_LDKT;
+    const PfLayout L = pf_layout(KS, WY);
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const ChunkInfo ci = p.ctab[c];
+    const int n = ci.n, tok0 = ci.tok0;
+    if (n == 0) return;
+    float *Ps = reinterpret_cast<float *>(smc + L.Ps), *Rs = reinterpret_cast<float *>(smc + L.Rs);
+    float *Xs = reinterpret_cast<float *>(smc + L.Xs);
+    T *Os = reinterpret_cast<T *>(smc + L.Os), *Vs = reinterpret_cast<T *>(smc + L.Vs);
+    state_t *Scs = reinterpret_cast<state_t *>(smc + L.Sc), *Sbs = reinterpret_cast<state_t *>(smc + L.Sb);
+    float *Gm = reinterpret_cast<float *>(smc + L.Gm), *Gbt = reinterpret_cast<float *>(smc + L.Gbt);
+    float *Hm = reinterpret_cast<float *>(smc + L.Hm), *Ht = reinterpret_cast<float *>(smc + L.Ht);
+    float *Ab = reinterpret_cast<float *>(smc + L.Ab), *Tm = reinterpret_cast<float *>(smc + L.Tm);
+    float *Wb = reinterpret_cast<float *>(smc + L.Wb);
+    T *Kt = reinterpret_cast<T *>(smc + L.Kt), *Qt = reinterpret_cast<T *>(smc + L.Qt);
+    float *As = reinterpret_cast<float *>(smc + L.As);
+    float *Gs = reinterpret_cast<float *>(smc + L.sf); /* [2][64]: G then β */
+    float *bs = Gs + MAXBT, *gam = Gs + 2 * MAXBT, *eF = gam + MAXBT, *rdb = eF + MAXBT;
+    float *redb = rdb + MAXBT;          /* [4][64] per column quarter: β̄ row partials */
+    float *redg = redb + 4 * MAXBT;     /* [4][64]: Ḡ row partials */
+    float *red = redg + 4 * MAXBT;      /* [2][16] block sums */
+    const int ldw = KS + 4;
+
+    const int rt = warp & 3, cq = warp >> 2;  /* this warp's row tile and column quarter */
+    const int i0 = rt * 16, jk = cq * (KS / 4), jn = cq * 16;
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+    const float sc = p.scale;
+
+    /* K and Q of the chunk, transposed once ([feature][token]: k-contiguous B operands), staged in region X */
+    {
+        T *stg = reinterpret_cast<T *>(smc + L.Ps);
+        constexpr int LDS_ = KS + 8;
+        for (int w = 0; w < 2; w++) {
+            copy_tile<T>(stg, LDS_, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
+            cp_async_wait();
+            __syncthreads();
+            T *dst = w ? Qt : Kt;
+            for (int e = tid; e < MAXBT * KS; e += PF_THREADS) {
+                const int i = e % MAXBT, cc = e / MAXBT;
+                dst[cc * LDKT + i] = stg[i * LDS_ + cc];
+            }
+            __syncthreads();
+        }
+    }
+    auto kv = [&](int i, int cc) { return ldf(Kt + cc * LDKT + i); };
+    auto qv = [&](int i, int cc) { return ldf(Qt + cc * LDKT + i); };
+
+    for (int r = 0; r < p.G; r++) {
+        const int hv = h * p.G + r;
+        const size_t ch = (size_t)c * p.HV + hv;
+        const float *Rc = R + ch * MAXBT * p.V, *PRc = PR + ch * MAXBT * p.V;
+        const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
+        const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
+        copy_tile<float>(Gs, 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1, 0, 2 * MAXBT);
+        if (WY) copy_tile<float>(As, PF_LDF, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
+        cp_async_wait();
+        __syncthreads();
+        const float gl = Gs[n - 1];
+        if (tid < MAXBT) {
+            gam[tid] = expf(Gs[tid]);
+            eF[tid] = tid < n ? expf(gl - Gs[tid]) : 0.f;
+            rdb[tid] = 0.f;
+        }
+        __syncthreads();
+        const float gam_lo = gam[i0 + g], gam_hi = gam[i0 + g + 8];
+
+        float Bh[4][4] = {}, Ch[4][4] = {}, Fh[4][4] = {}, Qh[4][4] = {}; /* K-wide results (WY: Bh holds R̄ S_cᵀ first) */
+        float Dh[4][4] = {}, Hh[4][4] = {};                                /* P Rᵀ (WY: R̄ Zᵀ), Ō Rᵀ */
+        float lam = 0.f;
+
+        /* ---- the V slabs: every product with a V-long inner dimension ---- */
+        for (int v0 = 0; v0 < p.V; v0 += PF_BV) {
+            copy_tile<T>(Os, PF_LDH, MAXBT, PF_BV, doc, rsv, n, v0, p.V);
+            copy_tile<T>(Vs, PF_LDH, MAXBT, PF_BV, vc, rsv, n, v0, p.V);
+            copy_tile<float>(Rs, PF_LDF, MAXBT, PF_BV, Rc, p.V, n, v0, p.V);
+            copy_tile<float>(WY ? Xs : Ps, PF_LDF, MAXBT, PF_BV, PRc, p.V, n, v0, p.V);
+            copy_tile<state_t>(Scs, PF_LDH, KS, PF_BV, Scc, p.V, p.K, v0, p.V);
+            copy_tile<state_t>(Sbs, PF_LDH, KS, PF_BV, Sbc, p.V, p.K, v0, p.V);
+            cp_async_wait();
+            __syncthreads();
+            if (WY) { /* P = Aᵀ R̄ */
+                bgemm<PF_NW>(MAXBT, PF_BV, MAXBT, As, 1, PF_LDF, Xs, PF_LDF, 1,
+                             [&](int i, int j, float cc) { Ps[i * PF_LDF + j] = cc; });
+                __syncthreads();
+            }
+            { /* dv = β P and ⟨P, v⟩: eight columns per thread, eight threads per row */
+                const int i = tid >> 3, j = (tid & 7) * 8;
+                float s = 0.f;
+                if (i < n && v0 + j < p.V) {
+                    uint4 pk;
+                    T *o8 = reinterpret_cast<T *>(&pk);
+#pragma unroll
+                    for (int m = 0; m < 8; m++) {
+                        const float pv = Ps[i * PF_LDF + j + m];
+                        st<T>(o8 + m, bs[i] * pv);
+                        s += pv * ldf(Vs + i * PF_LDH + j + m);
+                    }
+                    *reinterpret_cast<uint4 *>(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + v0 + j) = pk;
+                }
+                s += __shfl_xor_sync(0xffffffffu, s, 1);
+                s += __shfl_xor_sync(0xffffffffu, s, 2);
+                s += __shfl_xor_sync(0xffffffffu, s, 4);
+                if ((tid & 7) == 0) rdb[i] += s;
+            }
+            for (int e = tid; e < KS * PF_BV; e += PF_THREADS) /* ⟨S̄⁺, S_c⟩ for Ḡ_n */
+                lam += ldf(Scs + (e / PF_BV) * PF_LDH + e % PF_BV) * ldf(Sbs + (e / PF_BV) * PF_LDH + e % PF_BV);
+            if (WY) {
+                pf_mma<NSN, true, true>(Dh, PF_BV, Xs, PF_LDF, 1, Vs, 1, PF_LDH, i0, jn);   /* R̄ Zᵀ (β_j later) */
+                pf_mma<NSK, true, true>(Bh, PF_BV, Xs, PF_LDF, 1, Scs, 1, PF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
+            } else {
+                pf_mma<NSN, true, true>(Dh, PF_BV, Ps, PF_LDF, 1, Rs, 1, PF_LDF, i0, jn);   /* P Rᵀ */
+                pf_mma_rows<NSK, true, true>(Bh, -gam_lo, -gam_hi, PF_BV, Ps, PF_LDF, 1, Scs, 1, PF_LDH, i0, jk);
+            }
+            pf_mma<NSN, true, true>(Hh, PF_BV, Os, PF_LDH, 1, Rs, 1, PF_LDF, i0, jn);       /* Ō Rᵀ */
+            pf_mma_rows<NSK, true, true>(Qh, sc * gam_lo, sc * gam_hi, PF_BV, Os, PF_LDH, 1, Scs, 1, PF_LDH, i0, jk);
+            pf_mma_rows<NSK, true, true>(Fh, eF[i0 + g], eF[i0 + g + 8], PF_BV, Rs, PF_LDF, 1, Sbs, 1, PF_LDH, i0, jk);
+            __syncthreads();
+        }
+
+        /* ---- the n×n coefficients, masked and decayed: Γ = 𝓛_<(D) ⊙ e^{G_i−G_j}, Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j};
+         * stored with Γ_βᵀ and Γ_H'ᵀ so that all four K-side products read k-contiguous operands ---- */
+        auto decay = [&](int i, int j) { return (i < n && j <= i) ? expf(Gs[i] - Gs[j]) : 0.f; };
+        pf_each<NSN>(i0, jn, Hh, [&](int i, int j, int s, int e) {
+            const float x = sc * Hh[s][e] * decay(i, j);
+            Hm[i * PF_LDF + j] = x;
+            Ht[j * PF_LDF + i] = x;
+        });
+        auto put_gamma = [&](int i, int j, float d) {
+            const float x = j < i ? d * decay(i, j) : 0.f;
+            Gm[i * PF_LDF + j] = x;
+            Gbt[j * PF_LDF + i] = bs[i] * x;
+        };
+        if (!WY) {
+            pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { put_gamma(i, j, -Dh[s][e]); });
+        } else {
+            /* Ā = R̄ Zᵀ + W̄ Eᵀ (Z = β⊙V, E = βγ⊙K, W̄ = −R̄ S_cᵀ); M̄ = −Aᵀ Ā Aᵀ; D = 𝓛_<(M̄) */
+            pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { Ab[i * PF_LDF + j] = bs[j] * Dh[s][e]; });
+            pf_each<NSK>(i0, jk, Bh, [&](int i, int j, int s, int e) { Wb[i * ldw + j] = -Bh[s][e]; });
+            __syncthreads();
+            bgemm<PF_NW>(MAXBT, MAXBT, KS, Wb, ldw, 1, Kt, LDKT, 1,
+                         [&](int i, int j, float cc) { Ab[i * PF_LDF + j] += bs[j] * gam[j] * cc; });
+            __syncthreads();
+            bgemm<PF_NW>(MAXBT, MAXBT, MAXBT, As, 1, PF_LDF, Ab, PF_LDF, 1,
+                         [&](int i, int j, float cc) { Tm[i * PF_LDF + j] = cc; });
+            __syncthreads();
+            bgemm<PF_NW>(MAXBT, MAXBT, MAXBT, Tm, PF_LDF, 1, As, 1, PF_LDF,
+                         [&](int i, int j, float cc) { put_gamma(i, j, -cc); });
+            /* B̂'s first term: −γ⊙Xp with Xp = −Aᵀ W̄ */
+#pragma unroll
+            for (int s = 0; s < 4; s++) Bh[s][0] = Bh[s][1] = Bh[s][2] = Bh[s][3] = 0.f;
+            pf_mma_rows<NSK, false, false>(Bh, gam_lo, gam_hi, MAXBT, As, 1, PF_LDF, Wb, ldw, 1, i0, jk);
+        }
+        __syncthreads();
+
+        /* ---- the K-side products (inner dimension: the chunk's tokens) ---- */
+        pf_mma<NSK, true, true>(Bh, MAXBT, Gm, PF_LDF, 1, Kt, 1, LDKT, i0, jk);   /* Γ K */
+        pf_mma<NSK, true, true>(Ch, MAXBT, Gbt, PF_LDF, 1, Kt, 1, LDKT, i0, jk);  /* Γ_βᵀ K */
+        pf_mma<NSK, true, true>(Ch, MAXBT, Ht, PF_LDF, 1, Qt, 1, LDKT, i0, jk);   /* Γ_H'ᵀ Q */
+        pf_mma<NSK, true, true>(Qh, MAXBT, Hm, PF_LDF, 1, Kt, 1, LDKT, i0, jk);   /* Γ_H' K */
+
+        /* ---- k̄, q̄ and the row terms of β̄, Ḡ from the registers ---- */
+        float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f}, endp = 0.f;
+        const float b_lo = bs[i0 + g], b_hi = bs[i0 + g + 8];
+        float dkv[4][4], dqv[4][4];
+        pf_each<NSK>(i0, jk, Bh, [&](int i, int j, int s, int e) {
+            const float kk = kv(i, j), bb = (e >> 1) ? b_hi : b_lo, B_ = Bh[s][e], F_ = Fh[s][e];
+            const float dkx = bb * B_ + Ch[s][e] + F_;
+            dkv[s][e] = dkx;
+            dqv[s][e] = Qh[s][e];
+            sb[e >> 1] += kk * B_;
+            sg[e >> 1] += kk * (2.f * bb * B_ - dkx) + qv(i, j) * Qh[s][e];
+            endp += kk * F_;
+        });
+        if (p.G == 1) {
+            pf_each<NSK>(i0, jk, dkv, [&](int i, int j, int s, int e) {
+                if (e & 1) return;
+                if (i < n && j < p.K) {
+                    const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + j;
+                    if (j + 1 < p.K) {
+                        typedef typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type T2;
+                        T2 kx, qx;
+                        st<T>(reinterpret_cast<T *>(&kx), dkv[s][e]);
+                        st<T>(reinterpret_cast<T *>(&kx) + 1, dkv[s][e + 1]);
+                        st<T>(reinterpret_cast<T *>(&qx), dqv[s][e]);
+                        st<T>(reinterpret_cast<T *>(&qx) + 1, dqv[s][e + 1]);
+                        *reinterpret_cast<T2 *>(dk + o) = kx;
+                        *reinterpret_cast<T2 *>(dq + o) = qx;
+                    } else {
+                        st<T>(dk + o, dkv[s][e]);
+                        st<T>(dq + o, dqv[s][e]);
+                    }
+                }
+            });
+        } else { /* GVA: q̄, k̄ summed over the group's value heads in fp32 scratch, written at the last */
+            pf_each<NSK>(i0, jk, dkv, [&](int i, int j, int s, int e) {
+                if (i >= n || j >= p.K) return;
+                const size_t ab = (((size_t)c * p.H + h) * MAXBT + i) * p.Kp + j;
+                float *aq = acc + ab, *ak = acc + (size_t)p.NC * p.H * MAXBT * p.Kp + ab;
+                float x = dqv[s][e], y = dkv[s][e];
+                if (r > 0) {
+                    x += *aq;
+                    y += *ak;
+                }
+                if (r == p.G - 1) {
+                    const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + j;
+                    st<T>(dq + o, x);
+                    st<T>(dk + o, y);
+                } else {
+                    *aq = x;
+                    *ak = y;
+                }
+            });
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 1);
+            sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 2);
+            sg[u] += __shfl_xor_sync(0xffffffffu, sg[u], 1);
+            sg[u] += __shfl_xor_sync(0xffffffffu, sg[u], 2);
+        }
+        if (t == 0) {
+            redb[cq * MAXBT + i0 + g] = sb[0];
+            redb[cq * MAXBT + i0 + g + 8] = sb[1];
+            redg[cq * MAXBT + i0 + g] = sg[0];
+            redg[cq * MAXBT + i0 + g + 8] = sg[1];
+        }
+        const float lam_all = block_sum(lam, red);        /* (block_sum synchronizes the block) */
+        const float endp_all = block_sum(endp, red + PF_NW);
+        if (tid < MAXBT) {
+            const int i = tid;
+            float b_ = rdb[i], g_ = 0.f;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                b_ += redb[u * MAXBT + i];
+                g_ += redg[u * MAXBT + i];
+            }
+            if (dbeta && i < n) st<T>(dbeta + (size_t)(tok0 + i) * p.HV + hv, b_);
+            rdb[i] = g_; /* Ḡ row terms, for the cumsum below */
+        }
+        __syncthreads();
+        if (p.gated && dg && tid == 0) {
+            float s = expf(gl) * lam_all + endp_all;
+            for (int i = n - 1; i >= 0; i--) {
+                s += rdb[i];
+                dg[(size_t)(tok0 + i) * p.HV + hv] = s;
+            }
+        }
+        __syncthreads();
+    }
+}
+
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                        const float *A, const void *do_, const state_t *Sc, const state_t *Sbar, const float *R,
                        const float *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta,
                        float *dg, cudaStream_t s) {
+    if constexpr (sizeof(T) == 2) {
+        /* the fast path (see pullback_fast_kernel) where its tiles apply */
+        const bool al = ((uintptr_t)dv & 15) == 0 && ((uintptr_t)dq & 3) == 0 && ((uintptr_t)dk & 3) == 0;
+        if (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al) {
+            auto go = [&](auto ks, auto wyc) {
+                constexpr int KS = decltype(ks)::value;
+                constexpr bool WY = decltype(wyc)::value;
+                const size_t sm = pf_layout(KS, WY).total;
+                cudaError_t e = ensure_smem<pullback_fast_kernel<T, KS, WY>>(sm);
+                if (e != cudaSuccess) return e;
+                pullback_fast_kernel<T, KS, WY><<<dim3(p.NC, p.H), PF_THREADS, sm, s>>>(
+                    p, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq,
+                    (T *)dk, (T *)dv, (T *)dbeta, dg);
+                return cudaGetLastError();
+            };
+            using K64 = std::integral_constant<int, 64>;
+            using K128 = std::integral_constant<int, 128>;
+            if (p.K <= 64) return wy ? go(K64{}, std::true_type{}) : go(K64{}, std::false_type{});
+            return wy ? go(K128{}, std::true_type{}) : go(K128{}, std::false_type{});
+        }
+    }
     const size_t smem = pb_layout(sizeof(T), wy, p.Kp).total_bytes;
     auto kern = pullback_kernel<T>;
     cudaError_t e = ensure_smem<pullback_kernel<T>>(smem);
