@@ -16,28 +16,28 @@ constexpr int BSCAN_THREADS = 256;
 constexpr int BSCAN_NW = BSCAN_THREADS / 32;
 constexpr size_t BSCAN_SHARE_KQ_BYTES = 512;
 
-template <class T, bool VEC, int KPC>
+template <class T, bool VEC, int KPC, int BVT>
 __global__ void __launch_bounds__(BSCAN_THREADS)
 bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const float *A, const float *Cq, VecOps vo,
                       const T *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
     using FT = factor_t<T>;
     extern __shared__ __align__(16) float sm[];
-    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV, h = hv / p.G;
+    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BVT, h = hv / p.G;
     /* KPC > 0: the fast path, K padded to KPC and chunk 64 known at compile time (constant loop
      * bounds and strides in every product); KPC = 0: any K and chunk size */
     const int BT = KPC ? MAXBT : p.BT, Kp = KPC ? KPC : p.Kp;
-    const int ldk = scan_ldk<T>(Kp), ldfe = scan_ldk<FT>(Kp), ldvt = scan_ldvt<T>(), lds = scan_lds(Kp);
+    const int ldk = scan_ldk<T>(Kp), ldfe = scan_ldk<FT>(Kp), ldvt = scan_ldvt<T>(BVT), lds = scan_lds(Kp);
     /* fp32 inputs with K > 128: one K/Q buffer (Q reloaded inside the chunk, no K/Q prefetch) */
     const bool share = !VEC && sizeof(T) * Kp > BSCAN_SHARE_KQ_BYTES;
     /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ, Pst = Pᵀ (scaled by βγ for scalar
      * gates), Xo = (γ⊙Ō)ᵀ (Ōᵀ for vector gates) */
-    float *Sbt = sm;                 /* [BV][Kp+8] */
-    float *As = Sbt + BV * lds;      /* [64][LDA] */
+    float *Sbt = sm;                 /* [BVT][Kp+8] */
+    float *As = Sbt + BVT * lds;      /* [64][LDA] */
     float *Cs = As + MAXBT * LDA;
-    float *Rbt = Cs + MAXBT * LDA;   /* [BV][LDX] */
-    float *Pst = Rbt + BV * LDX;
-    float *Xo = Pst + BV * LDX;
-    float *GBs = Xo + BV * LDX;      /* [2][2][64] */
+    float *Rbt = Cs + MAXBT * LDA;   /* [BVT][LDX] */
+    float *Pst = Rbt + BVT * LDX;
+    float *Xo = Pst + BVT * LDX;
+    float *GBs = Xo + BVT * LDX;      /* [2][2][64] */
     float *lam = GBs + 4 * MAXBT;    /* VEC: [2][Kp] γ_n */
     T *KQ0 = reinterpret_cast<T *>(lam + (VEC ? 2 * Kp : 0)); /* scalar: [64][ldk] ×2 (×1 when sharing) */
     T *KQ1 = (VEC || share) ? KQ0 : KQ0 + MAXBT * ldk;
@@ -47,7 +47,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     FT *Es = Qv + MAXBT * ldfe;
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    for (int e = threadIdx.x; e < Kp * BV; e += blockDim.x) {
+    for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
         const int j = e / Kp, kk = e - j * Kp;
         Sbt[j * lds + kk] = (dht && kk < p.K && v0 + j < p.V) ? dht[sbase + st_idx(p, kk, v0 + j)] : 0.f;
     }
@@ -59,7 +59,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         copy_tile<T>(dst, ldk, BT, Kp, q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_o = [&](const ChunkInfo &cj) {
-        copy_tile<T>(Os, ldvt, BT, BV, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+        copy_tile<T>(Os, ldvt, BT, BVT, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
     };
     auto issue_nn = [&](float *dst, const float *src, int cj) {
         copy_tile<float>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
@@ -102,22 +102,22 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         cp_async_wait();
         __syncthreads();
         if (has_next) issue_gb(cur ^ 1, c - 1);
-        store_state_tile(Sbar + ch * p.K * p.V, Sbt, lds, p.K, p.V, v0);
+        store_state_tile<BVT>(Sbar + ch * p.K * p.V, Sbt, lds, p.K, p.V, v0);
         const float gl = Gs[n - 1];
         { /* one row per thread (blockDim is a multiple of BT): one exponential per thread */
             const int i = threadIdx.x % BT;
             const float gi = VEC ? 1.f : expf(Gs[i]);
-            for (int j = threadIdx.x / BT; j < BV; j += BSCAN_THREADS / BT) Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
+            for (int j = threadIdx.x / BT; j < BVT; j += BSCAN_THREADS / BT) Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
         }
         /* R̄ = F S̄⁺ + C_qᵀ Ō: two products of one shape, so each thread adds to what it wrote */
         if (VEC) {
-            bgemm<BSCAN_NW>(BT, BV, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
+            bgemm<BSCAN_NW>(BT, BVT, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
         } else {
-            bgemm<BSCAN_NW>(BT, BV, Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(BT, BVT, Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
                 Rbt[j * LDX + i] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
             });
         }
-        bgemm<BSCAN_NW>(BT, BV, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
+        bgemm<BSCAN_NW>(BT, BVT, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
         __syncthreads();
         if (has_next) {
             if (VEC) issue_f(Fs, vo.F, c - 1);
@@ -126,7 +126,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         }
         /* P = Aᵀ R̄; stored as P (ReWY) or R̄ (WY) for the pullback, kept as βγ⊙P for Eᵀ P (scalar gates) */
         float *PRc = PR + ch * BT * p.V + v0;
-        bgemm<BSCAN_NW>(BT, BV, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
+        bgemm<BSCAN_NW>(BT, BVT, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
             if (i < n && v0 + j < p.V) PRc[(size_t)i * p.V + j] = wy ? Rbt[j * LDX + i] : cc;
             Pst[j * LDX + i] = VEC ? cc : bs[i] * expf(Gs[i]) * cc;
         });
@@ -135,33 +135,33 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         /* S̄ ← Λ S̄⁺ + Q_gᵀ Ō − Eᵀ P */
         const float gn = expf(gl);
         if (VEC) {
-            bgemm<BSCAN_NW>(Kp, BV, BT, Qv, 1, ldfe, Xo, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(Kp, BVT, BT, Qv, 1, ldfe, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = lm[i] * Sbt[j * lds + i] + p.scale * cc;
             });
             __syncthreads();
             if (has_next) issue_f(Qv, vo.Qg, c - 1);
-            bgemm<BSCAN_NW>(Kp, BV, BT, Es, 1, ldfe, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
+            bgemm<BSCAN_NW>(Kp, BVT, BT, Es, 1, ldfe, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
             __syncthreads();
             if (has_next) issue_f(Es, vo.E, c - 1);
         } else if (!share) {
-            bgemm<BSCAN_NW>(Kp, BV, BT, Qs, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(Kp, BVT, BT, Qs, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = gn * Sbt[j * lds + i] + p.scale * cc;
             });
             __syncthreads();
             if (has_next) issue_k(Qs, cn);
-            bgemm<BSCAN_NW>(Kp, BV, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
+            bgemm<BSCAN_NW>(Kp, BVT, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
             __syncthreads();
             if (has_next) issue_q(Ks, cn);
             kb ^= 1;
         } else {
-            bgemm<BSCAN_NW>(Kp, BV, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(Kp, BVT, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = gn * Sbt[j * lds + i] - cc;
             });
             __syncthreads();
             issue_q(Ks, ci);
             cp_async_wait();
             __syncthreads();
-            bgemm<BSCAN_NW>(Kp, BV, BT, Ks, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<BSCAN_NW>(Kp, BVT, BT, Ks, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] += p.scale * cc;
             });
             __syncthreads();
@@ -170,30 +170,30 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         cur ^= 1;
     }
     if (dh0) {
-        for (int e = threadIdx.x; e < p.K * BV; e += blockDim.x) {
-            const int kk = e / BV, j = e - kk * BV;
+        for (int e = threadIdx.x; e < p.K * BVT; e += blockDim.x) {
+            const int kk = e / BVT, j = e - kk * BVT;
             if (v0 + j < p.V) dh0[sbase + st_idx(p, kk, v0 + j)] = Sbt[j * lds + kk];
         }
     }
 }
 
-template <class T, bool VEC, int KPC>
+template <class T, bool VEC, int KPC, int BVT>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const float *GB, const float *A, const float *Cq,
                        const VecOps &vo, const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy,
                        cudaStream_t s) {
     using FT = factor_t<T>;
-    size_t smem = sizeof(float) * ((size_t)BV * scan_lds(p.Kp) + 2 * (size_t)MAXBT * LDA + 3 * (size_t)BV * LDX +
+    size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) + 2 * (size_t)MAXBT * LDA + 3 * (size_t)BVT * LDX +
                                    4 * MAXBT) +
-                  sizeof(T) * (size_t)MAXBT * scan_ldvt<T>();
+                  sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);
     if (VEC)
         smem += sizeof(float) * 2 * p.Kp + sizeof(FT) * 3 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
     else
         smem += sizeof(T) * (sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES ? 1 : 2) * (size_t)MAXBT * scan_ldk<T>(p.Kp);
-    cudaError_t e = ensure_smem<bwd_state_scan_kernel<T, VEC, KPC>>(smem);
+    cudaError_t e = ensure_smem<bwd_state_scan_kernel<T, VEC, KPC, BVT>>(smem);
     if (e != cudaSuccess) return e;
-    dim3 grid(p.N, p.HV, ceil_div(p.V, BV));
-    bwd_state_scan_kernel<T, VEC, KPC><<<grid, BSCAN_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, GB, A, Cq, vo,
-                                                                   (const T *)do_, dht, dh0, Sbar, PR, wy);
+    dim3 grid(p.N, p.HV, ceil_div(p.V, BVT));
+    bwd_state_scan_kernel<T, VEC, KPC, BVT><<<grid, BSCAN_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, GB, A, Cq,
+                                                                              vo, (const T *)do_, dht, dh0, Sbar, PR, wy);
     return cudaGetLastError();
 }
 
@@ -201,12 +201,17 @@ cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, c
                                   const float *A, const float *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s) {
     const VecOps none = {};
+    const bool narrow = scan_bv(p) == 16;
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);
         return with_fast_kp<T>(p, [&](auto kp) {
             constexpr int KPC = decltype(kp)::value;
-            return vo ? run<T, true, KPC>(p, q, k, GB, A, Cq, *vo, do_, dht, dh0, Sbar, PR, wy, s)
-                      : run<T, false, KPC>(p, q, k, GB, A, Cq, none, do_, dht, dh0, Sbar, PR, wy, s);
+            if constexpr (KPC > 0) /* the narrow tile only on the fast path (fewer instantiations) */
+                if (narrow)
+                    return vo ? run<T, true, KPC, 16>(p, q, k, GB, A, Cq, *vo, do_, dht, dh0, Sbar, PR, wy, s)
+                              : run<T, false, KPC, 16>(p, q, k, GB, A, Cq, none, do_, dht, dh0, Sbar, PR, wy, s);
+            return vo ? run<T, true, KPC, BV>(p, q, k, GB, A, Cq, *vo, do_, dht, dh0, Sbar, PR, wy, s)
+                      : run<T, false, KPC, BV>(p, q, k, GB, A, Cq, none, do_, dht, dh0, Sbar, PR, wy, s);
         });
     });
 }

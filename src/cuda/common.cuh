@@ -23,12 +23,12 @@ namespace rewy_cuda {
 
 constexpr int MAXBT = 64;     /* largest chunk; smem tiles have this many rows */
 constexpr int LDN = MAXBT + 4; /* leading dimension of n×n tiles (pad ≡ 4 mod 32: ≤ 2-way bank conflicts) */
-constexpr int BV = 32;        /* value-column tile of the scans */
+constexpr int BV = 32;        /* value-column tile of the scans (16 where the grid would leave SMs idle) */
 constexpr int LDA = MAXBT + 8; /* scans: n×n tiles (≡ 8 mod 32 words: conflict-free paired loads) */
 constexpr int LDX = MAXBT + 8; /* scans: transposed [BV][token] tiles */
 /* scans: K/Q tiles in the input type; transposed state tiles [BV][Kp+8] fp32 */
 template <class T> __host__ __device__ inline int scan_ldk(int Kp) { return Kp + (sizeof(T) == 4 ? 4 : 8); }
-template <class T> __host__ __device__ inline int scan_ldvt() { return sizeof(T) == 4 ? BV + 4 : BV + 8; }
+template <class T> __host__ __device__ inline int scan_ldvt(int bv = BV) { return sizeof(T) == 4 ? bv + 4 : bv + 8; }
 __host__ __device__ inline int scan_lds(int Kp) { return Kp + 8; }
 constexpr int WBAR_SMEM_MAX_KP = 128; /* WY pullback: W̄ in shared memory up to this K (2-byte inputs), else workspace */
 __host__ __device__ inline bool wbar_in_smem(int Kp, int elem_bytes) { return Kp <= WBAR_SMEM_MAX_KP && elem_bytes == 2; }
@@ -301,6 +301,16 @@ template <class T, class Fn> inline cudaError_t with_fast_kp(const Prob &p, Fn f
     return f(std::integral_constant<int, 0>{});
 }
 
+/* The scans' value-column tile. A scan block walks one sequence's chunks one after another, so its
+ * time is a chain of small products per chunk; when sequences × value heads × V/32 blocks would
+ * leave SMs idle, 16-column tiles put twice as many chains on the GPU, each half as long. */
+inline int scan_bv(const Prob &p) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return BV;
+    return (long)p.N * p.HV * ceil_div(p.V, BV) < sms ? 16 : BV;
+}
+
 /* Chunk geometry every backend layout starts from: value heads, chunk size, K padded to
  * the 32-wide slabs, sequences, and total chunks (exact with cu_seqlens_host; without it
  * an upper bound, since the device copy of cu_seqlens cannot be read without a sync). */
@@ -350,14 +360,15 @@ inline cudaError_t ensure_smem(size_t smem) {
     return smem <= (size_t)optin[dev] ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-/* Rows [0, K) × columns [v0, v0 + BV) of a [K][V] chunk-state matrix (state_t) from the block's
+/* Rows [0, K) × columns [v0, v0 + BVT) of a [K][V] chunk-state matrix (state_t) from the block's
  * transposed fp32 tile Xt[j * ld + kk]. Eight columns per 16-byte store where V allows (this store
  * runs once per chunk in both scans, and one element per store cost a quarter of a scan's
  * instructions); feature index fastest across threads, so the shared-memory reads are conflict-free. */
+template <int BVT = BV>
 __device__ __forceinline__ void store_state_tile(state_t *dst, const float *Xt, int ld, int K, int V, int v0) {
     if constexpr (sizeof(state_t) == 2) {
         if (V % 8 == 0) {
-            for (int e = threadIdx.x; e < K * (BV / 8); e += blockDim.x) {
+            for (int e = threadIdx.x; e < K * (BVT / 8); e += blockDim.x) {
                 const int kk = e % K, j = (e / K) * 8;
                 if (v0 + j >= V) continue;
                 uint4 pk;
@@ -370,8 +381,8 @@ __device__ __forceinline__ void store_state_tile(state_t *dst, const float *Xt, 
             return;
         }
     }
-    for (int e = threadIdx.x; e < K * BV; e += blockDim.x) {
-        const int kk = e / BV, j = e - kk * BV;
+    for (int e = threadIdx.x; e < K * BVT; e += blockDim.x) {
+        const int kk = e / BVT, j = e - kk * BVT;
         if (v0 + j < V) st<state_t>(dst + (size_t)kk * V + v0 + j, Xt[j * ld + kk]);
     }
 }

@@ -21,25 +21,25 @@ namespace rewy_cuda {
 constexpr int SCAN_THREADS = 256;
 constexpr int SCAN_NW = SCAN_THREADS / 32;
 
-template <class T, bool VEC, int KPC>
+template <class T, bool VEC, int KPC, int BVT>
 __global__ void __launch_bounds__(SCAN_THREADS)
 state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *A, VecOps vo, const float *h0,
                   float *ht, state_t *Sc, float *Rout) {
     using FT = factor_t<T>;
     extern __shared__ __align__(16) float sm[];
-    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV, h = hv / p.G;
+    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BVT, h = hv / p.G;
     /* KPC > 0: the fast path, K padded to KPC and chunk 64 known at compile time (constant loop
      * bounds and strides in every product); KPC = 0: any K and chunk size */
     const int BT = KPC ? MAXBT : p.BT, Kp = KPC ? KPC : p.Kp;
-    const int ldk = scan_ldk<T>(Kp), ldfe = scan_ldk<FT>(Kp), ldvt = scan_ldvt<T>(), lds = scan_lds(Kp);
+    const int ldk = scan_ldk<T>(Kp), ldfe = scan_ldk<FT>(Kp), ldvt = scan_ldvt<T>(BVT), lds = scan_lds(Kp);
     const T *wg = static_cast<const T *>(vo.w);
     /* Tiles that feed the B side of the products are stored transposed ([column][k]) so that both
      * operands are k-contiguous for the tensor-core loads: St = Sᵀ, Xt = Xᵀ, Rt = Rᵀ. */
-    float *St = sm;                                     /* [BV][Kp+8] fp32 state tile, transposed */
-    float *As = St + BV * lds;                          /* [64][LDA] */
-    float *Xt = As + MAXBT * LDA;                       /* [BV][LDX] */
-    float *Rt = Xt + BV * LDX;                          /* [BV][LDX] */
-    float *GBs = Rt + BV * LDX;                         /* [2 buffers][2][64]: G, β */
+    float *St = sm;                                     /* [BVT][Kp+8] fp32 state tile, transposed */
+    float *As = St + BVT * lds;                          /* [64][LDA] */
+    float *Xt = As + MAXBT * LDA;                       /* [BVT][LDX] */
+    float *Rt = Xt + BVT * LDX;                          /* [BVT][LDX] */
+    float *GBs = Rt + BVT * LDX;                         /* [2 buffers][2][64]: G, β */
     float *lam = GBs + 4 * MAXBT;                       /* VEC: [2 buffers][Kp] γ_n */
     T *K0 = reinterpret_cast<T *>(lam + (VEC ? 2 * Kp : 0)); /* scalar: two [64][ldk] K buffers */
     T *K1 = K0 + (VEC ? 0 : MAXBT * ldk);
@@ -49,7 +49,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
     FT *Fs = Es + MAXBT * ldfe;
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    for (int e = threadIdx.x; e < Kp * BV; e += blockDim.x) {
+    for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
         const int j = e / Kp, kk = e - j * Kp;
         St[j * lds + kk] = (h0 && kk < p.K && v0 + j < p.V) ? h0[sbase + st_idx(p, kk, v0 + j)] : 0.f;
     }
@@ -58,8 +58,8 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         copy_tile<T>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_v = [&](const ChunkInfo &cj) {
-        copy_tile<T>(Vs, ldvt, BT, BV, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
-        if (VEC && wg) copy_tile<T>(Ws, ldvt, BT, BV, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+        copy_tile<T>(Vs, ldvt, BT, BVT, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+        if (VEC && wg) copy_tile<T>(Ws, ldvt, BT, BVT, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
     };
     auto issue_nn = [&](float *dst, const float *src, int cj) {
         copy_tile<float>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
@@ -101,15 +101,15 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             issue_gb(cur ^ 1, c + 1);
             if (!VEC) issue_k(kb ? K0 : K1, cn);
         }
-        if (Sc) store_state_tile(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
+        if (Sc) store_state_tile<BVT>(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
         /* X = Z − E S,  Z = β v (w ⊙ v for GDN2) */
         if (VEC) {
-            bgemm<SCAN_NW>(BT, BV, Kp, Es, ldfe, 1, St, 1, lds, [&](int i, int j, float cc) {
+            bgemm<SCAN_NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, [&](int i, int j, float cc) {
                 const float z = ldf(Vs + i * ldvt + j) * (wg ? ldf(Ws + i * ldvt + j) : bs[i]);
                 Xt[j * LDX + i] = z - cc;
             });
         } else {
-            bgemm<SCAN_NW>(BT, BV, Kp, Ks, ldk, 1, St, 1, lds, [&](int i, int j, float cc) {
+            bgemm<SCAN_NW>(BT, BVT, Kp, Ks, ldk, 1, St, 1, lds, [&](int i, int j, float cc) {
                 Xt[j * LDX + i] = bs[i] * (ldf(Vs + i * ldvt + j) - expf(Gs[i]) * cc);
             });
         }
@@ -119,7 +119,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
          * for scalar gates, the row scaling that turns Kᵀ into Fᵀ */
         const float gl = Gs[n - 1];
         float *Rc = Rout ? Rout + ch * BT * p.V + v0 : nullptr;
-        bgemm<SCAN_NW>(BT, BV, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
+        bgemm<SCAN_NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
             if (Rc && i < n && v0 + j < p.V) Rc[(size_t)i * p.V + j] = cc;
             Rt[j * LDX + i] = VEC ? cc : (i < n ? expf(gl - Gs[i]) * cc : 0.f);
         });
@@ -130,7 +130,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         }
         if (VEC) {
             /* S ← Diag(γ_n) S + Fᵀ R */
-            bgemm<SCAN_NW>(Kp, BV, BT, Fs, 1, ldfe, Rt, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<SCAN_NW>(Kp, BVT, BT, Fs, 1, ldfe, Rt, 1, LDX, [&](int i, int j, float cc) {
                 St[j * lds + i] = lm[i] * St[j * lds + i] + cc;
             });
             __syncthreads();
@@ -138,7 +138,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         } else {
             /* S ← Λ S + Kᵀ diag(e^{G_n − G_j}) R */
             const float gn = expf(gl);
-            bgemm<SCAN_NW>(Kp, BV, BT, Ks, 1, ldk, Rt, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<SCAN_NW>(Kp, BVT, BT, Ks, 1, ldk, Rt, 1, LDX, [&](int i, int j, float cc) {
                 St[j * lds + i] = gn * St[j * lds + i] + cc;
             });
             __syncthreads();
@@ -147,29 +147,29 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         cur ^= 1;
     }
     if (ht) {
-        for (int e = threadIdx.x; e < p.K * BV; e += blockDim.x) {
-            const int kk = e / BV, j = e - kk * BV;
+        for (int e = threadIdx.x; e < p.K * BVT; e += blockDim.x) {
+            const int kk = e / BVT, j = e - kk * BVT;
             if (v0 + j < p.V) ht[sbase + st_idx(p, kk, v0 + j)] = St[j * lds + kk];
         }
     }
 }
 
-template <class T, bool VEC, int KPC>
+template <class T, bool VEC, int KPC, int BVT>
 static cudaError_t run(const Prob &p, const void *k, const void *v, const float *GB, const float *A, const VecOps &vo,
                        const float *h0, float *ht, state_t *Sc, float *R, cudaStream_t s) {
     using FT = factor_t<T>;
-    size_t smem = sizeof(float) * ((size_t)BV * scan_lds(p.Kp) + (size_t)MAXBT * LDA + 2 * (size_t)BV * LDX + 4 * MAXBT) +
-                  sizeof(T) * (size_t)MAXBT * scan_ldvt<T>();
+    size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) + (size_t)MAXBT * LDA + 2 * (size_t)BVT * LDX + 4 * MAXBT) +
+                  sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);
     if (VEC)
-        smem += sizeof(float) * 2 * p.Kp + sizeof(T) * (vo.w ? (size_t)MAXBT * scan_ldvt<T>() : 0) +
+        smem += sizeof(float) * 2 * p.Kp + sizeof(T) * (vo.w ? (size_t)MAXBT * scan_ldvt<T>(BVT) : 0) +
                 sizeof(FT) * 2 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
     else
         smem += sizeof(T) * 2 * (size_t)MAXBT * scan_ldk<T>(p.Kp);
-    cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC>>(smem);
+    cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT>>(smem);
     if (e != cudaSuccess) return e;
-    dim3 grid(p.N, p.HV, ceil_div(p.V, BV));
-    state_scan_kernel<T, VEC, KPC><<<grid, SCAN_THREADS, smem, s>>>(p, (const T *)k, (const T *)v, GB, A, vo, h0, ht,
-                                                                    Sc, R);
+    dim3 grid(p.N, p.HV, ceil_div(p.V, BVT));
+    state_scan_kernel<T, VEC, KPC, BVT><<<grid, SCAN_THREADS, smem, s>>>(p, (const T *)k, (const T *)v, GB, A, vo, h0,
+                                                                         ht, Sc, R);
     return cudaGetLastError();
 }
 
@@ -177,12 +177,17 @@ cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, float *R,
                               cudaStream_t s) {
     const VecOps none = {};
+    const bool narrow = scan_bv(p) == 16;
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);
         return with_fast_kp<T>(p, [&](auto kp) {
             constexpr int KPC = decltype(kp)::value;
-            return vo ? run<T, true, KPC>(p, k, v, GB, A, *vo, h0, ht, Sc, R, s)
-                      : run<T, false, KPC>(p, k, v, GB, A, none, h0, ht, Sc, R, s);
+            if constexpr (KPC > 0) /* the narrow tile only on the fast path (fewer instantiations) */
+                if (narrow)
+                    return vo ? run<T, true, KPC, 16>(p, k, v, GB, A, *vo, h0, ht, Sc, R, s)
+                              : run<T, false, KPC, 16>(p, k, v, GB, A, none, h0, ht, Sc, R, s);
+            return vo ? run<T, true, KPC, BV>(p, k, v, GB, A, *vo, h0, ht, Sc, R, s)
+                      : run<T, false, KPC, BV>(p, k, v, GB, A, none, h0, ht, Sc, R, s);
         });
     });
 }
