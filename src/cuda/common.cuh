@@ -235,6 +235,41 @@ __device__ __forceinline__ void bgemm(int M, int N, int Kd, const TA *A, int ars
     }
 }
 
+/* ---- one warp's tile of a product, kept in registers (the fast pullbacks) ----
+ * Warp tiles of 16 rows × 8·NS columns as mma fragments: lane (g, t) = (lane/4, lane%4) holds
+ * rows i0+g (slots 0, 1) and i0+g+8 (slots 2, 3), columns j0+8s+2t (slots 0, 2) and +1 (1, 3). */
+/* acc += this warp's 16×(8·NS) tile of A·B (operands as in bgemm; AKC/BKC: k contiguous) */
+template <int NS, bool AKC, bool BKC, class TA, class TB>
+__device__ __forceinline__ void pf_mma(float (&acc)[4][4], int Kd, const TA *A, int ars, int acs, const TB *B, int brs,
+                                       int bcs, int i0, int j0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const TA *a0p = A + (i0 + g) * ars + 2 * t * acs;
+    warp_tile<NS, AKC, BKC>(Kd, a0p, a0p + 8 * ars, acs, B + 2 * t * brs + (j0 + g) * bcs, brs, bcs, acc);
+}
+/* acc += diag(s) · (this warp's tile of A·B): s_lo for rows g, s_hi for rows g + 8 */
+template <int NS, bool AKC, bool BKC, class TA, class TB>
+__device__ __forceinline__ void pf_mma_rows(float (&acc)[4][4], float s_lo, float s_hi, int Kd, const TA *A, int ars,
+                                            int acs, const TB *B, int brs, int bcs, int i0, int j0) {
+    float tmp[4][4] = {};
+    pf_mma<NS, AKC, BKC>(tmp, Kd, A, ars, acs, B, brs, bcs, i0, j0);
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        acc[s][0] += s_lo * tmp[s][0];
+        acc[s][1] += s_lo * tmp[s][1];
+        acc[s][2] += s_hi * tmp[s][2];
+        acc[s][3] += s_hi * tmp[s][3];
+    }
+}
+/* calls f(i, j, s, e) for every element of a warp accumulator: row i, column j, column block s, slot e */
+template <int NS, class F>
+__device__ __forceinline__ void pf_each(int i0, int j0, float (&acc)[4][4], F f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) f(i0 + g + (e >> 1) * 8, j0 + 8 * s + 2 * t + (e & 1), s, e);
+}
+
 /* ---- global → shared tile copies ----
  * copy_tile: rows [0, rows) × cols [0, ncols) of dst (same element type as src, row stride ldd) get
  * src[i*rs + c0 + j] for i < n and c0 + j < cmax, zero elsewhere. Aligned cases (16 B vectors of 8

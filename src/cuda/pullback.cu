@@ -420,38 +420,6 @@ __host__ __device__ inline PfLayout pf_layout(int KS, bool wy) {
     return L;
 }
 
-/* acc += this warp's 16×(8·NS) tile of A·B (operands as in bgemm; AKC/BKC: k contiguous) */
-template <int NS, bool AKC, bool BKC, class TA, class TB>
-__device__ __forceinline__ void pf_mma(float (&acc)[4][4], int Kd, const TA *A, int ars, int acs, const TB *B, int brs,
-                                       int bcs, int i0, int j0) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const TA *a0p = A + (i0 + g) * ars + 2 * t * acs;
-    warp_tile<NS, AKC, BKC>(Kd, a0p, a0p + 8 * ars, acs, B + 2 * t * brs + (j0 + g) * bcs, brs, bcs, acc);
-}
-/* acc += diag(s) · (this warp's tile of A·B): s_lo for rows g, s_hi for rows g + 8 */
-template <int NS, bool AKC, bool BKC, class TA, class TB>
-__device__ __forceinline__ void pf_mma_rows(float (&acc)[4][4], float s_lo, float s_hi, int Kd, const TA *A, int ars,
-                                            int acs, const TB *B, int brs, int bcs, int i0, int j0) {
-    float tmp[4][4] = {};
-    pf_mma<NS, AKC, BKC>(tmp, Kd, A, ars, acs, B, brs, bcs, i0, j0);
-#pragma unroll
-    for (int s = 0; s < NS; s++) {
-        acc[s][0] += s_lo * tmp[s][0];
-        acc[s][1] += s_lo * tmp[s][1];
-        acc[s][2] += s_hi * tmp[s][2];
-        acc[s][3] += s_hi * tmp[s][3];
-    }
-}
-/* calls f(i, j, e, x) for every element of a warp accumulator: row i, column j, slot */
-template <int NS, class F>
-__device__ __forceinline__ void pf_each(int i0, int j0, float (&acc)[4][4], F f) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int s = 0; s < NS; s++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) f(i0 + g + (e >> 1) * 8, j0 + 8 * s + 2 * t + (e & 1), s, e);
-}
-
 template <class T, int KS, bool WY>
 __global__ void __launch_bounds__(PF_THREADS)
 pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const T *do_,

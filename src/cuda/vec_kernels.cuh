@@ -58,7 +58,9 @@ cudaError_t launch_vec_factors(const Prob &p, rewy_dtype dt, const void *q, cons
 /* vec_pullback.cu: per (chunk, value head): the local pullback (ReWY or WY), matrix intra (§6),
  * the feature-local chain rule (§5), endpoint terms and the reverse in-chunk cumsum of Ḡ.
  * Wbar: WY scratch [NC*HV][BT][Kp] fp32. acc: when HV > H, fp32 q̄, k̄ partials 2×[NC*HV][BT][Kp],
- * summed over each value-head group by a second kernel (deterministic, no atomics). */
+ * summed over each value-head group by a second kernel (deterministic, no atomics).
+ * 2-byte inputs with chunk 64, K ≤ 128 and V % 8 == 0 take vec_pullback_fast_kernel (16 warps, the
+ * K-wide results in registers, W̄ in shared memory: Wbar unused); anything else the general kernel. */
 cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                                 const void *beta, const void *b, const void *w, const float *Gc, const float *A,
                                 const void *do_, const state_t *Sc, const state_t *Sbar, const float *R,

@@ -19,7 +19,8 @@
  *
  * One block per (chunk, value head), 256 threads. V in 32-column slabs, K in 32-feature slabs;
  * all products are bgemm (tf32 tensor cores, fp32 accumulation) with epilogues that accumulate
- * into shared fp32 tiles. Correctness-first: plain loads, no prefetch. */
+ * into shared fp32 tiles. Correctness-first: plain loads, no prefetch. This is the general path
+ * (fp32 inputs, other sizes); vec_pullback_fast_kernel below is the 2-byte, chunk-64, K ≤ 128 path. */
 #include "vec_kernels.cuh"
 
 namespace rewy_cuda {
@@ -391,11 +392,510 @@ __global__ void vec_gva_sum_kernel(Prob p, const float *acc, T *dq, T *dk) {
     }
 }
 
+/* ==== The fast path: 2-byte inputs, chunk 64, K ≤ KS ∈ {64, 128}, V a multiple of 8 ====
+ * Same math as vec_pullback_kernel above (its header names every term), laid out like
+ * pullback_fast_kernel (pullback.cu): one block of 16 warps per (chunk, value head); warp w owns
+ * rows 16(w%4)… and a quarter (w/4) of the columns of every K-wide result and of the 64×64 ones,
+ * and keeps them in registers as mma fragments over the whole chunk:
+ *   Eh: P S_cᵀ (ReWY; Ē_dir = −Eh) or, WY, R̄ S_cᵀ = −W̄ and then Ē_dir = Aᵀ W̄;   Qh: Ō S_cᵀ;
+ *   Fh: F̄ = R S̄⁺ᵀ;   Dh: P Rᵀ (WY: R̄ Zᵀ, then AᵀĀAᵀ);   Hh: Ō Rᵀ.
+ * The V slabs (64 columns) are read once. After the V loop the feature-local factors are applied
+ * element by element from the chunk's G tile (fp32, resident): Eh ← γ⊙Ē_dir, Qh ← γ⊙Qh,
+ * Fh ← e^{G_n−G}⊙F̄, and the intra terms join through one temporary fragment at a time:
+ *   Eh += α⊙(D (K⊙ζ)),  Qh += α⊙(H_q (K⊙ζ)),  Fh += ζ⊙(Dᵀ(b⊙K⊙α) + H_qᵀ(Q⊙α)),
+ * with the scaled operands formed once in shared memory as fp32, transposed ([feature][token]:
+ * k-contiguous B operands), and D, H_q stored masked with their transposes (k-contiguous A
+ * operands). The triangular masks bound the inner dimension: D, H_q rows i0… need tokens < i0+16,
+ * their transposes tokens ≥ i0. Strong-gate chunks (half range > VEC_CENTER_LIMIT) take the exact
+ * pairwise exponents per fragment element instead (plain loops; rare). The epilogue forms q̄, k̄,
+ * b̄, Ḡ from the registers; β̄ and the reverse cumsum of Ḡ (segmented over 512/KS row segments)
+ * are fixed-order reductions. WY forms P = AᵀR̄ and Z = w⊙V per slab and, after the V loop,
+ * Ā = R̄Zᵀ + W̄Eᵀ, D = 𝓛_<(−AᵀĀAᵀ) and Ē_dir = AᵀW̄ with W̄ in shared memory. */
+constexpr int VF_THREADS = 512;
+constexpr int VF_NW = VF_THREADS / 32;
+constexpr int VF_BV = 64;          /* V slab */
+constexpr int VF_LDF = VF_BV + 4;  /* fp32 V-slab tiles [64][68] */
+constexpr int VF_LDH = VF_BV + 8;  /* 16-bit and state V-slab tiles [rows][72] */
+constexpr int VF_LN = MAXBT + 8;   /* n×n fp32 tiles and transposed K-side operands [KS][72] (≡ 8 mod 32 words) */
+
+/* byte offsets of the fast vector pullback's shared memory */
+struct VfLayout {
+    int Ps, Rs, Xs, Zs, Os, Vs, Sc, Sb;  /* V slabs */
+    int Stg, Ab, Tm, Wb, Es, As;         /* after the V loop: K, Q, b staged (input type); WY */
+    int Dm, Dt, Hm, Ht, Kz, Bk, Qa, Gb;  /* K side (Gb: Ḡ tile over Kz at the end) */
+    int Gs, sf, total;                   /* resident: G tile, small arrays */
+    int stg, nn, kt, gt;                 /* region sizes */
+};
+__host__ __device__ constexpr VfLayout vf_layout(int KS, bool wy) {
+    VfLayout L = {};
+    const int f = MAXBT * VF_LDF * 4, hh = MAXBT * VF_LDH * 2, s = KS * VF_LDH * (int)sizeof(state_t);
+    L.nn = MAXBT * VF_LN * 4;
+    L.kt = KS * VF_LN * 4;
+    L.stg = MAXBT * (KS + 8) * 2;
+    L.gt = MAXBT * (KS + 4) * 4;
+    int o = 0;
+    L.Ps = o; o += f;
+    L.Rs = o; o += f;
+    L.Xs = o; o += wy ? f : 0; /* WY: R̄ slab */
+    L.Zs = o; o += wy ? f : 0; /* WY: w⊙V slab */
+    L.Os = o; o += hh;
+    L.Vs = o; o += hh;
+    L.Sc = o; o += s;
+    L.Sb = o; o += s;
+    const int x1 = o;
+    o = 0;
+    L.Stg = o; o += 3 * L.stg;
+    L.Ab = o; o += wy ? L.nn : 0;
+    L.Tm = o; o += wy ? L.nn : 0;
+    L.Wb = o; o += wy ? L.gt : 0;
+    L.Es = o; o += wy ? L.gt : 0;
+    L.As = x1 > o ? x1 : o;    /* WY: A, clear of the V slabs and of the W̄ stage; dead before the K side */
+    const int a_end = L.As + (wy ? L.nn : 0);
+    o = 0;
+    L.Dm = o; o += L.nn;
+    L.Dt = o; o += L.nn;
+    L.Hm = o; o += L.nn;
+    L.Ht = o; o += L.nn;
+    L.Kz = o; o += L.kt;
+    L.Bk = o; o += L.kt;
+    L.Qa = o; o += L.kt;
+    L.Gb = L.Kz;
+    o = o > a_end ? o : a_end;
+    L.Gs = o; o += L.gt;
+    /* mid, stv [KS]; keyp [4][KS]; segs [512]; rowg, rdb [64]; redb [4][64]; red [32] */
+    L.sf = o; o += 4 * (6 * KS + VF_THREADS + 2 * MAXBT + 4 * MAXBT + 32);
+    L.total = o;
+    return L;
+}
+
+/* two adjacent outputs (j, j+1) of a row; `two`: j+1 exists; `pair`: one 4-byte store (aligned) */
+template <class T>
+__device__ __forceinline__ void vf_st2(T *dst, float x, float y, bool two, bool pair) {
+    typedef typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type T2;
+    if (two && pair) {
+        T2 v;
+        st<T>(reinterpret_cast<T *>(&v), x);
+        st<T>(reinterpret_cast<T *>(&v) + 1, y);
+        *reinterpret_cast<T2 *>(dst) = v;
+    } else {
+        st<T>(dst, x);
+        if (two) st<T>(dst + 1, y);
+    }
+}
+
+template <class T, int KS, bool WY>
+__global__ void __launch_bounds__(VF_THREADS)
+vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const T *b, const T *w,
+                         const float *Gc, const float *A, const T *do_, const state_t *Sc, const state_t *Sbar,
+                         const float *R, const float *PR, float *acc, T *dq, T *dk, T *dv, T *dbeta, T *db, T *dw,
+                         float *dg) {
+    extern __shared__ __align__(16) char smc[];
+    constexpr int NSK = KS / 32;           /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
+    constexpr int NSN = 2;                 /* … in the 64×64 results (16 columns) */
+    constexpr int LN = VF_LN, LDG = KS + 4, LDS = KS + 8;
+    constexpr int LP = VF_THREADS / KS;    /* threads per feature in the per-feature stages (4 or 8) */
+    constexpr VfLayout L = vf_layout(KS, WY);
+    static_assert(KS == 64 || KS == 128, "K slab");
+    static_assert(3 * L.stg <= 4 * L.nn, "the staged K, Q, b lie under Dm..Ht (dead before those are written)");
+    static_assert(L.gt <= L.kt, "the Ḡ tile fits over Kz");
+    static_assert(L.total <= 232448, "shared memory");
+    const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const ChunkInfo ci = p.ctab[c];
+    const int n = ci.n, tok0 = ci.tok0;
+    if (n == 0) return;
+    float *Ps = reinterpret_cast<float *>(smc + L.Ps), *Rs = reinterpret_cast<float *>(smc + L.Rs);
+    float *Xs = reinterpret_cast<float *>(smc + L.Xs), *Zs = reinterpret_cast<float *>(smc + L.Zs);
+    T *Os = reinterpret_cast<T *>(smc + L.Os), *Vs = reinterpret_cast<T *>(smc + L.Vs);
+    state_t *Scs = reinterpret_cast<state_t *>(smc + L.Sc), *Sbs = reinterpret_cast<state_t *>(smc + L.Sb);
+    T *Kst = reinterpret_cast<T *>(smc + L.Stg);   /* [64][KS+8] row-major, input type */
+    T *Qst = Kst + MAXBT * LDS, *Bst = Qst + MAXBT * LDS;
+    float *Ab = reinterpret_cast<float *>(smc + L.Ab), *Tm = reinterpret_cast<float *>(smc + L.Tm);
+    float *Wb = reinterpret_cast<float *>(smc + L.Wb), *Es = reinterpret_cast<float *>(smc + L.Es);
+    float *As = reinterpret_cast<float *>(smc + L.As);
+    float *Dm = reinterpret_cast<float *>(smc + L.Dm), *Dt = reinterpret_cast<float *>(smc + L.Dt);
+    float *Hm = reinterpret_cast<float *>(smc + L.Hm), *Ht = reinterpret_cast<float *>(smc + L.Ht);
+    float *Kz = reinterpret_cast<float *>(smc + L.Kz), *Bk = reinterpret_cast<float *>(smc + L.Bk);
+    float *Qa = reinterpret_cast<float *>(smc + L.Qa), *Gbt = reinterpret_cast<float *>(smc + L.Gb);
+    float *Gs = reinterpret_cast<float *>(smc + L.Gs); /* [64][KS+4] G of the chunk (rows ≥ n, features ≥ Kp zero) */
+    float *mid = reinterpret_cast<float *>(smc + L.sf), *stv = mid + KS, *keyp = stv + KS;
+    float *segs = keyp + 4 * KS, *rowg = segs + VF_THREADS, *rdb = rowg + MAXBT, *redb = rdb + MAXBT;
+    float *red = redb + 4 * MAXBT;
+
+    const int rt = warp & 3, cq = warp >> 2;  /* this warp's row tile and column quarter */
+    const int i0 = rt * 16, jk = cq * (KS / 4), jn = cq * 16;
+    const size_t ch = (size_t)c * p.HV + hv;
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V, rsb = (size_t)p.HV * p.K;
+    const float *Gch = Gc + ch * MAXBT * p.Kp, *Rc = R + ch * MAXBT * p.V, *PRc = PR + ch * MAXBT * p.V;
+    const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
+    const T *kc = k + ((size_t)tok0 * p.H + h) * p.K, *qc = q + ((size_t)tok0 * p.H + h) * p.K;
+    const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
+    const T *bc = b ? b + ((size_t)tok0 * p.HV + hv) * p.K : nullptr; /* GDN2 erase gate rows */
+    const T *wc = w ? w + (size_t)tok0 * rsv + (size_t)hv * p.V : nullptr; /* GDN2 write gate rows */
+    const float sc = p.scale;
+    const int lf = tid / LP, lpart = tid % LP; /* per-feature stages: feature lf, LP lanes per feature */
+
+    /* ---- setup: G tile, A (WY), the row gate β (KDA; erase = write = β) ---- */
+    copy_tile<float>(Gs, LDG, MAXBT, KS, Gch, p.Kp, n, 0, p.Kp);
+    if (WY) copy_tile<float>(As, LN, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
+    if (tid < MAXBT) {
+        rowg[tid] = (beta && tid < n) ? ld<T>(beta + ((size_t)tok0 + tid) * p.HV + hv) : 0.f;
+        rdb[tid] = 0.f;
+    }
+
+    float Eh[4][4] = {}, Qh[4][4] = {}, Fh[4][4] = {}, Dh[4][4] = {}, Hh[4][4] = {};
+    float lam = 0.f; /* ⟨S̄⁺, S_c⟩ of feature lf, this thread's columns */
+
+    /* ---- the V slabs: every product with a V-long inner dimension ---- */
+    for (int v0 = 0; v0 < p.V; v0 += VF_BV) {
+        copy_tile<T>(Os, VF_LDH, MAXBT, VF_BV, doc, rsv, n, v0, p.V);
+        copy_tile<T>(Vs, VF_LDH, MAXBT, VF_BV, vc, rsv, n, v0, p.V);
+        copy_tile<float>(Rs, VF_LDF, MAXBT, VF_BV, Rc, p.V, n, v0, p.V);
+        copy_tile<float>(WY ? Xs : Ps, VF_LDF, MAXBT, VF_BV, PRc, p.V, n, v0, p.V);
+        copy_tile<state_t>(Scs, VF_LDH, KS, VF_BV, Scc, p.V, p.K, v0, p.V);
+        copy_tile<state_t>(Sbs, VF_LDH, KS, VF_BV, Sbc, p.V, p.K, v0, p.V);
+        cp_async_wait();
+        __syncthreads();
+        if (WY) { /* P = Aᵀ R̄,  Z = w⊙V */
+            bgemm<VF_NW>(MAXBT, VF_BV, MAXBT, As, 1, LN, Xs, VF_LDF, 1,
+                         [&](int i, int j, float cc) { Ps[i * VF_LDF + j] = cc; });
+            for (int e = tid; e < MAXBT * VF_BV; e += VF_THREADS) {
+                const int i = e / VF_BV, j = e - i * VF_BV;
+                float z = 0.f;
+                if (i < n && v0 + j < p.V)
+                    z = (wc ? ld<T>(wc + i * rsv + v0 + j) : rowg[i]) * ldf(Vs + i * VF_LDH + j);
+                Zs[i * VF_LDF + j] = z;
+            }
+            __syncthreads();
+        }
+        { /* v̄ = w⊙P, w̄ = P⊙v (GDN2), ⟨P, v⟩ for β̄ (KDA): eight columns per thread, eight threads per row */
+            const int i = tid >> 3, j = (tid & 7) * 8;
+            float s = 0.f;
+            if (i < n && v0 + j < p.V) {
+                uint4 pk, pw;
+                T *o8 = reinterpret_cast<T *>(&pk), *w8 = reinterpret_cast<T *>(&pw);
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    const float pv = Ps[i * VF_LDF + j + m], vv = ldf(Vs + i * VF_LDH + j + m);
+                    const float wg = wc ? ld<T>(wc + i * rsv + v0 + j + m) : rowg[i];
+                    st<T>(o8 + m, wg * pv);
+                    st<T>(w8 + m, pv * vv);
+                    s += pv * vv;
+                }
+                const size_t go = ((size_t)tok0 + i) * rsv + (size_t)hv * p.V + v0 + j;
+                *reinterpret_cast<uint4 *>(dv + go) = pk;
+                if (dw) *reinterpret_cast<uint4 *>(dw + go) = pw;
+            }
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            if ((tid & 7) == 0) rdb[i] += s;
+        }
+        { /* diag(S̄⁺ S_cᵀ): feature lf, VF_BV/LP columns per thread */
+            constexpr int LC = VF_BV / LP;
+            const state_t *x = Scs + lf * VF_LDH + lpart * LC, *y = Sbs + lf * VF_LDH + lpart * LC;
+#pragma unroll
+            for (int m = 0; m < LC; m++) lam += ldf(x + m) * ldf(y + m);
+        }
+        if (WY) {
+            pf_mma<NSN, true, true>(Dh, VF_BV, Xs, VF_LDF, 1, Zs, 1, VF_LDF, i0, jn);   /* R̄ Zᵀ */
+            pf_mma<NSK, true, true>(Eh, VF_BV, Xs, VF_LDF, 1, Scs, 1, VF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
+        } else {
+            pf_mma<NSN, true, true>(Dh, VF_BV, Ps, VF_LDF, 1, Rs, 1, VF_LDF, i0, jn);   /* P Rᵀ */
+            pf_mma<NSK, true, true>(Eh, VF_BV, Ps, VF_LDF, 1, Scs, 1, VF_LDH, i0, jk);  /* P S_cᵀ = −Ē_dir */
+        }
+        pf_mma<NSN, true, true>(Hh, VF_BV, Os, VF_LDH, 1, Rs, 1, VF_LDF, i0, jn);       /* Ō Rᵀ */
+        pf_mma<NSK, true, true>(Qh, VF_BV, Os, VF_LDH, 1, Scs, 1, VF_LDH, i0, jk);      /* Ō S_cᵀ */
+        pf_mma<NSK, true, true>(Fh, VF_BV, Rs, VF_LDF, 1, Sbs, 1, VF_LDH, i0, jk);      /* F̄ = R S̄⁺ᵀ */
+        __syncthreads();
+    }
+
+    /* ---- per feature: ⟨S̄⁺, S_c⟩, centers (same rule as vec_intra.cu), the chunk's half range ---- */
+#pragma unroll
+    for (int o = 1; o < LP; o <<= 1) lam += __shfl_xor_sync(0xffffffffu, lam, o);
+    if (lpart == 0) stv[lf] = lam;
+    {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int i = lpart; i < n; i += LP) {
+            const float x = Gs[i * LDG + lf];
+            lo = fminf(lo, x);
+            hi = fmaxf(hi, x);
+        }
+#pragma unroll
+        for (int o = 1; o < LP; o <<= 1) {
+            lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+            hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+        }
+        if (lpart == 0) mid[lf] = 0.5f * (hi + lo);
+        float hr = 0.5f * (hi - lo);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) hr = fmaxf(hr, __shfl_xor_sync(0xffffffffu, hr, o));
+        if (lane == 0) red[warp] = hr;
+    }
+    /* K, Q (and b) of the chunk, row-major, for the K-side operands (the V slabs are dead: the loop ended
+     * with a barrier) */
+    copy_tile<T>(Kst, LDS, MAXBT, KS, kc, rsk, n, 0, p.K);
+    copy_tile<T>(Qst, LDS, MAXBT, KS, qc, rsk, n, 0, p.K);
+    if (bc) copy_tile<T>(Bst, LDS, MAXBT, KS, bc, rsb, n, 0, p.K);
+    if (WY) {
+        pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { Ab[i * LN + j] = Dh[s][e]; });   /* R̄ Zᵀ */
+        pf_each<NSK>(i0, jk, Eh, [&](int i, int j, int s, int e) { Wb[i * LDG + j] = -Eh[s][e]; }); /* W̄ */
+    }
+    cp_async_wait();
+    __syncthreads();
+    float half_range = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < VF_NW; wi++) half_range = fmaxf(half_range, red[wi]);
+    const bool centered = half_range <= VEC_CENTER_LIMIT;
+
+    /* ---- WY: Ā = R̄ Zᵀ + W̄ Eᵀ (E = b⊙K⊙γ), Ē_dir = Aᵀ W̄ (into Eh), AᵀĀAᵀ = −M̄ (into Dh) ---- */
+    if (WY) {
+        for (int e = tid; e < MAXBT * KS; e += VF_THREADS) {
+            const int i = e / KS, d = e - i * KS;
+            float x = 0.f;
+            if (i < n && d < p.K)
+                x = (bc ? ldf(Bst + i * LDS + d) : rowg[i]) * ldf(Kst + i * LDS + d) * expf(Gs[i * LDG + d]);
+            Es[i * LDG + d] = x;
+        }
+#pragma unroll
+        for (int s = 0; s < 4; s++) Eh[s][0] = Eh[s][1] = Eh[s][2] = Eh[s][3] = 0.f;
+        pf_mma<NSK, false, false>(Eh, MAXBT, As, 1, LN, Wb, LDG, 1, i0, jk);
+        __syncthreads();
+        bgemm<VF_NW>(MAXBT, MAXBT, KS, Wb, LDG, 1, Es, 1, LDG, [&](int i, int j, float cc) { Ab[i * LN + j] += cc; });
+        __syncthreads();
+        bgemm<VF_NW>(MAXBT, MAXBT, MAXBT, As, 1, LN, Ab, LN, 1, [&](int i, int j, float cc) { Tm[i * LN + j] = cc; });
+        __syncthreads();
+#pragma unroll
+        for (int s = 0; s < 4; s++) Dh[s][0] = Dh[s][1] = Dh[s][2] = Dh[s][3] = 0.f;
+        pf_mma<NSN, true, true>(Dh, MAXBT, Tm, LN, 1, As, 1, LN, i0, jn);
+        __syncthreads(); /* the K-side operands go over Ab … As */
+    }
+
+    /* ---- K-side operands, transposed [feature][token] fp32: K⊙ζ, b⊙K⊙α, Q⊙α (Q = scale·q);
+     * strong gates: K, b⊙K, Q (the exact path applies the pairwise exponents itself) ---- */
+    for (int e = tid; e < MAXBT * KS; e += VF_THREADS) {
+        const int j = e % MAXBT, d = e / MAXBT;
+        float kz = 0.f, bk = 0.f, qa = 0.f;
+        if (j < n && d < p.K) {
+            const float kv = ldf(Kst + j * LDS + d), bv = bc ? ldf(Bst + j * LDS + d) : rowg[j];
+            const float qv = sc * ldf(Qst + j * LDS + d);
+            float a = 1.f, z = 1.f;
+            if (centered) {
+                const float x = Gs[j * LDG + d] - mid[d];
+                a = expf(x);
+                z = expf(-x);
+            }
+            kz = kv * z;
+            bk = bv * kv * a;
+            qa = qv * a;
+        }
+        Kz[d * LN + j] = kz;
+        Bk[d * LN + j] = bk;
+        Qa[d * LN + j] = qa;
+    }
+    __syncthreads(); /* the staged K, Q, b are dead: Dm … Ht go over them */
+    /* D = −𝓛_<(Dh) (ReWY: Dh = P Rᵀ; WY: Dh = AᵀĀAᵀ = −M̄), H_q = 𝓛_≤(Ō Rᵀ), each with its transpose */
+    pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) {
+        const float d = (i < n && j < i) ? -Dh[s][e] : 0.f;
+        const float hq = (i < n && j <= i) ? Hh[s][e] : 0.f;
+        Dm[i * LN + j] = d;
+        Dt[j * LN + i] = d;
+        Hm[i * LN + j] = hq;
+        Ht[j * LN + i] = hq;
+    });
+    /* feature-local scaling: ek = Ē_dir⊙γ, qk = (Ō S_cᵀ)⊙γ, yk = F̄⊙e^{G_n−G}; Σ_i k⊙yk (endpoint key term,
+     * before the intra terms join yk) per column of this warp's row tile */
+    {
+        const float sE = WY ? 1.f : -1.f;
+        float kcol[4][2] = {};
+        pf_each<NSK>(i0, jk, Eh, [&](int i, int j, int s, int e) {
+            float ev = 0.f, qv = 0.f, fv = 0.f;
+            if (i < n && j < p.K) {
+                const float G = Gs[i * LDG + j], gam = expf(G);
+                ev = sE * Eh[s][e] * gam;
+                qv = Qh[s][e] * gam;
+                fv = Fh[s][e] * expf(Gs[(n - 1) * LDG + j] - G);
+                kcol[s][e & 1] += ld<T>(kc + i * rsk + j) * fv;
+            }
+            Eh[s][e] = ev;
+            Qh[s][e] = qv;
+            Fh[s][e] = fv;
+        });
+#pragma unroll
+        for (int s = 0; s < NSK; s++)
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                float x = kcol[s][u];
+                x += __shfl_xor_sync(0xffffffffu, x, 4);
+                x += __shfl_xor_sync(0xffffffffu, x, 8);
+                x += __shfl_xor_sync(0xffffffffu, x, 16);
+                if (g == 0) keyp[rt * KS + jk + 8 * s + 2 * t + u] = x;
+            }
+    }
+    __syncthreads();
+
+    /* ---- matrix intra (§6) ---- */
+    if (centered) {
+        float tm[4][4];
+        auto zero = [&]() {
+#pragma unroll
+            for (int s = 0; s < 4; s++) tm[s][0] = tm[s][1] = tm[s][2] = tm[s][3] = 0.f;
+        };
+        /* acc += (α or ζ) ⊙ tm */
+        auto fold = [&](float (&a)[4][4], bool alpha) {
+            pf_each<NSK>(i0, jk, a, [&](int i, int j, int s, int e) {
+                if (i < n && j < p.K) {
+                    const float x = Gs[i * LDG + j] - mid[j];
+                    a[s][e] += expf(alpha ? x : -x) * tm[s][e];
+                }
+            });
+        };
+        zero(); /* ek += α⊙(D (K⊙ζ)) */
+        pf_mma<NSK, true, true>(tm, i0 + 16, Dm, LN, 1, Kz, 1, LN, i0, jk);
+        fold(Eh, true);
+        zero(); /* qk += α⊙(H_q (K⊙ζ)) */
+        pf_mma<NSK, true, true>(tm, i0 + 16, Hm, LN, 1, Kz, 1, LN, i0, jk);
+        fold(Qh, true);
+        zero(); /* yk += ζ⊙(Dᵀ(b⊙K⊙α) + H_qᵀ(Q⊙α)) */
+        pf_mma<NSK, true, true>(tm, MAXBT - i0, Dt + i0, LN, 1, Bk + i0, 1, LN, i0, jk);
+        pf_mma<NSK, true, true>(tm, MAXBT - i0, Ht + i0, LN, 1, Qa + i0, 1, LN, i0, jk);
+        fold(Fh, false);
+    } else {
+        /* exact pairwise exponents: every factor e^{G_i − G_j}, i ≥ j, is ≤ 1 for log gates ≤ 0 */
+        pf_each<NSK>(i0, jk, Eh, [&](int i, int j, int s, int e) {
+            if (i >= n || j >= p.K) return;
+            const float Gi = Gs[i * LDG + j];
+            float se = 0.f, sq = 0.f, sy = 0.f;
+            for (int m = 0; m <= i; m++) {
+                const float f = expf(Gi - Gs[m * LDG + j]) * Kz[j * LN + m];
+                se += Dm[i * LN + m] * f; /* D_ii = 0 */
+                sq += Hm[i * LN + m] * f;
+            }
+            for (int m = i; m < n; m++) {
+                const float f = expf(Gs[m * LDG + j] - Gi);
+                sy += (Dt[i * LN + m] * Bk[j * LN + m] + Ht[i * LN + m] * Qa[j * LN + m]) * f;
+            }
+            Eh[s][e] += se;
+            Qh[s][e] += sq;
+            Fh[s][e] += sy;
+        });
+    }
+    __syncthreads(); /* the Ḡ tile goes over Kz */
+
+    /* ---- chain rule to the inputs, from the registers: q̄ = scale·qk, k̄ = ek⊙b + yk, b̄ = ek⊙k,
+     * Ḡ = ek⊙b⊙k − yk⊙k + qk⊙Q; after this Eh holds b̄, Fh k̄, Qh q̄ ---- */
+    float sb[2] = {0.f, 0.f};
+    pf_each<NSK>(i0, jk, Eh, [&](int i, int j, int s, int e) {
+        float gb = 0.f;
+        if (i < n && j < p.K) {
+            const float kk = ld<T>(kc + i * rsk + j), bb = bc ? ld<T>(bc + i * rsb + j) : rowg[i];
+            const float qs = sc * ld<T>(qc + i * rsk + j);
+            const float ek = Eh[s][e], yk = Fh[s][e], qk = Qh[s][e];
+            const float dbv = ek * kk;
+            sb[e >> 1] += dbv;
+            gb = ek * bb * kk - yk * kk + qk * qs;
+            Eh[s][e] = dbv;
+            Fh[s][e] = ek * bb + yk;
+            Qh[s][e] = sc * qk;
+        }
+        Gbt[i * LDG + j] = gb;
+    });
+    {
+        const bool pair = (p.K & 1) == 0; /* then (row, even j) pairs are 4-byte aligned */
+        pf_each<NSK>(i0, jk, Eh, [&](int i, int j, int s, int e) {
+            if ((e & 1) || i >= n || j >= p.K) return;
+            const bool two = j + 1 < p.K;
+            if (p.G == 1) {
+                const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + j;
+                vf_st2<T>(dq + o, Qh[s][e], Qh[s][e + 1], two, pair);
+                vf_st2<T>(dk + o, Fh[s][e], Fh[s][e + 1], two, pair);
+            } else { /* GVA: fp32 partials, summed over the group by vec_gva_sum_kernel */
+                const size_t ao = (ch * MAXBT + i) * p.Kp + j, half = (size_t)p.NC * p.HV * MAXBT * p.Kp;
+                acc[ao] = Qh[s][e];
+                acc[half + ao] = Fh[s][e];
+                if (two) {
+                    acc[ao + 1] = Qh[s][e + 1];
+                    acc[half + ao + 1] = Fh[s][e + 1];
+                }
+            }
+            if (db) vf_st2<T>(db + ((size_t)(tok0 + i) * p.HV + hv) * p.K + j, Eh[s][e], Eh[s][e + 1], two, pair);
+        });
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 1);
+        sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 2);
+    }
+    if (t == 0) {
+        redb[cq * MAXBT + i0 + g] = sb[0];
+        redb[cq * MAXBT + i0 + g + 8] = sb[1];
+    }
+    __syncthreads();
+
+    /* ---- β̄ = Σ_V W̄_e + Σ_K b̄ (KDA); ḡ = reverse in-chunk cumsum of Ḡ, over NSEG row segments, with
+     * Ḡ_{n−1} += diag(S̄⁺S_cᵀ)⊙γ_n + Σ_j k_j⊙yk_j ---- */
+    if (dbeta && tid < n) {
+        float x = rdb[tid];
+#pragma unroll
+        for (int u = 0; u < 4; u++) x += redb[u * MAXBT + tid];
+        st<T>(dbeta + ((size_t)tok0 + tid) * p.HV + hv, x);
+    }
+    constexpr int NSEG = VF_THREADS / KS, RS = MAXBT / NSEG;
+    const int cd = tid % KS, seg = tid / KS, r0 = seg * RS, r1 = min(r0 + RS, n);
+    {
+        float s = 0.f;
+        for (int i = r0; i < r1; i++) s += Gbt[i * LDG + cd];
+        segs[seg * KS + cd] = s;
+    }
+    __syncthreads();
+    if (dg && cd < p.K && r0 < n) {
+        float s = stv[cd] * expf(Gs[(n - 1) * LDG + cd]);
+        float kv = 0.f;
+#pragma unroll
+        for (int u = 0; u < 4; u++) kv += keyp[u * KS + cd];
+        s += kv;
+        for (int u = NSEG - 1; u > seg; u--) s += segs[u * KS + cd];
+        for (int i = r1 - 1; i >= r0; i--) {
+            s += Gbt[i * LDG + cd];
+            dg[((size_t)(tok0 + i) * p.HV + hv) * p.K + cd] = s;
+        }
+    }
+}
+
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const void *v, const void *beta, const void *b,
                        const void *w, const float *Gc, const float *A, const void *do_, const state_t *Sc,
                        const state_t *Sbar, const float *R, const float *PR, int wy, float *Wbar, float *acc, void *dq,
                        void *dk, void *dv, void *dbeta, void *db, void *dw, float *dg, cudaStream_t s) {
+    if constexpr (sizeof(T) == 2) {
+        /* the fast path (see vec_pullback_fast_kernel) where its tiles apply and its shared memory fits */
+        auto aligned = [](const void *x, uintptr_t a) { return ((uintptr_t)x & (a - 1)) == 0; };
+        const bool al = aligned(dv, 16) && (!dw || aligned(dw, 16)) && aligned(dq, 4) && aligned(dk, 4) &&
+                        (!db || aligned(db, 4));
+        if (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al) {
+            bool launched = false;
+            auto go = [&](auto ks, auto wyc) {
+                constexpr int KS = decltype(ks)::value;
+                constexpr bool WY = decltype(wyc)::value;
+                constexpr size_t sm = vf_layout(KS, WY).total;
+                if (ensure_smem<vec_pullback_fast_kernel<T, KS, WY>>(sm) != cudaSuccess) return;
+                vec_pullback_fast_kernel<T, KS, WY><<<dim3(p.NC, p.HV), VF_THREADS, sm, s>>>(
+                    p, (const T *)q, (const T *)k, (const T *)v, (const T *)beta, (const T *)b, (const T *)w, Gc, A,
+                    (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, (T *)db, (T *)dw, dg);
+                launched = true;
+            };
+            using K64 = std::integral_constant<int, 64>;
+            using K128 = std::integral_constant<int, 128>;
+            if (p.K <= 64) wy ? go(K64{}, std::true_type{}) : go(K64{}, std::false_type{});
+            else wy ? go(K128{}, std::true_type{}) : go(K128{}, std::false_type{});
+            if (launched) {
+                cudaError_t e = cudaGetLastError();
+                if (e != cudaSuccess || p.G == 1) return e;
+                vec_gva_sum_kernel<T><<<dim3(p.NC, p.H), 256, 0, s>>>(p, acc, (T *)dq, (T *)dk);
+                return cudaGetLastError();
+            }
+        }
+    }
     const size_t smem = sizeof(float) * (size_t)vp_layout(p.Kp, wy).total;
     cudaError_t e = ensure_smem<vec_pullback_kernel<T>>(smem);
     if (e != cudaSuccess) return e;
