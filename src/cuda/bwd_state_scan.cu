@@ -29,6 +29,15 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     const int ldk = scan_ldk<T>(Kp), ldfe = scan_ldk<FT>(Kp), ldvt = scan_ldvt<T>(BVT), lds = scan_lds(Kp);
     /* fp32 inputs with K > 128: one K/Q buffer (Q reloaded inside the chunk, no K/Q prefetch) */
     const bool share = !VEC && sizeof(T) * Kp > BSCAN_SHARE_KQ_BYTES;
+    /* REG (fast path, K ≤ 128): S̄ lives in registers, warp w holding rows 16·(w % RT)… and one of
+     * CG column groups of the K × BVT tile, so the two products that update it accumulate in place
+     * (no shared-memory read-modify-write) and S̄⁺ is stored from registers; shared memory gets one
+     * copy per chunk, the B operand of F S̄⁺ */
+    constexpr bool REG = KPC == 64 || KPC == 128;
+    constexpr int RT = REG ? KPC / 16 : 1, CG = BSCAN_NW / RT, NS = REG ? BVT / CG / 8 : 1;
+    static_assert(!REG || (BSCAN_NW % RT == 0 && NS >= 1 && NS <= 4), "state tile must split over the warps");
+    const int warp = threadIdx.x >> 5, i0 = (warp % RT) * 16, j0 = (warp / RT) * (BVT / CG);
+    float Sf[4][4] = {};
     /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ, Pst = Pᵀ (scaled by βγ for scalar
      * gates), Xo = (γ⊙Ō)ᵀ (Ōᵀ for vector gates) */
     float *Sbt = sm;                 /* [BVT][Kp+8] */
@@ -47,9 +56,16 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     FT *Es = Qv + MAXBT * ldfe;
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
-        const int j = e / Kp, kk = e - j * Kp;
-        Sbt[j * lds + kk] = (dht && kk < p.K && v0 + j < p.V) ? dht[sbase + st_idx(p, kk, v0 + j)] : 0.f;
+    if constexpr (REG) {
+        if (dht)
+            pf_each<NS>(i0, j0, Sf, [&](int kk, int j, int s_, int e) {
+                Sf[s_][e] = (kk < p.K && v0 + j < p.V) ? dht[sbase + st_idx(p, kk, v0 + j)] : 0.f;
+            });
+    } else {
+        for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
+            const int j = e / Kp, kk = e - j * Kp;
+            Sbt[j * lds + kk] = (dht && kk < p.K && v0 + j < p.V) ? dht[sbase + st_idx(p, kk, v0 + j)] : 0.f;
+        }
     }
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
@@ -99,14 +115,30 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         const size_t ch = (size_t)c * p.HV + hv;
         T *Ks = kb ? KQ1 : KQ0, *Qs = kb ? KQ0 : KQ1;
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
+        if constexpr (REG) { /* S̄⁺: the shared copy for F S̄⁺, and the saved one for the pullback */
+            state_t *dst = Sbar + ch * p.K * p.V + v0;
+            pf_each<NS>(i0, j0, Sf, [&](int kk, int j, int s_, int e) {
+                Sbt[j * lds + kk] = Sf[s_][e];
+                if ((e & 1) || kk >= p.K) return; /* columns j, j+1 together */
+                state_t *d = dst + (size_t)kk * p.V + j;
+                if constexpr (sizeof(state_t) == 2) {
+                    if ((p.V & 1) == 0 && v0 + j + 1 < p.V) {
+                        *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(Sf[s_][e], Sf[s_][e + 1]);
+                        return;
+                    }
+                }
+                if (v0 + j < p.V) st<state_t>(d, Sf[s_][e]);
+                if (v0 + j + 1 < p.V) st<state_t>(d + 1, Sf[s_][e + 1]);
+            });
+        }
         cp_async_wait();
         __syncthreads();
         if (has_next) issue_gb(cur ^ 1, c - 1);
-        store_state_tile<BVT>(Sbar + ch * p.K * p.V, Sbt, lds, p.K, p.V, v0);
+        if constexpr (!REG) store_state_tile<BVT>(Sbar + ch * p.K * p.V, Sbt, lds, p.K, p.V, v0);
         const float gl = Gs[n - 1];
         { /* one row per thread (blockDim is a multiple of BT): one exponential per thread */
             const int i = threadIdx.x % BT;
-            const float gi = VEC ? 1.f : expf(Gs[i]);
+            const float gi = (VEC ? 1.f : expf(Gs[i])) * (REG ? p.scale : 1.f);
             for (int j = threadIdx.x / BT; j < BVT; j += BSCAN_THREADS / BT) Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
         }
         /* R̄ = F S̄⁺ + C_qᵀ Ō: two products of one shape, so each thread adds to what it wrote */
@@ -128,13 +160,42 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         float *PRc = PR + ch * BT * p.V + v0;
         bgemm<BSCAN_NW>(BT, BVT, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
             if (i < n && v0 + j < p.V) PRc[(size_t)i * p.V + j] = wy ? Rbt[j * LDX + i] : cc;
-            Pst[j * LDX + i] = VEC ? cc : bs[i] * expf(Gs[i]) * cc;
+            Pst[j * LDX + i] = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * expf(Gs[i]) * cc);
         });
         __syncthreads();
         if (has_next) issue_nn(As, A, c - 1);
         /* S̄ ← Λ S̄⁺ + Q_gᵀ Ō − Eᵀ P */
         const float gn = expf(gl);
-        if (VEC) {
+        if constexpr (REG) {
+            /* S̄ ← Λ S̄⁺ + (scale·Q_g)ᵀ Ō − Eᵀ P, in the registers (Xo carries the scale, Pst the sign) */
+            const int lane = threadIdx.x & 31;
+            const float d_lo = VEC ? lm[i0 + (lane >> 2)] : gn, d_hi = VEC ? lm[i0 + (lane >> 2) + 8] : gn;
+#pragma unroll
+            for (int s_ = 0; s_ < NS; s_++) {
+                Sf[s_][0] *= d_lo;
+                Sf[s_][1] *= d_lo;
+                Sf[s_][2] *= d_hi;
+                Sf[s_][3] *= d_hi;
+            }
+            if constexpr (VEC) {
+                pf_mma<NS, false, true>(Sf, BT, Qv, 1, ldfe, Xo, 1, LDX, i0, j0);
+                pf_mma<NS, false, true>(Sf, BT, Es, 1, ldfe, Pst, 1, LDX, i0, j0);
+            } else {
+                pf_mma<NS, false, true>(Sf, BT, Qs, 1, ldk, Xo, 1, LDX, i0, j0);
+                pf_mma<NS, false, true>(Sf, BT, Ks, 1, ldk, Pst, 1, LDX, i0, j0);
+            }
+            __syncthreads();
+            if (has_next) {
+                if constexpr (VEC) {
+                    issue_f(Qv, vo.Qg, c - 1);
+                    issue_f(Es, vo.E, c - 1);
+                } else {
+                    issue_k(Qs, cn);
+                    issue_q(Ks, cn);
+                }
+            }
+            kb ^= 1;
+        } else if (VEC) {
             bgemm<BSCAN_NW>(Kp, BVT, BT, Qv, 1, ldfe, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = lm[i] * Sbt[j * lds + i] + p.scale * cc;
             });
@@ -169,7 +230,11 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         }
         cur ^= 1;
     }
-    if (dh0) {
+    if (REG && dh0) {
+        pf_each<NS>(i0, j0, Sf, [&](int kk, int j, int s_, int e) {
+            if (kk < p.K && v0 + j < p.V) dh0[sbase + st_idx(p, kk, v0 + j)] = Sf[s_][e];
+        });
+    } else if (dh0) {
         for (int e = threadIdx.x; e < p.K * BVT; e += blockDim.x) {
             const int kk = e / BVT, j = e - kk * BVT;
             if (v0 + j < p.V) dh0[sbase + st_idx(p, kk, v0 + j)] = Sbt[j * lds + kk];

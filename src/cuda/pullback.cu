@@ -607,7 +607,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                 if (e & 1) return;
                 if (i < n && j < p.K) {
                     const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + j;
-                    if (j + 1 < p.K) {
+                    if (j + 1 < p.K && (p.K & 1) == 0) { /* odd K: element pairs are not 4-byte aligned */
                         typedef typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type T2;
                         T2 kx, qx;
                         st<T>(reinterpret_cast<T *>(&kx), dkv[s][e]);
@@ -619,6 +619,10 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                     } else {
                         st<T>(dk + o, dkv[s][e]);
                         st<T>(dq + o, dqv[s][e]);
+                        if (j + 1 < p.K) {
+                            st<T>(dk + o + 1, dkv[s][e + 1]);
+                            st<T>(dq + o + 1, dqv[s][e + 1]);
+                        }
                     }
                 }
             });
