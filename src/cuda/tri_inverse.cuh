@@ -1,0 +1,156 @@
+/* tri_inverse.cuh: pieces shared by the fast intra kernels (kkt_inverse.cu, vec_intra.cu), chunk 64,
+ * 256 threads:
+ *
+ *  - tri_tile: the 20 warp tiles of 16 rows × 8 columns that cover the lower triangle (diagonal
+ *    included) of a 64×64 matrix: row tile r (rows 16r…16r+15) takes column blocks 0 … 2r+1.
+ *    Everything right of them (columns ≥ 16r+16) is zero in L and C_q.
+ *  - tri_inverse64: A = (I + L)⁻¹ for strictly lower L (64×64, fp32, CUDA-core fp32 FMAs: L and A
+ *    stay fp32, MATH §10) by blocks instead of 63 sequential rows:
+ *      P0  the four 16×16 diagonal blocks A_bb = (I + L_bb)⁻¹: one thread per column, forward
+ *          substitution in registers (no barriers; L rows are broadcast reads);
+ *      P1  T = L_10 A_00,  T' = L_32 A_22;          P2  A_10 = −A_11 T,  A_32 = −A_33 T'
+ *      P3  T2 = L[32:64, 0:32] A[0:32, 0:32];       P4  A[32:64, 0:32] = −A[32:64, 32:64] T2
+ *    (doubling: the 32×32 diagonal halves are inverted by P0–P2, the lower-left quadrant by P3–P4).
+ *    Five barriers in all. Two 64×LDN fp32 buffers: Ls (L on entry) and As. On return the diagonal
+ *    blocks of A lie in As and its strictly lower blocks in Ls (each L block is dead before the A block
+ *    that replaces it is written); tri_store_A writes the dense 64×64 result.
+ *    Rows ≥ n: L is zero there, so (I + L)⁻¹ is the identity there; the diagonal of those rows is set
+ *    to 0 in P0 (A is zero outside the valid rows), which leaves the valid rows unchanged. */
+#ifndef REWY_CUDA_TRI_INVERSE_CUH
+#define REWY_CUDA_TRI_INVERSE_CUH
+
+#include "common.cuh"
+
+namespace rewy_cuda {
+
+constexpr int TRI_TILES = 20;
+
+/* u ∈ [0, 20) → the tile's first row i0 and first column j0 */
+__device__ __forceinline__ void tri_tile(int u, int &i0, int &j0) {
+    const int r = u < 2 ? 0 : (u < 6 ? 1 : (u < 12 ? 2 : 3));
+    i0 = 16 * r;
+    j0 = 8 * (u - r * (r + 1));
+}
+
+/* a += Σ_{m<M} x[m] · y[m*LDN + 0..3]   (x: a row, 16-B aligned; y: 4 columns of M rows, 16-B aligned) */
+template <int M>
+__device__ __forceinline__ void tri_mac(float4 &a, const float *x, const float *y) {
+#pragma unroll
+    for (int m = 0; m < M; m += 4) {
+        const float4 xv = *reinterpret_cast<const float4 *>(x + m);
+        const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const float4 yv = *reinterpret_cast<const float4 *>(y + (m + u) * LDN);
+            a.x = fmaf(xs[u], yv.x, a.x);
+            a.y = fmaf(xs[u], yv.y, a.y);
+            a.z = fmaf(xs[u], yv.z, a.z);
+            a.w = fmaf(xs[u], yv.w, a.w);
+        }
+    }
+}
+
+/* one warp's 16×8 mma tile (NS = 1 fragment, pf_mma layout) → Ls */
+__device__ __forceinline__ void tri_put_tile(float *Ls, int i0, int j0, const float (&acc)[4][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    *reinterpret_cast<float2 *>(Ls + (i0 + g) * LDN + j0 + 2 * t) = make_float2(acc[0][0], acc[0][1]);
+    *reinterpret_cast<float2 *>(Ls + (i0 + g + 8) * LDN + j0 + 2 * t) = make_float2(acc[0][2], acc[0][3]);
+}
+
+/* A = (I + L)⁻¹ (see the header). Call with blockDim.x == 256 after a barrier that completes Ls;
+ * returns after a barrier. Ls needs L only at j < i of the lower blocks (what tri_tile covers). */
+__device__ __forceinline__ void tri_inverse64(float *Ls, float *As, int n) {
+    const int tid = threadIdx.x;
+    /* P0: A_bb column jj: a_ii = δ_ii,jj − Σ_{m<ii} L_im a_m (a_m = 0 for m < jj) */
+    if (tid < 64) {
+        const int o = (tid >> 4) * 16, jj = tid & 15;
+        const float dg = (o + jj < n) ? 1.f : 0.f;
+        float a[16];
+#pragma unroll
+        for (int ii = 0; ii < 16; ii++) {
+            const float *lr = Ls + (o + ii) * LDN + o;
+            float l[16];
+#pragma unroll
+            for (int m = 0; m < ii; m += 4) {
+                const float4 v = *reinterpret_cast<const float4 *>(lr + m);
+                l[m] = v.x;
+                l[m + 1] = v.y;
+                l[m + 2] = v.z;
+                l[m + 3] = v.w;
+            }
+            float s = 0.f;
+#pragma unroll
+            for (int m = 0; m < ii; m++) s = fmaf(l[m], a[m], s);
+            a[ii] = ii == jj ? dg : (ii < jj ? 0.f : -s);
+            As[(o + ii) * LDN + o + jj] = a[ii];
+        }
+    }
+    __syncthreads();
+    /* P1: T = L_{b+1,b} A_bb into As block (b+1, b), b = 0, 2 (the A block is written in P2, into Ls) */
+    const int blk = tid >> 6, ii = (tid >> 2) & 15, jc = (tid & 3) * 4, o = 32 * blk;
+    if (tid < 128) {
+        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+        tri_mac<16>(t, Ls + (o + 16 + ii) * LDN + o, As + o * LDN + o + jc);
+        *reinterpret_cast<float4 *>(As + (o + 16 + ii) * LDN + o + jc) = t;
+    }
+    __syncthreads();
+    /* P2: A_{b+1,b} = −A_{b+1,b+1} T into Ls block (b+1, b) (L_{b+1,b} is dead) */
+    if (tid < 128) {
+        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+        tri_mac<16>(t, As + (o + 16 + ii) * LDN + o + 16, As + (o + 16) * LDN + o + jc);
+        *reinterpret_cast<float4 *>(Ls + (o + 16 + ii) * LDN + o + jc) = make_float4(-t.x, -t.y, -t.z, -t.w);
+    }
+    __syncthreads();
+    /* P3: T2 = L[32:64, 0:32] · A[0:32, 0:32] into As rows 32…63, columns 0…31.
+     * A[0:32, 0:32] = [A_00 0; A_10 A_11]: A_00, A_11 in As, A_10 in Ls. Warps 0–3 columns 0…15, 4–7 16…31. */
+    {
+        const int jb = tid >> 7, i = (tid >> 2) & 31, j = 16 * jb + (tid & 3) * 4;
+        const float *lr = Ls + (32 + i) * LDN;
+        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (jb == 0) {
+            tri_mac<16>(t, lr, As + j);                  /* L[32+i, 0:16] A_00[:, j] */
+            tri_mac<16>(t, lr + 16, Ls + 16 * LDN + j);  /* L[32+i, 16:32] A_10[:, j] */
+        } else {
+            tri_mac<16>(t, lr + 16, As + 16 * LDN + j);  /* L[32+i, 16:32] A_11[:, j−16] */
+        }
+        *reinterpret_cast<float4 *>(As + (32 + i) * LDN + j) = t;
+    }
+    __syncthreads();
+    /* P4: A[32+i, 0:32] = −A[32+i, 32:64] T2 into Ls (L[32:64, 0:32] is dead).
+     * A[32:64, 32:64] = [A_22 0; A_32 A_33]: A_22, A_33 in As, A_32 in Ls. Warps 0–3 rows 32…47. */
+    {
+        const int i = tid >> 3, j = (tid & 7) * 4;
+        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < 16) {
+            tri_mac<16>(t, As + (32 + i) * LDN + 32, As + 32 * LDN + j);  /* A_22 · T2[0:16] */
+        } else {
+            tri_mac<16>(t, Ls + (32 + i) * LDN + 32, As + 32 * LDN + j);  /* A_32 · T2[0:16] */
+            tri_mac<16>(t, As + (32 + i) * LDN + 48, As + 48 * LDN + j);  /* A_33 · T2[16:32] */
+        }
+        *reinterpret_cast<float4 *>(Ls + (32 + i) * LDN + j) = make_float4(-t.x, -t.y, -t.z, -t.w);
+    }
+    __syncthreads();
+}
+
+/* the dense A ([64][64] fp32, 16-B aligned) from tri_inverse64's result: zero above the diagonal
+ * blocks and on rows ≥ n */
+__device__ __forceinline__ void tri_store_A(float *dst, const float *Ls, const float *As, int n) {
+    for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += blockDim.x) {
+        const int i = e >> 4, j = (e & 15) << 2, bi = i >> 4, bj = j >> 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < n && bi >= bj) v = *reinterpret_cast<const float4 *>((bi == bj ? As : Ls) + i * LDN + j);
+        reinterpret_cast<float4 *>(dst)[e] = v;
+    }
+}
+
+/* zeros of a [64][64] lower-triangular output right of the tri_tile tiles (columns ≥ 16r + 16) */
+__device__ __forceinline__ void tri_store_upper_zeros(float *dst) {
+    for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += blockDim.x) {
+        const int i = e >> 4, j = (e & 15) << 2;
+        if (j >= (i & ~15) + 16) reinterpret_cast<float4 *>(dst)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+} // namespace rewy_cuda
+
+#endif
