@@ -7,8 +7,11 @@
  * shared memory. When max_d (max_i G_id − min_i G_id)/2 > VEC_CENTER_LIMIT the chunk takes the exact
  * pairwise path L_ij = Σ_d b_id k_id k_jd e^{G_id − G_jd} (i > j: exponent ≤ 0 for log gates ≤ 0),
  * so −1000 resets stay finite (same rule and limit as src/cpu/chunk_common.c).
- * Grid (NC, HV), 256 threads. Outputs zero outside the valid rows, like kkt_inverse.cu. */
+ * Grid (NC, HV), 256 threads. Outputs zero outside the valid rows, like kkt_inverse.cu.
+ * vec_intra_kernel is the general path (fp32 inputs, other chunk sizes and K); vec_intra_fast_kernel
+ * below is the 2-byte, chunk-64, Kp ∈ {64, 128} path. */
 #include "vec_kernels.cuh"
+#include "tri_inverse.cuh"
 
 namespace rewy_cuda {
 
@@ -148,9 +151,268 @@ vec_intra_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, 
     }
 }
 
+
+/* ==== The fast path: 2-byte inputs, chunk 64, Kp = KS ∈ {64, 128} ====
+ * Same outputs and the same rules as vec_intra_kernel (cumsum order, midpoint centers, one decision
+ * per chunk: half range ≤ VEC_CENTER_LIMIT → centered products, else exact pairwise exponents).
+ *  - g arrives by cp.async into the fp32 G tile (rows ≥ n and features ≥ K zero, so rows ≥ n repeat
+ *    G_{n-1} and min/max over all 64 rows equal those over the valid ones); one thread per feature
+ *    scans it in place (same order as the CPU); G goes out by float4.
+ *  - centered: 32-feature slabs. k, q, b of the slab are held in registers (loaded one slab ahead, the
+ *    first before the scan), α = e^{G−c}, ζ = e^{c−G} formed once per element into three fp32 slab
+ *    tiles (b⊙K⊙α, K⊙ζ, Q⊙α; [64][40]: k-contiguous operands, conflict-free fragment loads), and the
+ *    lower triangles of L and C_q (2 × 20 warp tiles of 16×8, tri_tile) accumulate in registers over
+ *    the slabs (pf_mma, tf32, fp32 accumulation) — no shared-memory read-modify-write.
+ *  - strong gates: the same fragments, each element an exact pairwise sum (rare: plain loops, k, q, b
+ *    from global memory).
+ *  - C_q from the fragments straight to global memory; L over the dead tiles after one barrier;
+ *    A = (I + L)⁻¹ by blocks in fp32 (tri_inverse.cuh). */
+constexpr int VIF_SL = 32;           /* feature slab */
+constexpr int VIF_LDO = VIF_SL + 8;  /* slab tiles [64][40] fp32 (≡ 8 mod 32 words: conflict-free 64-bit fragment loads) */
+
+template <int KS>
+struct VifLayout {
+    static constexpr int LDG = KS + 4;
+    static constexpr int Gs = 0;                                /* fp32 [64][KS+4] */
+    static constexpr int Xa = Gs + MAXBT * LDG * 4;             /* fp32 [64][40] each: Xa, Kz, Qa */
+    static constexpr int Kz = Xa + MAXBT * VIF_LDO * 4;
+    static constexpr int Qa = Kz + MAXBT * VIF_LDO * 4;
+    static constexpr int mid = Qa + MAXBT * VIF_LDO * 4;        /* fp32 [KS] */
+    static constexpr int brow = mid + KS * 4;                   /* fp32 [64] row gate β (KDA) */
+    static constexpr int red = brow + MAXBT * 4;                /* fp32 [8] */
+    static constexpr int total = red + 8 * 4;
+    static_assert(2 * MAXBT * LDN * 4 <= mid, "Ls and As fit over the G tile and the slab tiles");
+};
+
+/* 4 features (d0 … d0+3) of row `row` as bf16/fp16 bits in a uint2; zero for rows ≥ n, features ≥ K */
+template <class T>
+__device__ __forceinline__ uint2 vif_ld4(const T *base, size_t rs, int row, int n, int d0, int K, bool vec4) {
+    uint2 r = make_uint2(0u, 0u);
+    if (row < n) {
+        const T *src = base + (size_t)row * rs + d0;
+        if (vec4) {
+            if (d0 < K) r = *reinterpret_cast<const uint2 *>(src);
+        } else {
+            unsigned short h[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) h[e] = d0 + e < K ? *reinterpret_cast<const unsigned short *>(src + e) : 0;
+            r.x = h[0] | ((unsigned)h[1] << 16);
+            r.y = h[2] | ((unsigned)h[3] << 16);
+        }
+    }
+    return r;
+}
+template <class T>
+__device__ __forceinline__ float vif_el(uint2 v, int e) {
+    const unsigned w = e < 2 ? v.x : v.y;
+    const unsigned short h = (unsigned short)((e & 1) ? (w >> 16) : (w & 0xffffu));
+    return ld<T>(reinterpret_cast<const T *>(&h));
+}
+
+template <class T, int KS>
+__global__ void __launch_bounds__(VI_THREADS, 3)
+vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, const T *b, float *Gout,
+                      float *Aout, float *Cq) {
+    extern __shared__ __align__(16) char smc[];
+    using L = VifLayout<KS>;
+    constexpr int LDG = L::LDG, LDO = VIF_LDO, SL = VIF_SL;
+    static_assert(VI_THREADS == 256 && KS <= VI_THREADS, "8 warps; one thread per feature in the scan");
+    const ChunkInfo ci = p.ctab[blockIdx.x];
+    const int n = ci.n;
+    if (n == 0) return;
+    const int hv = blockIdx.y, h = hv / p.G, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const bool needA = Aout != nullptr;
+    float *Gs = reinterpret_cast<float *>(smc + L::Gs);
+    float *Xa = reinterpret_cast<float *>(smc + L::Xa), *Kz = reinterpret_cast<float *>(smc + L::Kz);
+    float *Qa = reinterpret_cast<float *>(smc + L::Qa), *mid = reinterpret_cast<float *>(smc + L::mid);
+    float *brow = reinterpret_cast<float *>(smc + L::brow), *red = reinterpret_cast<float *>(smc + L::red);
+    float *Ls = reinterpret_cast<float *>(smc), *As = Ls + MAXBT * LDN; /* after the products */
+
+    const size_t tok0 = (size_t)ci.tok0, ch = (size_t)blockIdx.x * p.HV + hv;
+    const size_t rsk = (size_t)p.H * p.K, rsb = (size_t)p.HV * p.K;
+    const T *kc = k + (tok0 * p.H + h) * p.K, *qc = q + (tok0 * p.H + h) * p.K;
+    const T *bc = b ? b + (tok0 * p.HV + hv) * p.K : nullptr;
+    const bool wantL = needA, wantC = Cq != nullptr;
+
+    copy_tile<float>(Gs, LDG, MAXBT, KS, g + (tok0 * p.HV + hv) * p.K, rsb, n, 0, p.K);
+    if (tid < MAXBT) brow[tid] = (!bc && tid < n) ? ld<T>(beta + (tok0 + tid) * p.HV + hv) : 0.f;
+
+    /* this thread's transform elements: rows ri and ri + 32, features 4·rc … 4·rc+3 of each slab */
+    const int ri = tid >> 3, rc = tid & 7;
+    const bool vec4 = (p.K % 4 == 0) && ((reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(q) |
+                                          reinterpret_cast<uintptr_t>(b)) & 7) == 0;
+    uint2 rk[2], rq[2], rb[2];
+    auto load_raw = [&](int k0) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = ri + 32 * r, d0 = k0 + 4 * rc;
+            rk[r] = vif_ld4<T>(kc, rsk, row, n, d0, p.K, vec4);
+            rq[r] = wantC ? vif_ld4<T>(qc, rsk, row, n, d0, p.K, vec4) : make_uint2(0u, 0u);
+            rb[r] = (wantL && bc) ? vif_ld4<T>(bc, rsb, row, n, d0, p.K, vec4) : make_uint2(0u, 0u);
+        }
+    };
+    if (wantL || wantC) load_raw(0);
+    cp_async_wait();
+    __syncthreads();
+
+    /* per-feature cumsum in place (rows ≥ n add 0), midpoint, half range */
+    float hmax = 0.f;
+    if (tid < KS) {
+        const int d = tid;
+        float s = 0.f, lo = 0.f, hi = 0.f;
+#pragma unroll 8
+        for (int i = 0; i < MAXBT; i++) {
+            s += Gs[i * LDG + d];
+            Gs[i * LDG + d] = s;
+            lo = i == 0 ? s : fminf(lo, s);
+            hi = i == 0 ? s : fmaxf(hi, s);
+        }
+        mid[d] = 0.5f * (hi + lo);
+        hmax = 0.5f * (hi - lo);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) hmax = fmaxf(hmax, __shfl_xor_sync(0xffffffffu, hmax, o));
+    if (lane == 0) red[warp] = hmax;
+    __syncthreads();
+    float half_range = 0.f;
+#pragma unroll
+    for (int w = 0; w < VI_THREADS / 32; w++) half_range = fmaxf(half_range, red[w]);
+    const bool centered = half_range <= VEC_CENTER_LIMIT;
+    if (Gout) {
+        float4 *dst = reinterpret_cast<float4 *>(Gout + ch * MAXBT * KS);
+        for (int e = tid; e < MAXBT * KS / 4; e += VI_THREADS) {
+            const int i = e / (KS / 4), c4 = e % (KS / 4);
+            dst[e] = *reinterpret_cast<const float4 *>(Gs + i * LDG + 4 * c4);
+        }
+    }
+    if (!wantL && !wantC) return;
+
+    /* tasks w, w+8, …, w+32 of [L tiles 0..19 | C_q tiles 0..19] (A NULL: C_q tiles only) */
+    const int nL = wantL ? TRI_TILES : 0, nT = nL + (wantC ? TRI_TILES : 0);
+    float acc[5][4][4];
+#pragma unroll
+    for (int m = 0; m < 5; m++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[m][0][e] = 0.f;
+
+    if (centered) {
+        for (int k0 = 0; k0 < KS; k0 += SL) {
+            /* the slab's operands from the registers (the previous slab's products are done: barrier) */
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = ri + 32 * r, d0 = k0 + 4 * rc;
+                const float4 G4 = *reinterpret_cast<const float4 *>(Gs + row * LDG + d0);
+                const float4 M4 = *reinterpret_cast<const float4 *>(mid + d0);
+                const float Gv[4] = {G4.x, G4.y, G4.z, G4.w}, Mv[4] = {M4.x, M4.y, M4.z, M4.w};
+                const float br = brow[row];
+                float xa[4], kz[4], qa[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float x = Gv[e] - Mv[e], a = expf(x), z = expf(-x);
+                    const float kv = vif_el<T>(rk[r], e);
+                    kz[e] = kv * z;
+                    xa[e] = (bc ? vif_el<T>(rb[r], e) : br) * kv * a;
+                    qa[e] = p.scale * vif_el<T>(rq[r], e) * a;
+                }
+                const int o = row * LDO + 4 * rc;
+                *reinterpret_cast<float4 *>(Kz + o) = make_float4(kz[0], kz[1], kz[2], kz[3]);
+                if (wantL) *reinterpret_cast<float4 *>(Xa + o) = make_float4(xa[0], xa[1], xa[2], xa[3]);
+                if (wantC) *reinterpret_cast<float4 *>(Qa + o) = make_float4(qa[0], qa[1], qa[2], qa[3]);
+            }
+            if (k0 + SL < KS) load_raw(k0 + SL);
+            __syncthreads();
+#pragma unroll
+            for (int m = 0; m < 5; m++) {
+                const int task = warp + 8 * m;
+                if (task < nT) {
+                    const bool isL = task < nL;
+                    int i0, j0;
+                    tri_tile(isL ? task : task - nL, i0, j0);
+                    pf_mma<1, true, true>(acc[m], SL, isL ? Xa : Qa, LDO, 1, Kz, 1, LDO, i0, j0);
+                }
+            }
+            __syncthreads();
+        }
+    } else {
+        /* exact pairwise exponents (strong decay, hard resets): every e^{G_i − G_j}, j ≤ i, is ≤ 1 */
+#pragma unroll
+        for (int m = 0; m < 5; m++) {
+            const int task = warp + 8 * m;
+            if (task < nT) {
+                const bool isL = task < nL;
+                int i0, j0;
+                tri_tile(isL ? task : task - nL, i0, j0);
+                pf_each<1>(i0, j0, acc[m], [&](int i, int j, int s, int e) {
+                    float sum = 0.f;
+                    if (i < n && (isL ? j < i : j <= i)) {
+                        const T *ki = kc + i * rsk, *kj = kc + j * rsk, *qi = qc + i * rsk;
+                        for (int d = 0; d < p.K; d++) {
+                            const float f = expf(Gs[i * LDG + d] - Gs[j * LDG + d]) * ld<T>(kj + d);
+                            if (isL) sum += (bc ? ld<T>(bc + i * rsb + d) : brow[i]) * ld<T>(ki + d) * f;
+                            else sum += ld<T>(qi + d) * f;
+                        }
+                        if (!isL) sum *= p.scale;
+                    }
+                    acc[m][s][e] = sum;
+                });
+            }
+        }
+    }
+
+    /* masks; C_q out from the fragments, L kept for the inverse */
+    float *cqd = wantC ? Cq + ch * MAXBT * MAXBT : nullptr;
+#pragma unroll
+    for (int m = 0; m < 5; m++) {
+        const int task = warp + 8 * m;
+        if (task < nT) {
+            const bool isL = task < nL;
+            int i0, j0;
+            tri_tile(isL ? task : task - nL, i0, j0);
+            pf_each<1>(i0, j0, acc[m], [&](int i, int j, int s, int e) {
+                if (!(i < n && (isL ? j < i : j <= i))) acc[m][s][e] = 0.f;
+            });
+            if (!isL) {
+                const int r = i0 + (lane >> 2), c = j0 + 2 * (lane & 3);
+                *reinterpret_cast<float2 *>(cqd + r * MAXBT + c) = make_float2(acc[m][0][0], acc[m][0][1]);
+                *reinterpret_cast<float2 *>(cqd + (r + 8) * MAXBT + c) = make_float2(acc[m][0][2], acc[m][0][3]);
+            }
+        }
+    }
+    if (wantC) tri_store_upper_zeros(cqd);
+    if (!wantL) return;
+    __syncthreads(); /* the G tile and the slab tiles are dead: L goes over them */
+#pragma unroll
+    for (int m = 0; m < 3; m++) { /* L tasks are < 20: m ≤ 2 */
+        const int task = warp + 8 * m;
+        if (task < nL) {
+            int i0, j0;
+            tri_tile(task, i0, j0);
+            tri_put_tile(Ls, i0, j0, acc[m]);
+        }
+    }
+    __syncthreads();
+    tri_inverse64(Ls, As, n);
+    tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n);
+}
+
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const float *g, const void *beta, const void *b,
                        float *Gc, float *A, float *Cq, cudaStream_t s) {
+    if constexpr (sizeof(T) == 2) {
+        if (p.BT == MAXBT && (p.Kp == 64 || p.Kp == 128)) {
+            auto go = [&](auto ks) -> cudaError_t {
+                constexpr int KS = decltype(ks)::value;
+                constexpr size_t sm = VifLayout<KS>::total;
+                cudaError_t e = ensure_smem<vec_intra_fast_kernel<T, KS>>(sm);
+                if (e != cudaSuccess) return e;
+                vec_intra_fast_kernel<T, KS><<<dim3(p.NC, p.HV), VI_THREADS, sm, s>>>(
+                    p, (const T *)q, (const T *)k, g, (const T *)beta, (const T *)b, Gc, A, Cq);
+                return cudaGetLastError();
+            };
+            if (p.Kp == 64) return go(std::integral_constant<int, 64>{});
+            return go(std::integral_constant<int, 128>{});
+        }
+    }
     const size_t smem = sizeof(float) * ((size_t)MAXBT * p.Kp + p.Kp + 32 + 3 * (size_t)MAXBT * VLDK +
                                          3 * (size_t)MAXBT * LDN);
     cudaError_t e = ensure_smem<vec_intra_kernel<T>>(smem);
