@@ -34,9 +34,9 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
      * (no shared-memory read-modify-write) and S̄⁺ is stored from registers; shared memory gets one
      * copy per chunk, the B operand of F S̄⁺ */
     constexpr bool REG = KPC == 64 || KPC == 128;
-    constexpr int RT = REG ? KPC / 16 : 1, CG = BSCAN_NW / RT, NS = REG ? BVT / CG / 8 : 1;
-    static_assert(!REG || (BSCAN_NW % RT == 0 && NS >= 1 && NS <= 4), "state tile must split over the warps");
-    const int warp = threadIdx.x >> 5, i0 = (warp % RT) * 16, j0 = (warp / RT) * (BVT / CG);
+    using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, BSCAN_NW>;
+    constexpr int NS = ST::NS;
+    const ST tiles;
     float Sf[4][4] = {};
     /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ, Pst = Pᵀ (scaled by βγ for scalar
      * gates), Xo = (γ⊙Ō)ᵀ (Ōᵀ for vector gates) */
@@ -57,10 +57,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     if constexpr (REG) {
-        if (dht)
-            pf_each<NS>(i0, j0, Sf, [&](int kk, int j, int s_, int e) {
-                Sf[s_][e] = (kk < p.K && v0 + j < p.V) ? dht[sbase + st_idx(p, kk, v0 + j)] : 0.f;
-            });
+        tiles.load(Sf, p, dht, sbase, v0);
     } else {
         for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
             const int j = e / Kp, kk = e - j * Kp;
@@ -115,22 +112,8 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         const size_t ch = (size_t)c * p.HV + hv;
         T *Ks = kb ? KQ1 : KQ0, *Qs = kb ? KQ0 : KQ1;
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
-        if constexpr (REG) { /* S̄⁺: the shared copy for F S̄⁺, and the saved one for the pullback */
-            state_t *dst = Sbar + ch * p.K * p.V + v0;
-            pf_each<NS>(i0, j0, Sf, [&](int kk, int j, int s_, int e) {
-                Sbt[j * lds + kk] = Sf[s_][e];
-                if ((e & 1) || kk >= p.K) return; /* columns j, j+1 together */
-                state_t *d = dst + (size_t)kk * p.V + j;
-                if constexpr (sizeof(state_t) == 2) {
-                    if ((p.V & 1) == 0 && v0 + j + 1 < p.V) {
-                        *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(Sf[s_][e], Sf[s_][e + 1]);
-                        return;
-                    }
-                }
-                if (v0 + j < p.V) st<state_t>(d, Sf[s_][e]);
-                if (v0 + j + 1 < p.V) st<state_t>(d + 1, Sf[s_][e + 1]);
-            });
-        }
+        if constexpr (REG) /* S̄⁺: the shared copy for F S̄⁺, and the saved one for the pullback */
+            tiles.spill(Sf, Sbt, lds, Sbar + ch * p.K * p.V, p.K, p.V, v0);
         cp_async_wait();
         __syncthreads();
         if (has_next) issue_gb(cur ^ 1, c - 1);
@@ -168,21 +151,14 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         const float gn = expf(gl);
         if constexpr (REG) {
             /* S̄ ← Λ S̄⁺ + (scale·Q_g)ᵀ Ō − Eᵀ P, in the registers (Xo carries the scale, Pst the sign) */
-            const int lane = threadIdx.x & 31;
-            const float d_lo = VEC ? lm[i0 + (lane >> 2)] : gn, d_hi = VEC ? lm[i0 + (lane >> 2) + 8] : gn;
-#pragma unroll
-            for (int s_ = 0; s_ < NS; s_++) {
-                Sf[s_][0] *= d_lo;
-                Sf[s_][1] *= d_lo;
-                Sf[s_][2] *= d_hi;
-                Sf[s_][3] *= d_hi;
-            }
+            const int r = tiles.row_lo();
+            tiles.scale_rows(Sf, VEC ? lm[r] : gn, VEC ? lm[r + 8] : gn);
             if constexpr (VEC) {
-                pf_mma<NS, false, true>(Sf, BT, Qv, 1, ldfe, Xo, 1, LDX, i0, j0);
-                pf_mma<NS, false, true>(Sf, BT, Es, 1, ldfe, Pst, 1, LDX, i0, j0);
+                pf_mma<NS, false, true>(Sf, BT, Qv, 1, ldfe, Xo, 1, LDX, tiles.i0, tiles.j0);
+                pf_mma<NS, false, true>(Sf, BT, Es, 1, ldfe, Pst, 1, LDX, tiles.i0, tiles.j0);
             } else {
-                pf_mma<NS, false, true>(Sf, BT, Qs, 1, ldk, Xo, 1, LDX, i0, j0);
-                pf_mma<NS, false, true>(Sf, BT, Ks, 1, ldk, Pst, 1, LDX, i0, j0);
+                pf_mma<NS, false, true>(Sf, BT, Qs, 1, ldk, Xo, 1, LDX, tiles.i0, tiles.j0);
+                pf_mma<NS, false, true>(Sf, BT, Ks, 1, ldk, Pst, 1, LDX, tiles.i0, tiles.j0);
             }
             __syncthreads();
             if (has_next) {
@@ -231,9 +207,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         cur ^= 1;
     }
     if (REG && dh0) {
-        pf_each<NS>(i0, j0, Sf, [&](int kk, int j, int s_, int e) {
-            if (kk < p.K && v0 + j < p.V) dh0[sbase + st_idx(p, kk, v0 + j)] = Sf[s_][e];
-        });
+        tiles.save(Sf, p, dh0, sbase, v0);
     } else if (dh0) {
         for (int e = threadIdx.x; e < p.K * BVT; e += blockDim.x) {
             const int kk = e / BVT, j = e - kk * BVT;

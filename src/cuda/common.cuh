@@ -428,6 +428,60 @@ __device__ __forceinline__ size_t st_idx(const Prob &p, int kk, int vv) {
     return p.svf ? (size_t)vv * p.K + kk : (size_t)kk * p.V + vv;
 }
 
+/* ---- the scans' state tile in registers (fast path, K ≤ 128) ----
+ * A K × BVT state tile held as warp fragments: warp w owns rows 16·(w % RT)… and column group w / RT
+ * (RT = K/16 row tiles over NW warps). The products that update the state accumulate into these
+ * registers; once per chunk the tile goes to shared memory (the B operand of the chunk's first
+ * product, [column][k]) and, when dst is given, to the saved chunk states ([K][V], state_t). */
+template <int KPC, int BVT, int NW> struct StateTiles {
+    static constexpr int RT = KPC / 16, CG = NW / RT, NS = BVT / CG / 8;
+    static_assert(NW % RT == 0 && NS >= 1 && NS <= 4, "state tile must split over the warps");
+    int i0, j0;
+    __device__ StateTiles() {
+        const int warp = threadIdx.x >> 5;
+        i0 = (warp % RT) * 16;
+        j0 = (warp / RT) * (BVT / CG);
+    }
+    /* Sf ← src[(kk, v0 + j)] (h0 or dht in the API layout; zero outside K × V or when src is NULL) */
+    __device__ void load(float (&Sf)[4][4], const Prob &p, const float *src, size_t sbase, int v0) const {
+        pf_each<NS>(i0, j0, Sf, [&](int kk, int j, int s, int e) {
+            Sf[s][e] = (src && kk < p.K && v0 + j < p.V) ? src[sbase + st_idx(p, kk, v0 + j)] : 0.f;
+        });
+    }
+    __device__ void save(const float (&Sf)[4][4], const Prob &p, float *dst, size_t sbase, int v0) const {
+        pf_each<NS>(i0, j0, const_cast<float (&)[4][4]>(Sf), [&](int kk, int j, int s, int e) {
+            if (kk < p.K && v0 + j < p.V) dst[sbase + st_idx(p, kk, v0 + j)] = Sf[s][e];
+        });
+    }
+    /* St[j * lds + kk] = S, and dst[kk * V + j] (columns j, j+1 in one store where V allows) */
+    __device__ void spill(const float (&Sf)[4][4], float *St, int lds, state_t *dst, int K, int V, int v0) const {
+        pf_each<NS>(i0, j0, const_cast<float (&)[4][4]>(Sf), [&](int kk, int j, int s, int e) {
+            St[j * lds + kk] = Sf[s][e];
+            if (!dst || (e & 1) || kk >= K) return;
+            state_t *d = dst + (size_t)kk * V + v0 + j;
+            if constexpr (sizeof(state_t) == 2) {
+                if ((V & 1) == 0 && v0 + j + 1 < V) {
+                    *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(Sf[s][e], Sf[s][e + 1]);
+                    return;
+                }
+            }
+            if (v0 + j < V) st<state_t>(d, Sf[s][e]);
+            if (v0 + j + 1 < V) st<state_t>(d + 1, Sf[s][e + 1]);
+        });
+    }
+    /* Sf ← diag(d) Sf with d_lo for rows g, d_hi for rows g + 8 of the warp's tile */
+    __device__ void scale_rows(float (&Sf)[4][4], float d_lo, float d_hi) const {
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            Sf[s][0] *= d_lo;
+            Sf[s][1] *= d_lo;
+            Sf[s][2] *= d_hi;
+            Sf[s][3] *= d_hi;
+        }
+    }
+    __device__ int row_lo() const { return i0 + ((threadIdx.x & 31) >> 2); }
+};
+
 } // namespace rewy_cuda
 
 

@@ -48,10 +48,21 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
     FT *Es = reinterpret_cast<FT *>(Ws + (VEC && wg ? MAXBT * ldvt : 0)); /* VEC: E, F [64][ldfe] */
     FT *Fs = Es + MAXBT * ldfe;
 
+    /* REG (fast path, K ≤ 128): S lives in registers (StateTiles), the update S ← Λ S + Fᵀ R accumulates
+     * in place and S_c is stored from registers; St is the once-per-chunk shared copy for E S */
+    constexpr bool REG = KPC == 64 || KPC == 128;
+    using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, SCAN_NW>;
+    constexpr int NS = ST::NS;
+    const ST tiles;
+    float Sf[4][4] = {};
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
-        const int j = e / Kp, kk = e - j * Kp;
-        St[j * lds + kk] = (h0 && kk < p.K && v0 + j < p.V) ? h0[sbase + st_idx(p, kk, v0 + j)] : 0.f;
+    if constexpr (REG) {
+        tiles.load(Sf, p, h0, sbase, v0);
+    } else {
+        for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
+            const int j = e / Kp, kk = e - j * Kp;
+            St[j * lds + kk] = (h0 && kk < p.K && v0 + j < p.V) ? h0[sbase + st_idx(p, kk, v0 + j)] : 0.f;
+        }
     }
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
@@ -95,13 +106,14 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         const size_t ch = (size_t)c * p.HV + hv;
         T *Ks = kb ? K1 : K0;
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
+        if constexpr (REG) tiles.spill(Sf, St, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
         cp_async_wait();
         __syncthreads();
         if (has_next) {
             issue_gb(cur ^ 1, c + 1);
             if (!VEC) issue_k(kb ? K0 : K1, cn);
         }
-        if (Sc) store_state_tile<BVT>(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
+        if (!REG && Sc) store_state_tile<BVT>(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
         /* X = Z − E S,  Z = β v (w ⊙ v for GDN2) */
         if (VEC) {
             bgemm<SCAN_NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, [&](int i, int j, float cc) {
@@ -128,7 +140,20 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             issue_nn(As, A, c + 1);
             issue_v(cn);
         }
-        if (VEC) {
+        if constexpr (REG) {
+            /* S ← Λ S + Fᵀ R in the registers. Scalar gates need no barrier after it: the next chunk's
+             * K goes to the other buffer, and St / Rt are rewritten only after the next barriers */
+            const int r = tiles.row_lo();
+            tiles.scale_rows(Sf, VEC ? lm[r] : expf(gl), VEC ? lm[r + 8] : expf(gl));
+            if constexpr (VEC) {
+                pf_mma<NS, false, true>(Sf, BT, Fs, 1, ldfe, Rt, 1, LDX, tiles.i0, tiles.j0);
+                __syncthreads();
+                if (has_next) issue_f(Fs, vo.F, c + 1);
+            } else {
+                pf_mma<NS, false, true>(Sf, BT, Ks, 1, ldk, Rt, 1, LDX, tiles.i0, tiles.j0);
+                kb ^= 1;
+            }
+        } else if (VEC) {
             /* S ← Diag(γ_n) S + Fᵀ R */
             bgemm<SCAN_NW>(Kp, BVT, BT, Fs, 1, ldfe, Rt, 1, LDX, [&](int i, int j, float cc) {
                 St[j * lds + i] = lm[i] * St[j * lds + i] + cc;
@@ -146,7 +171,9 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         }
         cur ^= 1;
     }
-    if (ht) {
+    if (REG && ht) {
+        tiles.save(Sf, p, ht, sbase, v0);
+    } else if (ht) {
         for (int e = threadIdx.x; e < p.K * BVT; e += blockDim.x) {
             const int kk = e / BVT, j = e - kk * BVT;
             if (v0 + j < p.V) ht[sbase + st_idx(p, kk, v0 + j)] = St[j * lds + kk];
