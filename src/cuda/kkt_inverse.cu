@@ -192,27 +192,14 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
                     for (int e = 0; e < 4; e++) accL[m < 3 ? m : 0][0][e] = acc[0][e];
                 }
             } else {
-                const int lane = tid & 31, r = i0 + (lane >> 2), c = j0 + 2 * (lane & 3);
-                *reinterpret_cast<float2 *>(cqd + r * MAXBT + c) = make_float2(acc[0][0], acc[0][1]);
-                *reinterpret_cast<float2 *>(cqd + (r + 8) * MAXBT + c) = make_float2(acc[0][2], acc[0][3]);
+                tri_put_tile(cqd, i0, j0, acc, MAXBT);
             }
         }
     }
     if (Cq) tri_store_upper_zeros(cqd);
     if (!needA) return;
     __syncthreads(); /* every read of Ks/Qs is done: L goes over them */
-#pragma unroll
-    for (int m = 0; m < 3; m++) {
-        const int task = warp + 8 * m;
-        if (task < nL) {
-            int i0, j0;
-            tri_tile(task, i0, j0);
-            tri_put_tile(Ls, i0, j0, accL[m]);
-        }
-    }
-    __syncthreads();
-    tri_inverse64(Ls, As, n);
-    tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n);
+    tri_finish_A(Aout + ch * MAXBT * MAXBT, Ls, As, n, nL, accL);
 }
 
 template <class T>

@@ -50,11 +50,12 @@ __device__ __forceinline__ void tri_mac(float4 &a, const float *x, const float *
     }
 }
 
-/* one warp's 16×8 mma tile (NS = 1 fragment, pf_mma layout) → Ls */
-__device__ __forceinline__ void tri_put_tile(float *Ls, int i0, int j0, const float (&acc)[4][4]) {
+/* one warp's 16×8 mma tile (NS = 1 fragment, pf_mma layout) → dst with row stride ld
+ * (Ls: ld = LDN in shared memory; C_q: ld = 64 in global memory) */
+__device__ __forceinline__ void tri_put_tile(float *dst, int i0, int j0, const float (&acc)[4][4], int ld = LDN) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    *reinterpret_cast<float2 *>(Ls + (i0 + g) * LDN + j0 + 2 * t) = make_float2(acc[0][0], acc[0][1]);
-    *reinterpret_cast<float2 *>(Ls + (i0 + g + 8) * LDN + j0 + 2 * t) = make_float2(acc[0][2], acc[0][3]);
+    *reinterpret_cast<float2 *>(dst + (i0 + g) * ld + j0 + 2 * t) = make_float2(acc[0][0], acc[0][1]);
+    *reinterpret_cast<float2 *>(dst + (i0 + g + 8) * ld + j0 + 2 * t) = make_float2(acc[0][2], acc[0][3]);
 }
 
 /* A = (I + L)⁻¹ (see the header). Call with blockDim.x == 256 after a barrier that completes Ls;
@@ -141,6 +142,28 @@ __device__ __forceinline__ void tri_store_A(float *dst, const float *Ls, const f
         if (i < n && bi >= bj) v = *reinterpret_cast<const float4 *>((bi == bj ? As : Ls) + i * LDN + j);
         reinterpret_cast<float4 *>(dst)[e] = v;
     }
+}
+
+/* The common end of both intra kernels: the L tiles each warp holds (tasks warp, warp + 8, warp + 16 of
+ * the nL tri_tile tasks, in accL[0..2]) into Ls, then A = (I+L)⁻¹ into dst. Call after a barrier that
+ * frees Ls; returns after tri_store_A. */
+template <int M>
+__device__ __forceinline__ void tri_finish_A(float *dst, float *Ls, float *As, int n, int nL,
+                                             const float (&accL)[M][4][4]) {
+    static_assert(M >= 3, "up to three L tasks per warp");
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int m = 0; m < 3; m++) {
+        const int task = warp + 8 * m;
+        if (task < nL) {
+            int i0, j0;
+            tri_tile(task, i0, j0);
+            tri_put_tile(Ls, i0, j0, accL[m]);
+        }
+    }
+    __syncthreads();
+    tri_inverse64(Ls, As, n);
+    tri_store_A(dst, Ls, As, n);
 }
 
 /* zeros of a [64][64] lower-triangular output right of the tri_tile tiles (columns ≥ 16r + 16) */

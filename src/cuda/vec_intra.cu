@@ -371,28 +371,13 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
             pf_each<1>(i0, j0, acc[m], [&](int i, int j, int s, int e) {
                 if (!(i < n && (isL ? j < i : j <= i))) acc[m][s][e] = 0.f;
             });
-            if (!isL) {
-                const int r = i0 + (lane >> 2), c = j0 + 2 * (lane & 3);
-                *reinterpret_cast<float2 *>(cqd + r * MAXBT + c) = make_float2(acc[m][0][0], acc[m][0][1]);
-                *reinterpret_cast<float2 *>(cqd + (r + 8) * MAXBT + c) = make_float2(acc[m][0][2], acc[m][0][3]);
-            }
+            if (!isL) tri_put_tile(cqd, i0, j0, acc[m], MAXBT);
         }
     }
     if (wantC) tri_store_upper_zeros(cqd);
     if (!wantL) return;
     __syncthreads(); /* the G tile and the slab tiles are dead: L goes over them */
-#pragma unroll
-    for (int m = 0; m < 3; m++) { /* L tasks are < 20: m ≤ 2 */
-        const int task = warp + 8 * m;
-        if (task < nL) {
-            int i0, j0;
-            tri_tile(task, i0, j0);
-            tri_put_tile(Ls, i0, j0, acc[m]);
-        }
-    }
-    __syncthreads();
-    tri_inverse64(Ls, As, n);
-    tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n);
+    tri_finish_A(Aout + ch * MAXBT * MAXBT, Ls, As, n, nL, acc); /* L tasks are < 20: acc[0..2] */
 }
 
 template <class T>
