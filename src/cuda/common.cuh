@@ -374,6 +374,16 @@ inline Geometry geometry(const rewy_config *c) {
     return g;
 }
 
+/* The current device's largest dynamic shared memory per block (opt-in), 0 if it cannot be read:
+ * fast paths whose tiles do not fit (e.g. an A100's 163 KB) fall back to the general kernels. */
+inline size_t smem_optin() {
+    int dev = 0, mx = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&mx, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return 0;
+    return (size_t)mx;
+}
+
 /* Opt a kernel into the device's largest dynamic shared memory, once per kernel and device, so that
  * later launches (e.g. under stream capture) issue no attribute calls. Fails if smem exceeds it. */
 template <auto kern>

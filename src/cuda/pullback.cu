@@ -692,7 +692,8 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
     if constexpr (sizeof(T) == 2) {
         /* the fast path (see pullback_fast_kernel) where its tiles apply */
         const bool al = ((uintptr_t)dv & 15) == 0 && ((uintptr_t)dq & 3) == 0 && ((uintptr_t)dk & 3) == 0;
-        if (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al) {
+        if (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al &&
+            (size_t)pf_layout(p.K <= 64 ? 64 : 128, wy).total <= smem_optin()) {
             auto go = [&](auto ks, auto wyc) {
                 constexpr int KS = decltype(ks)::value;
                 constexpr bool WY = decltype(wyc)::value;
