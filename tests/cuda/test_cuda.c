@@ -112,9 +112,11 @@ static void core_cases(case_list *l, rewy_op op) {
     c = base(op); c.dtype = REWY_F16; c.T = 130; c.chunk_size = 32; if (gated) c.gates = REWY_GATES_STRONG; add(l, c);
 }
 
-/* --quick (compute-sanitizer): GVA with chunk 32 and K ≠ V; short varlen with resets and state_v_first. */
+/* --quick (compute-sanitizer): GVA with chunk 32 and K ≠ V; short varlen with resets and state_v_first;
+ * K = 128 with chunk 64 (the fast paths' widest tiles: 128-feature pullbacks, register state). */
 static void quick_cases(case_list *l, rewy_op op) {
     rewy_case c;
+    c = base(op); c.B = 1; c.T = 70; c.K = 128; c.V = 64; add(l, c);
     c = base(op); c.H = 1; c.HV = 2; c.K = 32; c.V = 48; c.T = 40; c.chunk_size = 32; add(l, c);
     c = base(op); set_seqs(&c, (const int[]){1, 15, 40}, 3); c.K = 40; c.V = 32; c.gates = REWY_GATES_RESET;
     c.state_v_first = 1; add(l, c);
