@@ -240,17 +240,12 @@ cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, c
                                   const float *A, const float *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s) {
     const VecOps none = {};
-    const bool narrow = scan_bv(p) == 16;
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);
-        return with_fast_kp<T>(p, [&](auto kp) {
-            constexpr int KPC = decltype(kp)::value;
-            if constexpr (KPC > 0) /* the narrow tile only on the fast path (fewer instantiations) */
-                if (narrow)
-                    return vo ? run<T, true, KPC, 16>(p, q, k, GB, A, Cq, *vo, do_, dht, dh0, Sbar, PR, wy, s)
-                              : run<T, false, KPC, 16>(p, q, k, GB, A, Cq, none, do_, dht, dh0, Sbar, PR, wy, s);
-            return vo ? run<T, true, KPC, BV>(p, q, k, GB, A, Cq, *vo, do_, dht, dh0, Sbar, PR, wy, s)
-                      : run<T, false, KPC, BV>(p, q, k, GB, A, Cq, none, do_, dht, dh0, Sbar, PR, wy, s);
+        return with_scan_tiles<T>(p, [&](auto kp, auto bv) {
+            constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
+            return vo ? run<T, true, KPC, BVT>(p, q, k, GB, A, Cq, *vo, do_, dht, dh0, Sbar, PR, wy, s)
+                      : run<T, false, KPC, BVT>(p, q, k, GB, A, Cq, none, do_, dht, dh0, Sbar, PR, wy, s);
         });
     });
 }

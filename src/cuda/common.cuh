@@ -347,6 +347,17 @@ inline int scan_bv(const Prob &p) {
     return (long)p.N * p.HV * ceil_div(p.V, BV) < sms ? 16 : BV;
 }
 
+/* Calls f(KPC, BVT) (integral constants) with the scans' fast-path K (with_fast_kp) and value tile
+ * (scan_bv); the 16-column tile is instantiated on the fast path only. */
+template <class T, class Fn> inline cudaError_t with_scan_tiles(const Prob &p, Fn f) {
+    const bool narrow = scan_bv(p) == 16;
+    return with_fast_kp<T>(p, [&](auto kp) {
+        if constexpr (decltype(kp)::value > 0)
+            if (narrow) return f(kp, std::integral_constant<int, 16>{});
+        return f(kp, std::integral_constant<int, BV>{});
+    });
+}
+
 /* Chunk geometry every backend layout starts from: value heads, chunk size, K padded to
  * the 32-wide slabs, sequences, and total chunks (exact with cu_seqlens_host; without it
  * an upper bound, since the device copy of cu_seqlens cannot be read without a sync). */

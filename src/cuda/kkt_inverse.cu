@@ -14,6 +14,25 @@ namespace rewy_cuda {
 
 constexpr int KKT_THREADS = 256;
 
+/* The chunk-local cumulative gate G_i = Σ_{j ≤ i} g_j (MATH §2) by one warp: lane l holds rows 2l and
+ * 2l + 1 (rows ≥ n add 0, so they repeat G_{n−1}; DeltaNet's G is 0). Returns the lane's two values. */
+__device__ __forceinline__ float2 chunk_gate_cumsum(const Prob &p, const float *g, int tok0, int n, int hv, int lane) {
+    const int i0 = 2 * lane;
+    float a = 0.f, b = 0.f;
+    if (p.gated) {
+        if (i0 < n) a = g[(size_t)(tok0 + i0) * p.HV + hv];
+        if (i0 + 1 < n) b = g[(size_t)(tok0 + i0 + 1) * p.HV + hv];
+    }
+    float s = a + b;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float u = __shfl_up_sync(0xffffffffu, s, o);
+        if (lane >= o) s += u;
+    }
+    const float ex = s - (a + b);
+    return make_float2(ex + a, ex + a + b);
+}
+
 template <class T>
 __global__ void __launch_bounds__(KKT_THREADS)
 kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, float *Cq) {
@@ -36,20 +55,9 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
     cp_async_wait();
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x, i0 = 2 * lane;
-        float a = 0.f, b = 0.f;
-        if (p.gated) {
-            if (i0 < n) a = g[(size_t)(ci.tok0 + i0) * p.HV + hv];
-            if (i0 + 1 < n) b = g[(size_t)(ci.tok0 + i0 + 1) * p.HV + hv];
-        }
-        float s = a + b;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float u = __shfl_up_sync(0xffffffffu, s, o);
-            if (lane >= o) s += u;
-        }
-        const float ex = s - (a + b);
-        Gs[i0] = ex + a;
-        Gs[i0 + 1] = ex + a + b;
+        const float2 G2 = chunk_gate_cumsum(p, g, ci.tok0, n, hv, lane);
+        Gs[i0] = G2.x;
+        Gs[i0 + 1] = G2.y;
     }
     for (int i = threadIdx.x; i < MAXBT; i += blockDim.x)
         bs[i] = i < n ? ld<T>(beta + (size_t)(ci.tok0 + i) * p.HV + hv) : 0.f;
@@ -137,27 +145,16 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
         copy_tile<T>(Ks, LDK, MAXBT, KS, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
         if (Cq) copy_tile<T>(Qs, LDK, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
     }
-    /* G: the warp scan of kkt_inverse_kernel (rows ≥ n repeat G_{n-1}); β (0 on rows ≥ n); GB directly */
+    /* G: chunk_gate_cumsum (rows ≥ n repeat G_{n-1}); β (0 on rows ≥ n); GB directly */
     float *gbd = GB ? GB + ch * 2 * MAXBT : nullptr;
     if (tid < 32) {
         const int lane = tid, i0 = 2 * lane;
-        float a = 0.f, b = 0.f;
-        if (p.gated) {
-            if (i0 < n) a = g[(size_t)(ci.tok0 + i0) * p.HV + hv];
-            if (i0 + 1 < n) b = g[(size_t)(ci.tok0 + i0 + 1) * p.HV + hv];
-        }
-        float s = a + b;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float u = __shfl_up_sync(0xffffffffu, s, o);
-            if (lane >= o) s += u;
-        }
-        const float ex = s - (a + b);
-        Gs[i0] = ex + a;
-        Gs[i0 + 1] = ex + a + b;
+        const float2 G2 = chunk_gate_cumsum(p, g, ci.tok0, n, hv, lane);
+        Gs[i0] = G2.x;
+        Gs[i0 + 1] = G2.y;
         if (gbd) {
-            gbd[i0] = ex + a;
-            gbd[i0 + 1] = ex + a + b;
+            gbd[i0] = G2.x;
+            gbd[i0 + 1] = G2.y;
         }
     } else if (tid >= 64 && tid < 64 + MAXBT) {
         const int i = tid - 64;

@@ -204,17 +204,12 @@ cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, float *R,
                               cudaStream_t s) {
     const VecOps none = {};
-    const bool narrow = scan_bv(p) == 16;
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);
-        return with_fast_kp<T>(p, [&](auto kp) {
-            constexpr int KPC = decltype(kp)::value;
-            if constexpr (KPC > 0) /* the narrow tile only on the fast path (fewer instantiations) */
-                if (narrow)
-                    return vo ? run<T, true, KPC, 16>(p, k, v, GB, A, *vo, h0, ht, Sc, R, s)
-                              : run<T, false, KPC, 16>(p, k, v, GB, A, none, h0, ht, Sc, R, s);
-            return vo ? run<T, true, KPC, BV>(p, k, v, GB, A, *vo, h0, ht, Sc, R, s)
-                      : run<T, false, KPC, BV>(p, k, v, GB, A, none, h0, ht, Sc, R, s);
+        return with_scan_tiles<T>(p, [&](auto kp, auto bv) {
+            constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
+            return vo ? run<T, true, KPC, BVT>(p, k, v, GB, A, *vo, h0, ht, Sc, R, s)
+                      : run<T, false, KPC, BVT>(p, k, v, GB, A, none, h0, ht, Sc, R, s);
         });
     });
 }
