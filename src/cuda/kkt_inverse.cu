@@ -133,7 +133,7 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
     const ChunkInfo ci = p.ctab[blockIdx.x];
     const int n = ci.n;
     if (n == 0) return;
-    const int hv = blockIdx.y, h = hv / p.G, tid = threadIdx.x, warp = tid >> 5;
+    const int hv = blockIdx.y, h = hv / p.G, tid = threadIdx.x;
     const bool needA = Aout != nullptr;
     T *Ks = reinterpret_cast<T *>(smc);  /* [64][KS+8] */
     T *Qs = Ks + MAXBT * LDK;            /* [64][KS+8] */
@@ -170,29 +170,22 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
     const int nL = needA ? TRI_TILES : 0, nT = nL + (Cq ? TRI_TILES : 0);
     float *cqd = Cq ? Cq + ch * MAXBT * MAXBT : nullptr;
     float accL[3][4][4];
+    tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
+        float acc[4][4] = {};
+        pf_mma<1, true, true>(acc, KS, isL ? Ks : Qs, LDK, 1, Ks, 1, LDK, i0, j0);
+        pf_each<1>(i0, j0, acc, [&](int i, int j, int s, int e) {
+            const bool keep = i < n && (isL ? j < i : j <= i);
+            acc[s][e] = keep ? (isL ? bs[i] : p.scale) * acc[s][e] * expf(Gs[i] - Gs[j]) : 0.f;
+        });
+        if (isL) {
+            if (m < 3) { /* task < 20 ⇒ m ≤ 2 */
 #pragma unroll
-    for (int m = 0; m < 5; m++) {
-        const int task = warp + 8 * m;
-        if (task < nT) {
-            const bool isL = task < nL;
-            int i0, j0;
-            tri_tile(isL ? task : task - nL, i0, j0);
-            float acc[4][4] = {};
-            pf_mma<1, true, true>(acc, KS, isL ? Ks : Qs, LDK, 1, Ks, 1, LDK, i0, j0);
-            pf_each<1>(i0, j0, acc, [&](int i, int j, int s, int e) {
-                const bool keep = i < n && (isL ? j < i : j <= i);
-                acc[s][e] = keep ? (isL ? bs[i] : p.scale) * acc[s][e] * expf(Gs[i] - Gs[j]) : 0.f;
-            });
-            if (isL) {
-                if (m < 3) { /* task < 20 ⇒ m ≤ 2 */
-#pragma unroll
-                    for (int e = 0; e < 4; e++) accL[m < 3 ? m : 0][0][e] = acc[0][e];
-                }
-            } else {
-                tri_put_tile(cqd, i0, j0, acc, MAXBT);
+                for (int e = 0; e < 4; e++) accL[m < 3 ? m : 0][0][e] = acc[0][e];
             }
+        } else {
+            tri_put_tile(cqd, i0, j0, acc, MAXBT);
         }
-    }
+    });
     if (Cq) tri_store_upper_zeros(cqd);
     if (!needA) return;
     __syncthreads(); /* every read of Ks/Qs is done: L goes over them */

@@ -50,6 +50,24 @@ __device__ __forceinline__ void tri_mac(float4 &a, const float *x, const float *
     }
 }
 
+/* This warp's tasks of the intra kernels (256 threads): tasks warp, warp + 8, …, warp + 32 of
+ * [L tiles 0..nL) | C_q tiles 0..nT−nL), each a tri_tile; calls f(m, isL, i0, j0) with the task's slot m
+ * (a compile-time index once the loop is unrolled, so per-slot register arrays stay in registers). */
+template <class F>
+__device__ __forceinline__ void tri_for_tasks(int nL, int nT, F f) {
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int m = 0; m < 5; m++) {
+        const int task = warp + 8 * m;
+        if (task < nT) {
+            const bool isL = task < nL;
+            int i0, j0;
+            tri_tile(isL ? task : task - nL, i0, j0);
+            f(m, isL, i0, j0);
+        }
+    }
+}
+
 /* one warp's 16×8 mma tile (NS = 1 fragment, pf_mma layout) → dst with row stride ld
  * (Ls: ld = LDN in shared memory; C_q: ld = 64 in global memory) */
 __device__ __forceinline__ void tri_put_tile(float *dst, int i0, int j0, const float (&acc)[4][4], int ld = LDN) {
@@ -151,16 +169,9 @@ template <int M>
 __device__ __forceinline__ void tri_finish_A(float *dst, float *Ls, float *As, int n, int nL,
                                              const float (&accL)[M][4][4]) {
     static_assert(M >= 3, "up to three L tasks per warp");
-    const int warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int m = 0; m < 3; m++) {
-        const int task = warp + 8 * m;
-        if (task < nL) {
-            int i0, j0;
-            tri_tile(task, i0, j0);
-            tri_put_tile(Ls, i0, j0, accL[m]);
-        }
-    }
+    tri_for_tasks(nL, nL, [&](int m, bool, int i0, int j0) {
+        if (m < 3) tri_put_tile(Ls, i0, j0, accL[m < 3 ? m : 0]); /* L tasks are < 20: m ≤ 2 */
+    });
     __syncthreads();
     tri_inverse64(Ls, As, n);
     tri_store_A(dst, Ls, As, n);

@@ -321,59 +321,38 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
             }
             if (k0 + SL < KS) load_raw(k0 + SL);
             __syncthreads();
-#pragma unroll
-            for (int m = 0; m < 5; m++) {
-                const int task = warp + 8 * m;
-                if (task < nT) {
-                    const bool isL = task < nL;
-                    int i0, j0;
-                    tri_tile(isL ? task : task - nL, i0, j0);
-                    pf_mma<1, true, true>(acc[m], SL, isL ? Xa : Qa, LDO, 1, Kz, 1, LDO, i0, j0);
-                }
-            }
+            tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
+                pf_mma<1, true, true>(acc[m], SL, isL ? Xa : Qa, LDO, 1, Kz, 1, LDO, i0, j0);
+            });
             __syncthreads();
         }
     } else {
         /* exact pairwise exponents (strong decay, hard resets): every e^{G_i − G_j}, j ≤ i, is ≤ 1 */
-#pragma unroll
-        for (int m = 0; m < 5; m++) {
-            const int task = warp + 8 * m;
-            if (task < nT) {
-                const bool isL = task < nL;
-                int i0, j0;
-                tri_tile(isL ? task : task - nL, i0, j0);
-                pf_each<1>(i0, j0, acc[m], [&](int i, int j, int s, int e) {
-                    float sum = 0.f;
-                    if (i < n && (isL ? j < i : j <= i)) {
-                        const T *ki = kc + i * rsk, *kj = kc + j * rsk, *qi = qc + i * rsk;
-                        for (int d = 0; d < p.K; d++) {
-                            const float f = expf(Gs[i * LDG + d] - Gs[j * LDG + d]) * ld<T>(kj + d);
-                            if (isL) sum += (bc ? ld<T>(bc + i * rsb + d) : brow[i]) * ld<T>(ki + d) * f;
-                            else sum += ld<T>(qi + d) * f;
-                        }
-                        if (!isL) sum *= p.scale;
+        tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
+            pf_each<1>(i0, j0, acc[m], [&](int i, int j, int s, int e) {
+                float sum = 0.f;
+                if (i < n && (isL ? j < i : j <= i)) {
+                    const T *ki = kc + i * rsk, *kj = kc + j * rsk, *qi = qc + i * rsk;
+                    for (int d = 0; d < p.K; d++) {
+                        const float f = expf(Gs[i * LDG + d] - Gs[j * LDG + d]) * ld<T>(kj + d);
+                        if (isL) sum += (bc ? ld<T>(bc + i * rsb + d) : brow[i]) * ld<T>(ki + d) * f;
+                        else sum += ld<T>(qi + d) * f;
                     }
-                    acc[m][s][e] = sum;
-                });
-            }
-        }
+                    if (!isL) sum *= p.scale;
+                }
+                acc[m][s][e] = sum;
+            });
+        });
     }
 
     /* masks; C_q out from the fragments, L kept for the inverse */
     float *cqd = wantC ? Cq + ch * MAXBT * MAXBT : nullptr;
-#pragma unroll
-    for (int m = 0; m < 5; m++) {
-        const int task = warp + 8 * m;
-        if (task < nT) {
-            const bool isL = task < nL;
-            int i0, j0;
-            tri_tile(isL ? task : task - nL, i0, j0);
-            pf_each<1>(i0, j0, acc[m], [&](int i, int j, int s, int e) {
-                if (!(i < n && (isL ? j < i : j <= i))) acc[m][s][e] = 0.f;
-            });
-            if (!isL) tri_put_tile(cqd, i0, j0, acc[m], MAXBT);
-        }
-    }
+    tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
+        pf_each<1>(i0, j0, acc[m], [&](int i, int j, int s, int e) {
+            if (!(i < n && (isL ? j < i : j <= i))) acc[m][s][e] = 0.f;
+        });
+        if (!isL) tri_put_tile(cqd, i0, j0, acc[m], MAXBT);
+    });
     if (wantC) tri_store_upper_zeros(cqd);
     if (!wantL) return;
     __syncthreads(); /* the G tile and the slab tiles are dead: L goes over them */
