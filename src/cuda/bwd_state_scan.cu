@@ -56,14 +56,8 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     FT *Es = Qv + MAXBT * ldfe;
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    if constexpr (REG) {
-        tiles.load(Sf, p, dht, sbase, v0);
-    } else {
-        for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
-            const int j = e / Kp, kk = e - j * Kp;
-            Sbt[j * lds + kk] = (dht && kk < p.K && v0 + j < p.V) ? dht[sbase + st_idx(p, kk, v0 + j)] : 0.f;
-        }
-    }
+    if constexpr (REG) tiles.load(Sf, p, dht, sbase, v0);
+    else state_from<BVT>(Sbt, lds, Kp, p, dht, sbase, v0);
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
         copy_tile<T>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
@@ -206,14 +200,8 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         }
         cur ^= 1;
     }
-    if (REG && dh0) {
-        tiles.save(Sf, p, dh0, sbase, v0);
-    } else if (dh0) {
-        for (int e = threadIdx.x; e < p.K * BVT; e += blockDim.x) {
-            const int kk = e / BVT, j = e - kk * BVT;
-            if (v0 + j < p.V) dh0[sbase + st_idx(p, kk, v0 + j)] = Sbt[j * lds + kk];
-        }
-    }
+    if (REG && dh0) tiles.save(Sf, p, dh0, sbase, v0);
+    else if (dh0) state_to<BVT>(Sbt, lds, p, dh0, sbase, v0);
 }
 
 template <class T, bool VEC, int KPC, int BVT>

@@ -449,6 +449,24 @@ __device__ __forceinline__ size_t st_idx(const Prob &p, int kk, int vv) {
     return p.svf ? (size_t)vv * p.K + kk : (size_t)kk * p.V + vv;
 }
 
+/* The general scans' state tile in shared memory, transposed (St[j * lds + kk], Kp × BVT): from the API's
+ * h0 / dht (zero outside K × V or when src is NULL) and to its ht / dh0. */
+template <int BVT>
+__device__ __forceinline__ void state_from(float *St, int lds, int Kp, const Prob &p, const float *src, size_t sbase,
+                                           int v0) {
+    for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
+        const int j = e / Kp, kk = e - j * Kp;
+        St[j * lds + kk] = (src && kk < p.K && v0 + j < p.V) ? src[sbase + st_idx(p, kk, v0 + j)] : 0.f;
+    }
+}
+template <int BVT>
+__device__ __forceinline__ void state_to(const float *St, int lds, const Prob &p, float *dst, size_t sbase, int v0) {
+    for (int e = threadIdx.x; e < p.K * BVT; e += blockDim.x) {
+        const int kk = e / BVT, j = e - kk * BVT;
+        if (v0 + j < p.V) dst[sbase + st_idx(p, kk, v0 + j)] = St[j * lds + kk];
+    }
+}
+
 /* ---- the scans' state tile in registers (fast path, K ≤ 128) ----
  * A K × BVT state tile held as warp fragments: warp w owns rows 16·(w % RT)… and column group w / RT
  * (RT = K/16 row tiles over NW warps). The products that update the state accumulate into these

@@ -56,14 +56,8 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
     const ST tiles;
     float Sf[4][4] = {};
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    if constexpr (REG) {
-        tiles.load(Sf, p, h0, sbase, v0);
-    } else {
-        for (int e = threadIdx.x; e < Kp * BVT; e += blockDim.x) {
-            const int j = e / Kp, kk = e - j * Kp;
-            St[j * lds + kk] = (h0 && kk < p.K && v0 + j < p.V) ? h0[sbase + st_idx(p, kk, v0 + j)] : 0.f;
-        }
-    }
+    if constexpr (REG) tiles.load(Sf, p, h0, sbase, v0);
+    else state_from<BVT>(St, lds, Kp, p, h0, sbase, v0);
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
         copy_tile<T>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
@@ -171,14 +165,8 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         }
         cur ^= 1;
     }
-    if (REG && ht) {
-        tiles.save(Sf, p, ht, sbase, v0);
-    } else if (ht) {
-        for (int e = threadIdx.x; e < p.K * BVT; e += blockDim.x) {
-            const int kk = e / BVT, j = e - kk * BVT;
-            if (v0 + j < p.V) ht[sbase + st_idx(p, kk, v0 + j)] = St[j * lds + kk];
-        }
-    }
+    if (REG && ht) tiles.save(Sf, p, ht, sbase, v0);
+    else if (ht) state_to<BVT>(St, lds, p, ht, sbase, v0);
 }
 
 template <class T, bool VEC, int KPC, int BVT>
