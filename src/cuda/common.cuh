@@ -283,6 +283,13 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
 }
+/* Pipelined copies: close the thread's current group of cp.async copies (an empty group is fine), and
+ * wait until at most N of the most recent groups are still in flight (N = 0: all done). Every thread
+ * commits the same groups; __syncthreads() after the wait before reading what other threads copied. */
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 template <class T>
 __device__ __forceinline__ void copy_tile(T *dst, int ldd, int rows, int ncols, const T *src, size_t rs, int n,
