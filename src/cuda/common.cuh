@@ -283,12 +283,30 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
 }
-/* Pipelined copies: close the thread's current group of cp.async copies (an empty group is fine), and
- * wait until at most N of the most recent groups are still in flight (N = 0: all done). Every thread
- * commits the same groups; __syncthreads() after the wait before reading what other threads copied. */
+/* Pipelined copies (the fast pullbacks' V slabs): cp_async_commit() closes the thread's copies issued
+ * since the last commit into a group (an empty group is legal and complete at once);
+ * cp_async_wait_group<N>() waits until at most the N newest committed groups of this thread are still
+ * in flight. Like cp_async_wait(), it covers only this thread's copies: a __syncthreads() must follow
+ * before other threads read the tiles. */
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait_group() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* The fast pullbacks' V-slab tiles (pullback.cu, vec_pullback.cu), one bit each in a buffer set:
+ * PR (P, or R̄ in WY), V, R, Ō, S_c, S̄⁺. The early ones (PR, V) are read only before a slab's mid
+ * barrier, so a single buffer of them can take the next slab's copy from there on. */
+enum { SL_PR, SL_V, SL_R, SL_O, SL_SC, SL_SB, SL_NT };
+constexpr unsigned SL_ALL = (1u << SL_NT) - 1u, SL_EARLY = (1u << SL_PR) | (1u << SL_V);
+/* double-buffered sets in order of preference (the first whose layout fits is used): all, the late four,
+ * Ō + S_c + S̄⁺, S_c + S̄⁺, none */
+constexpr int SL_NPREF = 5;
+__host__ __device__ constexpr unsigned sl_db_pref(int i) {
+    return i == 0 ? SL_ALL
+         : i == 1 ? SL_ALL & ~SL_EARLY
+         : i == 2 ? (1u << SL_O) | (1u << SL_SC) | (1u << SL_SB)
+         : i == 3 ? (1u << SL_SC) | (1u << SL_SB)
+                  : 0u;
 }
 
 template <class T>

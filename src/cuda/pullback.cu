@@ -376,7 +376,29 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
  * the V slabs are read once. WY (the 7-product comparison) forms P = AᵀR̄ per slab and, after the
  * V loop, Ā = R̄Zᵀ + W̄Eᵀ, D = −AᵀĀAᵀ and Aᵀ W̄ in place of P S_cᵀ; everything else is shared.
  * One block of 16 warps per (chunk, key head); warp w owns rows 16(w%4)… and a quarter of the
- * columns of every K-wide result (and of the 64×64 ones). */
+ * columns of every K-wide result (and of the 64×64 ones).
+ *
+ * V-slab copies run one slab ahead of the math (cp.async groups). The six tiles of a slab (SL_PR …
+ * SL_SB, common.cuh) have two buffers each where shared memory allows (PfLayout::db; slab sl uses
+ * buffer sl & 1) and one otherwise; pf_pick takes the first set of sl_db_pref that fits the device.
+ * Per slab sl (groups commit in this order; an empty group is complete at once):
+ *   top:  [single-buffered late tiles (R, Ō, S_c, S̄⁺) of slab sl] commit;
+ *         [double-buffered tiles of slab sl+1 → buffer (sl+1)&1] commit;
+ *         wait_group 1 (all but the group just committed: slab sl's copies, wherever issued, are in);
+ *   B1    __syncthreads: every thread's copies of slab sl are visible; from here the slab is read.
+ *   first half: (WY: P = AᵀR̄ → Ps, barrier), dv and ⟨P, v⟩, ⟨S̄⁺, S_c⟩, P Rᵀ / R̄ Zᵀ, P S_cᵀ / R̄ S_cᵀ.
+ *   B2    (only when PR or V is single-buffered) __syncthreads: PR, V and Ps are read no more in this
+ *         slab; then [those tiles of slab sl+1] commit.
+ *   second half: Ō Rᵀ, Ō S_cᵀ, R S̄⁺ᵀ (R, Ō, S_c, S̄⁺ only).
+ *   B3    __syncthreads: all reads of slab sl's buffers are done; the next top overwrites buffer sl&1
+ *         (double: with slab sl+2's copy) or the single ones (with slab sl+1's).
+ * A copy into a buffer is thus always issued after the barrier that ends its previous reads (B3 of
+ * the slab before for the top's copies, B2 of this slab for the early ones), and read only after the
+ * B1 that follows the wait on its group. The last slab issues nothing, so no copy is in flight when Γ …
+ * (and W̄, Ā, T in WY) go over region X after the loop's final B3. At K = 128 on an H200 (232,448 B)
+ * ReWY double-buffers all six tiles (221,312 B); WY has the extra R̄ → P tile and A, so its early tiles
+ * (R̄, V) keep one buffer and take the next slab's copy at B2 (229,504 B). At K = 64 both double-buffer
+ * everything. A device with less shared memory (A100: 166,912 B) takes a smaller set or single buffers. */
 constexpr int PF_THREADS = 512;
 constexpr int PF_NW = PF_THREADS / 32;
 constexpr int PF_BV = 64;          /* V slab */
@@ -385,23 +407,31 @@ constexpr int PF_LDH = PF_BV + 8;  /* 16-bit [rows][72] tiles */
 
 constexpr int PF_LDKT = MAXBT + 8; /* Kᵀ, Qᵀ [KS][72] */
 
-/* byte offsets of the fast pullback's shared memory */
+/* byte offsets of the fast pullback's shared memory. The six V-slab tiles (SL_PR … SL_SB, common.cuh)
+ * have two buffers each where `db` has their bit (slab s uses buffer s & 1), else one (both entries equal). */
 struct PfLayout {
-    int X, Ps, Rs, Xs, Os, Vs, Sc, Sb;       /* V-slab tiles (region X) */
+    int slab[SL_NT][2];                      /* V-slab tiles (region X): PR (P; WY R̄), V, R, Ō, S_c, S̄⁺ */
+    int db;                                  /* double-buffered tiles (bit set over SL_*) */
+    int Ps;                                  /* WY: P = Aᵀ R̄ of the slab (computed; region X) */
     int Gm, Gbt, Hm, Ht, Ab, Tm, Wb;         /* after the V loop, over region X */
     int Kt, Qt, As, sf, total;               /* resident */
 };
-__host__ __device__ inline PfLayout pf_layout(int KS, bool wy) {
+__host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db) {
     PfLayout L = {};
     const int f = MAXBT * PF_LDF * 4, h = MAXBT * PF_LDH * 2, s = KS * PF_LDH * 2;
+    const int sz[SL_NT] = {f, h, f, h, s, s};
     int o = 0;
-    L.Ps = o; o += f;
-    L.Rs = o; o += f;
-    L.Xs = o; o += wy ? f : 0; /* WY: R̄ slab */
-    L.Os = o; o += h;
-    L.Vs = o; o += h;
-    L.Sc = o; o += s;
-    L.Sb = o; o += s;
+    L.db = (int)db;
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < SL_NT; i++) {
+            if (b == 0 || ((db >> i) & 1u)) {
+                L.slab[i][b] = o;
+                o += sz[i];
+            } else {
+                L.slab[i][b] = L.slab[i][0];
+            }
+        }
+    L.Ps = o; o += wy ? f : 0; /* ReWY: P is the PR tile */
     const int x = o;
     o = 0;
     L.Gm = o; o += f;
@@ -419,26 +449,30 @@ __host__ __device__ inline PfLayout pf_layout(int KS, bool wy) {
     L.total = o;
     return L;
 }
+/* The layout with the most double-buffered V-slab tiles (sl_db_pref order) that fits in `optin`
+ * bytes; total = 0 when even single buffering does not fit. */
+inline PfLayout pf_pick(int KS, bool wy, size_t optin) {
+    for (int i = 0; i < SL_NPREF; i++) {
+        const PfLayout L = pf_layout(KS, wy, sl_db_pref(i));
+        if ((size_t)L.total <= optin) return L;
+    }
+    return PfLayout{};
+}
 
 template <class T, int KS, bool WY>
 __global__ void __launch_bounds__(PF_THREADS)
 pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const T *do_,
                      const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, float *acc, T *dq, T *dk,
-                     T *dv, T *dbeta, float *dg) {
+                     T *dv, T *dbeta, float *dg, const PfLayout L /* pf_layout(KS, WY, db) */) {
     extern __shared__ __align__(16) char smc[];
     constexpr int NSK = KS / 32;     /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
     constexpr int NSN = 2;           /* … in the 64×64 results (16 columns) */
     constexpr int LDKT = PF_LDKT;
-    const PfLayout L = pf_layout(KS, WY);
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const ChunkInfo ci = p.ctab[c];
     const int n = ci.n, tok0 = ci.tok0;
     if (n == 0) return;
-    float *Ps = reinterpret_cast<float *>(smc + L.Ps), *Rs = reinterpret_cast<float *>(smc + L.Rs);
-    float *Xs = reinterpret_cast<float *>(smc + L.Xs);
-    T *Os = reinterpret_cast<T *>(smc + L.Os), *Vs = reinterpret_cast<T *>(smc + L.Vs);
-    state_t *Scs = reinterpret_cast<state_t *>(smc + L.Sc), *Sbs = reinterpret_cast<state_t *>(smc + L.Sb);
     float *Gm = reinterpret_cast<float *>(smc + L.Gm), *Gbt = reinterpret_cast<float *>(smc + L.Gbt);
     float *Hm = reinterpret_cast<float *>(smc + L.Hm), *Ht = reinterpret_cast<float *>(smc + L.Ht);
     float *Ab = reinterpret_cast<float *>(smc + L.Ab), *Tm = reinterpret_cast<float *>(smc + L.Tm);
@@ -459,7 +493,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
 
     /* K and Q of the chunk, transposed once ([feature][token]: k-contiguous B operands), staged in region X */
     {
-        T *stg = reinterpret_cast<T *>(smc + L.Ps);
+        T *stg = reinterpret_cast<T *>(smc);
         constexpr int LDS_ = KS + 8;
         for (int w = 0; w < 2; w++) {
             copy_tile<T>(stg, LDS_, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
@@ -482,9 +516,35 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         const float *Rc = R + ch * MAXBT * p.V, *PRc = PR + ch * MAXBT * p.V;
         const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
         const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
+        /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
+        const int ns = ceil_div(p.V, PF_BV);
+        auto issue = [&](unsigned set, int sl) {
+            const int v0 = sl * PF_BV, b = sl & 1;
+            if (set & (1u << SL_PR))
+                copy_tile<float>(reinterpret_cast<float *>(smc + (b ? L.slab[SL_PR][1] : L.slab[SL_PR][0])), PF_LDF, MAXBT, PF_BV, PRc, p.V, n, v0, p.V);
+            if (set & (1u << SL_V))
+                copy_tile<T>(reinterpret_cast<T *>(smc + (b ? L.slab[SL_V][1] : L.slab[SL_V][0])), PF_LDH, MAXBT, PF_BV, vc, rsv, n, v0, p.V);
+            if (set & (1u << SL_R))
+                copy_tile<float>(reinterpret_cast<float *>(smc + (b ? L.slab[SL_R][1] : L.slab[SL_R][0])), PF_LDF, MAXBT, PF_BV, Rc, p.V, n, v0, p.V);
+            if (set & (1u << SL_O))
+                copy_tile<T>(reinterpret_cast<T *>(smc + (b ? L.slab[SL_O][1] : L.slab[SL_O][0])), PF_LDH, MAXBT, PF_BV, doc, rsv, n, v0, p.V);
+            if (set & (1u << SL_SC))
+                copy_tile<state_t>(reinterpret_cast<state_t *>(smc + (b ? L.slab[SL_SC][1] : L.slab[SL_SC][0])), PF_LDH, KS, PF_BV, Scc, p.V, p.K, v0, p.V);
+            if (set & (1u << SL_SB))
+                copy_tile<state_t>(reinterpret_cast<state_t *>(smc + (b ? L.slab[SL_SB][1] : L.slab[SL_SB][0])), PF_LDH, KS, PF_BV, Sbc, p.V, p.K, v0, p.V);
+        };
+        const unsigned dbl = (unsigned)L.db & SL_ALL;                   /* two buffers: next slab's copy at the top */
+        const unsigned one_late = SL_ALL & ~dbl & ~SL_EARLY;             /* one buffer, read to the slab's end: at the top */
+        const unsigned one_early = SL_EARLY & ~dbl;                      /* one buffer, read before the mid barrier: from there */
+
         copy_tile<float>(Gs, 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1, 0, 2 * MAXBT);
         if (WY) copy_tile<float>(As, PF_LDF, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
-        cp_async_wait();
+        cp_async_commit();
+        /* slab 0, all tiles (region X is free: the previous value head's last reads of Γ … ended before its
+         * closing barriers); waited on at the top of slab 0 */
+        issue(SL_ALL, 0);
+        cp_async_commit();
+        cp_async_wait_group<1>(); /* G, β (and A) */
         __syncthreads();
         const float gl = Gs[n - 1];
         if (tid < MAXBT) {
@@ -499,16 +559,27 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         float Dh[4][4] = {}, Hh[4][4] = {};                                /* P Rᵀ (WY: R̄ Zᵀ), Ō Rᵀ */
         float lam = 0.f;
 
-        /* ---- the V slabs: every product with a V-long inner dimension ---- */
-        for (int v0 = 0; v0 < p.V; v0 += PF_BV) {
-            copy_tile<T>(Os, PF_LDH, MAXBT, PF_BV, doc, rsv, n, v0, p.V);
-            copy_tile<T>(Vs, PF_LDH, MAXBT, PF_BV, vc, rsv, n, v0, p.V);
-            copy_tile<float>(Rs, PF_LDF, MAXBT, PF_BV, Rc, p.V, n, v0, p.V);
-            copy_tile<float>(WY ? Xs : Ps, PF_LDF, MAXBT, PF_BV, PRc, p.V, n, v0, p.V);
-            copy_tile<state_t>(Scs, PF_LDH, KS, PF_BV, Scc, p.V, p.K, v0, p.V);
-            copy_tile<state_t>(Sbs, PF_LDH, KS, PF_BV, Sbc, p.V, p.K, v0, p.V);
-            cp_async_wait();
-            __syncthreads();
+        /* ---- the V slabs: every product with a V-long inner dimension ----
+         * Copies run one slab ahead (see the kernel's header for the schedule and its barriers):
+         * top of slab sl: [one_late tiles of sl] commit, [dbl tiles of sl+1, other buffer] commit, wait for all
+         * but the newest group, B1; first half (reads every tile); if one_early: B2, [one_early tiles of sl+1]
+         * commit; second half (reads R, Ō, S_c, S̄⁺ only); B3. */
+        for (int sl = 0; sl < ns; sl++) {
+            const int v0 = sl * PF_BV, b = sl & 1;
+            if (sl > 0) issue(one_late, sl); /* their buffers' last reader, slab sl−1, ended at its B3 */
+            cp_async_commit();
+            if (sl + 1 < ns) issue(dbl, sl + 1); /* buffer (sl+1)&1: last read by slab sl−1, before its B3 */
+            cp_async_commit();
+            cp_async_wait_group<1>(); /* this thread's copies of slab sl are in (only slab sl+1's may still run) */
+            __syncthreads();          /* B1: … and everyone's */
+            float *Prs = reinterpret_cast<float *>(smc + (b ? L.slab[SL_PR][1] : L.slab[SL_PR][0]));
+            const float *Rs = reinterpret_cast<const float *>(smc + (b ? L.slab[SL_R][1] : L.slab[SL_R][0]));
+            const T *Os = reinterpret_cast<const T *>(smc + (b ? L.slab[SL_O][1] : L.slab[SL_O][0]));
+            const T *Vs = reinterpret_cast<const T *>(smc + (b ? L.slab[SL_V][1] : L.slab[SL_V][0]));
+            const state_t *Scs = reinterpret_cast<const state_t *>(smc + (b ? L.slab[SL_SC][1] : L.slab[SL_SC][0]));
+            const state_t *Sbs = reinterpret_cast<const state_t *>(smc + (b ? L.slab[SL_SB][1] : L.slab[SL_SB][0]));
+            const float *Xs = Prs;                                               /* WY: R̄ */
+            float *Ps = WY ? reinterpret_cast<float *>(smc + L.Ps) : Prs;        /* P */
             if (WY) { /* P = Aᵀ R̄ */
                 bgemm<PF_NW>(MAXBT, PF_BV, MAXBT, As, 1, PF_LDF, Xs, PF_LDF, 1,
                              [&](int i, int j, float cc) { Ps[i * PF_LDF + j] = cc; });
@@ -542,11 +613,18 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                 pf_mma<NSN, true, true>(Dh, PF_BV, Ps, PF_LDF, 1, Rs, 1, PF_LDF, i0, jn);   /* P Rᵀ */
                 pf_mma_rows<NSK, true, true>(Bh, -gam_lo, -gam_hi, PF_BV, Ps, PF_LDF, 1, Scs, 1, PF_LDH, i0, jk);
             }
+            if (one_early) {
+                __syncthreads(); /* B2: PR, V (and WY's P) are read no more in this slab */
+                if (sl + 1 < ns) issue(one_early, sl + 1);
+                cp_async_commit();
+            }
+            /* second half: R, Ō, S_c, S̄⁺ only */
             pf_mma<NSN, true, true>(Hh, PF_BV, Os, PF_LDH, 1, Rs, 1, PF_LDF, i0, jn);       /* Ō Rᵀ */
             pf_mma_rows<NSK, true, true>(Qh, sc * gam_lo, sc * gam_hi, PF_BV, Os, PF_LDH, 1, Scs, 1, PF_LDH, i0, jk);
             pf_mma_rows<NSK, true, true>(Fh, eF[i0 + g], eF[i0 + g + 8], PF_BV, Rs, PF_LDF, 1, Sbs, 1, PF_LDH, i0, jk);
-            __syncthreads();
+            __syncthreads(); /* B3: slab sl's buffers are free (the next top refills them) */
         }
+        cp_async_wait_group<0>(); /* none in flight (the last slab issued none); Γ … go over region X below */
 
         /* ---- the n×n coefficients, masked and decayed: Γ = 𝓛_<(D) ⊙ e^{G_i−G_j}, Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j};
          * stored with Γ_βᵀ and Γ_H'ᵀ so that all four K-side products read k-contiguous operands ---- */
@@ -692,17 +770,20 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
     if constexpr (sizeof(T) == 2) {
         /* the fast path (see pullback_fast_kernel) where its tiles apply */
         const bool al = ((uintptr_t)dv & 15) == 0 && ((uintptr_t)dq & 3) == 0 && ((uintptr_t)dk & 3) == 0;
-        if (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al &&
-            (size_t)pf_layout(p.K <= 64 ? 64 : 128, wy).total <= smem_optin()) {
+        /* the layout with the most double-buffered V-slab tiles that fits the device (none fits: general) */
+        const PfLayout pl = (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al)
+                                ? pf_pick(p.K <= 64 ? 64 : 128, wy != 0, smem_optin())
+                                : PfLayout{};
+        if (pl.total > 0) {
             auto go = [&](auto ks, auto wyc) {
                 constexpr int KS = decltype(ks)::value;
                 constexpr bool WY = decltype(wyc)::value;
-                const size_t sm = pf_layout(KS, WY).total;
+                const size_t sm = pl.total;
                 cudaError_t e = ensure_smem<pullback_fast_kernel<T, KS, WY>>(sm);
                 if (e != cudaSuccess) return e;
                 pullback_fast_kernel<T, KS, WY><<<dim3(p.NC, p.H), PF_THREADS, sm, s>>>(
                     p, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq,
-                    (T *)dk, (T *)dv, (T *)dbeta, dg);
+                    (T *)dk, (T *)dv, (T *)dbeta, dg, pl);
                 return cudaGetLastError();
             };
             using K64 = std::integral_constant<int, 64>;

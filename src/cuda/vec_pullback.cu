@@ -410,7 +410,14 @@ __global__ void vec_gva_sum_kernel(Prob p, const float *acc, T *dq, T *dk) {
  * pairwise exponents per fragment element instead (plain loops; rare). The epilogue forms q̄, k̄,
  * b̄, Ḡ from the registers; β̄ and the reverse cumsum of Ḡ (segmented over 512/KS row segments)
  * are fixed-order reductions. WY forms P = AᵀR̄ and Z = w⊙V per slab and, after the V loop,
- * Ā = R̄Zᵀ + W̄Eᵀ, D = 𝓛_<(−AᵀĀAᵀ) and Ē_dir = AᵀW̄ with W̄ in shared memory. */
+ * Ā = R̄Zᵀ + W̄Eᵀ, D = 𝓛_<(−AᵀĀAᵀ) and Ē_dir = AᵀW̄ with W̄ in shared memory.
+ * V-slab copies run one slab ahead of the math with the schedule and barriers of pullback_fast_kernel
+ * (pullback.cu). The double-buffered set is fixed at compile time (vf_db): the block's size is set by the
+ * K-side stage (Dm … Qa) and the G tile, so ReWY double-buffers all six tiles at no extra cost at K = 128
+ * (224,896 B, as before; 166,016 B at K = 64); WY keeps A clear of the V slabs and of its W̄ stage, which
+ * leaves room for two buffers of Ō, S_c, S̄⁺ only at K = 128 (230,016 B): R̄ and V take the next slab's copy
+ * at the mid barrier B2, R at the top of its own slab (exposed, 17 KB of the slab's 88 KB); at K = 64 WY
+ * double-buffers everything (219,264 B). */
 constexpr int VF_THREADS = 512;
 constexpr int VF_NW = VF_THREADS / 32;
 constexpr int VF_BV = 64;          /* V slab */
@@ -420,28 +427,35 @@ constexpr int VF_LN = MAXBT + 8;   /* n×n fp32 tiles and transposed K-side oper
 
 /* byte offsets of the fast vector pullback's shared memory */
 struct VfLayout {
-    int Ps, Rs, Xs, Zs, Os, Vs, Sc, Sb;  /* V slabs */
+    int slab[SL_NT][2];                  /* V-slab tiles PR (P; WY R̄), V, R, Ō, S_c, S̄⁺: buffers 0, 1 (equal: one) */
+    int db;                              /* double-buffered V-slab tiles (bit set over SL_*) */
+    int Ps, Zs;                          /* WY: P = AᵀR̄, w⊙V of the slab (computed) */
     int Stg, Ab, Tm, Wb, Es, As;         /* after the V loop: K, Q, b staged (input type); WY */
     int Dm, Dt, Hm, Ht, Kz, Bk, Qa, Gb;  /* K side (Gb: Ḡ tile over Kz at the end) */
     int Gs, sf, total;                   /* resident: G tile, small arrays */
     int stg, nn, kt, gt;                 /* region sizes */
 };
-__host__ __device__ constexpr VfLayout vf_layout(int KS, bool wy) {
+__host__ __device__ constexpr VfLayout vf_layout(int KS, bool wy, unsigned db) {
     VfLayout L = {};
     const int f = MAXBT * VF_LDF * 4, hh = MAXBT * VF_LDH * 2, s = KS * VF_LDH * (int)sizeof(state_t);
     L.nn = MAXBT * VF_LN * 4;
     L.kt = KS * VF_LN * 4;
     L.stg = MAXBT * (KS + 8) * 2;
     L.gt = MAXBT * (KS + 4) * 4;
+    const int sz[SL_NT] = {f, hh, f, hh, s, s};
     int o = 0;
-    L.Ps = o; o += f;
-    L.Rs = o; o += f;
-    L.Xs = o; o += wy ? f : 0; /* WY: R̄ slab */
+    L.db = (int)db;
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < SL_NT; i++) {
+            if (b == 0 || ((db >> i) & 1u)) {
+                L.slab[i][b] = o;
+                o += sz[i];
+            } else {
+                L.slab[i][b] = L.slab[i][0];
+            }
+        }
+    L.Ps = o; o += wy ? f : 0; /* WY: P slab (ReWY: P is the PR tile) */
     L.Zs = o; o += wy ? f : 0; /* WY: w⊙V slab */
-    L.Os = o; o += hh;
-    L.Vs = o; o += hh;
-    L.Sc = o; o += s;
-    L.Sb = o; o += s;
     const int x1 = o;
     o = 0;
     L.Stg = o; o += 3 * L.stg;
@@ -467,6 +481,14 @@ __host__ __device__ constexpr VfLayout vf_layout(int KS, bool wy) {
     L.total = o;
     return L;
 }
+/* The double-buffered V-slab tiles of the fast kernel: the first set of sl_db_pref whose layout fits an
+ * H200/H100 block (232,448 B). Launches check the device (smem_optin) and otherwise take the general kernel. */
+__host__ __device__ constexpr unsigned vf_db(int KS, bool wy) {
+    for (int i = 0; i < SL_NPREF; i++)
+        if (vf_layout(KS, wy, sl_db_pref(i)).total <= 232448) return sl_db_pref(i);
+    return 0u;
+}
+__host__ __device__ constexpr VfLayout vf_layout(int KS, bool wy) { return vf_layout(KS, wy, vf_db(KS, wy)); }
 
 /* two adjacent outputs (j, j+1) of a row; `two`: j+1 exists; `pair`: one 4-byte store (aligned) */
 template <class T>
@@ -504,10 +526,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     const ChunkInfo ci = p.ctab[c];
     const int n = ci.n, tok0 = ci.tok0;
     if (n == 0) return;
-    float *Ps = reinterpret_cast<float *>(smc + L.Ps), *Rs = reinterpret_cast<float *>(smc + L.Rs);
-    float *Xs = reinterpret_cast<float *>(smc + L.Xs), *Zs = reinterpret_cast<float *>(smc + L.Zs);
-    T *Os = reinterpret_cast<T *>(smc + L.Os), *Vs = reinterpret_cast<T *>(smc + L.Vs);
-    state_t *Scs = reinterpret_cast<state_t *>(smc + L.Sc), *Sbs = reinterpret_cast<state_t *>(smc + L.Sb);
+    float *Zs = reinterpret_cast<float *>(smc + L.Zs);
     T *Kst = reinterpret_cast<T *>(smc + L.Stg);   /* [64][KS+8] row-major, input type */
     T *Qst = Kst + MAXBT * LDS, *Bst = Qst + MAXBT * LDS;
     float *Ab = reinterpret_cast<float *>(smc + L.Ab), *Tm = reinterpret_cast<float *>(smc + L.Tm);
@@ -546,16 +565,48 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     float Eh[4][4] = {}, Qh[4][4] = {}, Fh[4][4] = {}, Dh[4][4] = {}, Hh[4][4] = {};
     float lam = 0.f; /* ⟨S̄⁺, S_c⟩ of feature lf, this thread's columns */
 
-    /* ---- the V slabs: every product with a V-long inner dimension ---- */
-    for (int v0 = 0; v0 < p.V; v0 += VF_BV) {
-        copy_tile<T>(Os, VF_LDH, MAXBT, VF_BV, doc, rsv, n, v0, p.V);
-        copy_tile<T>(Vs, VF_LDH, MAXBT, VF_BV, vc, rsv, n, v0, p.V);
-        copy_tile<float>(Rs, VF_LDF, MAXBT, VF_BV, Rc, p.V, n, v0, p.V);
-        copy_tile<float>(WY ? Xs : Ps, VF_LDF, MAXBT, VF_BV, PRc, p.V, n, v0, p.V);
-        copy_tile<state_t>(Scs, VF_LDH, KS, VF_BV, Scc, p.V, p.K, v0, p.V);
-        copy_tile<state_t>(Sbs, VF_LDH, KS, VF_BV, Sbc, p.V, p.K, v0, p.V);
-        cp_async_wait();
-        __syncthreads();
+    /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
+    const int ns = ceil_div(p.V, VF_BV);
+    auto issue = [&](unsigned set, int sl) {
+        const int v0 = sl * VF_BV, b = sl & 1;
+        if (set & (1u << SL_PR))
+            copy_tile<float>(reinterpret_cast<float *>(smc + (b ? L.slab[SL_PR][1] : L.slab[SL_PR][0])), VF_LDF, MAXBT, VF_BV, PRc, p.V, n, v0, p.V);
+        if (set & (1u << SL_V))
+            copy_tile<T>(reinterpret_cast<T *>(smc + (b ? L.slab[SL_V][1] : L.slab[SL_V][0])), VF_LDH, MAXBT, VF_BV, vc, rsv, n, v0, p.V);
+        if (set & (1u << SL_R))
+            copy_tile<float>(reinterpret_cast<float *>(smc + (b ? L.slab[SL_R][1] : L.slab[SL_R][0])), VF_LDF, MAXBT, VF_BV, Rc, p.V, n, v0, p.V);
+        if (set & (1u << SL_O))
+            copy_tile<T>(reinterpret_cast<T *>(smc + (b ? L.slab[SL_O][1] : L.slab[SL_O][0])), VF_LDH, MAXBT, VF_BV, doc, rsv, n, v0, p.V);
+        if (set & (1u << SL_SC))
+            copy_tile<state_t>(reinterpret_cast<state_t *>(smc + (b ? L.slab[SL_SC][1] : L.slab[SL_SC][0])), VF_LDH, KS, VF_BV, Scc, p.V, p.K, v0, p.V);
+        if (set & (1u << SL_SB))
+            copy_tile<state_t>(reinterpret_cast<state_t *>(smc + (b ? L.slab[SL_SB][1] : L.slab[SL_SB][0])), VF_LDH, KS, VF_BV, Sbc, p.V, p.K, v0, p.V);
+    };
+    constexpr unsigned dbl = (unsigned)L.db & SL_ALL;           /* two buffers: next slab's copy at the top */
+    constexpr unsigned one_late = SL_ALL & ~dbl & ~SL_EARLY;     /* one buffer, read to the slab's end: at the top */
+    constexpr unsigned one_early = SL_EARLY & ~dbl;              /* one buffer, read before the mid barrier: from there */
+    issue(SL_ALL, 0); /* slab 0, in one group with the setup copies above; waited on at the top of slab 0 */
+    cp_async_commit();
+
+    /* ---- the V slabs: every product with a V-long inner dimension ----
+     * Copies run one slab ahead, as in pullback_fast_kernel (pullback.cu; its header gives the schedule
+     * and the barriers B1, B2, B3). */
+    for (int sl = 0; sl < ns; sl++) {
+        const int v0 = sl * VF_BV, b = sl & 1;
+        if (sl > 0 && one_late) issue(one_late, sl); /* their buffers' last reader, slab sl−1, ended at its B3 */
+        cp_async_commit();
+        if (sl + 1 < ns) issue(dbl, sl + 1); /* buffer (sl+1)&1: last read by slab sl−1, before its B3 */
+        cp_async_commit();
+        cp_async_wait_group<1>(); /* this thread's copies of slab sl are in (only slab sl+1's may still run) */
+        __syncthreads();          /* B1: … and everyone's */
+        float *Prs = reinterpret_cast<float *>(smc + (b ? L.slab[SL_PR][1] : L.slab[SL_PR][0]));
+        const float *Rs = reinterpret_cast<const float *>(smc + (b ? L.slab[SL_R][1] : L.slab[SL_R][0]));
+        const T *Os = reinterpret_cast<const T *>(smc + (b ? L.slab[SL_O][1] : L.slab[SL_O][0]));
+        const T *Vs = reinterpret_cast<const T *>(smc + (b ? L.slab[SL_V][1] : L.slab[SL_V][0]));
+        const state_t *Scs = reinterpret_cast<const state_t *>(smc + (b ? L.slab[SL_SC][1] : L.slab[SL_SC][0]));
+        const state_t *Sbs = reinterpret_cast<const state_t *>(smc + (b ? L.slab[SL_SB][1] : L.slab[SL_SB][0]));
+        const float *Xs = Prs;                                               /* WY: R̄ */
+        float *Ps = WY ? reinterpret_cast<float *>(smc + L.Ps) : Prs;        /* P */
         if (WY) { /* P = Aᵀ R̄,  Z = w⊙V */
             bgemm<VF_NW>(MAXBT, VF_BV, MAXBT, As, 1, LN, Xs, VF_LDF, 1,
                          [&](int i, int j, float cc) { Ps[i * VF_LDF + j] = cc; });
@@ -604,11 +655,18 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
             pf_mma<NSN, true, true>(Dh, VF_BV, Ps, VF_LDF, 1, Rs, 1, VF_LDF, i0, jn);   /* P Rᵀ */
             pf_mma<NSK, true, true>(Eh, VF_BV, Ps, VF_LDF, 1, Scs, 1, VF_LDH, i0, jk);  /* P S_cᵀ = −Ē_dir */
         }
+        if constexpr (one_early != 0u) {
+            __syncthreads(); /* B2: PR, V (and WY's P, Z) are read no more in this slab */
+            if (sl + 1 < ns) issue(one_early, sl + 1);
+            cp_async_commit();
+        }
+        /* second half: R, Ō, S_c, S̄⁺ only */
         pf_mma<NSN, true, true>(Hh, VF_BV, Os, VF_LDH, 1, Rs, 1, VF_LDF, i0, jn);       /* Ō Rᵀ */
         pf_mma<NSK, true, true>(Qh, VF_BV, Os, VF_LDH, 1, Scs, 1, VF_LDH, i0, jk);      /* Ō S_cᵀ */
         pf_mma<NSK, true, true>(Fh, VF_BV, Rs, VF_LDF, 1, Sbs, 1, VF_LDH, i0, jk);      /* F̄ = R S̄⁺ᵀ */
-        __syncthreads();
+        __syncthreads(); /* B3: slab sl's buffers are free (the next top refills them) */
     }
+    cp_async_wait_group<0>(); /* none in flight (the last slab issued none): the stages below go over the V slabs */
 
     /* ---- per feature: ⟨S̄⁺, S_c⟩, centers (same rule as vec_intra.cu), the chunk's half range ---- */
 #pragma unroll
@@ -878,7 +936,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
                 constexpr int KS = decltype(ks)::value;
                 constexpr bool WY = decltype(wyc)::value;
                 constexpr size_t sm = vf_layout(KS, WY).total;
-                if (ensure_smem<vec_pullback_fast_kernel<T, KS, WY>>(sm) != cudaSuccess) return;
+                if (sm > smem_optin() || ensure_smem<vec_pullback_fast_kernel<T, KS, WY>>(sm) != cudaSuccess) return;
                 vec_pullback_fast_kernel<T, KS, WY><<<dim3(p.NC, p.HV), VF_THREADS, sm, s>>>(
                     p, (const T *)q, (const T *)k, (const T *)v, (const T *)beta, (const T *)b, (const T *)w, Gc, A,
                     (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, (T *)db, (T *)dw, dg);
