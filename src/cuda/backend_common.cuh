@@ -1,0 +1,180 @@
+/* backend_common.cuh: the host orchestration both CUDA backends share: the buffer layouts, the
+ * workspace-size queries and the stage sequence of the forward and the backward (MATH §2–§8).
+ * cuda_backend.cu (scalar gates: DeltaNet, GDN) and vec_backend.cu (vector gates: KDA, GDN2) each
+ * supply an operator struct (ScalarGates / VectorGates) with only what differs between them:
+ *
+ *   supports(c)     the operators it runs
+ *   regions(c, g)   the sizes of its own regions (OpRegions: gate table, workspace head, W̄, GVA)
+ *   intra           §2 G, L, A = (I+L)⁻¹, C_q: kkt_inverse.cu (Γ from scalar G) / vec_intra.cu (§6 matrix intra)
+ *   scan_gates      §2 the gates the scans and the output read: the saved GB table (scalar), or
+ *                   vec_factors.cu's E, F, Q_g, Λ and GB, written into the workspace head (vector)
+ *   pullback        §4a/§4b, §5 and §7 pullback.cu (Gram elimination) / §6 vec_pullback.cu (matrix intra)
+ *
+ * Forward:  chunk_plan → intra (G, A, C_q) → [vector: vec_factors] → state_scan (S_c, R, ht) → output (o)
+ * Backward: [vector: vec_factors] → [policy R: intra (C_q only; G, A are saved) → state_scan (S_c, R)]
+ *           → bwd_state_scan (S̄⁺, P or R̄, dh0) → pullback (dq, dk, dv, dβ, dg | db, dw)
+ * Policy R (§8) recomputes C_q, S_c and R in the backward from the saved G and A; policy A saves them.
+ * Every kernel runs on cfg.stream; nothing synchronizes the host; all scratch comes from the caller's
+ * workspace or saved buffer. Layouts (each region 256-B aligned; ⟨⟩: the operator's regions):
+ *
+ * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ | A fp32 [NC*HV][BT][BT]
+ *          policy A: + C_q fp32 [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R fp32 [NC*HV][BT][V]
+ * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved); at least 256 B
+ * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) fp32 [NC*HV][BT][V]
+ *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩
+ *
+ * The operators' regions are in the file-top comments of cuda_backend.cu and vec_backend.cu, next to
+ * ScalarGates::regions and VectorGates::regions / factor_plan, which size them.
+ *
+ * NC = number of chunks: exact from cu_seqlens_host when given, else ⌈T/BT⌉ + num_seqs (varlen)
+ * or B·⌈T/BT⌉ (common.cuh geometry). */
+#ifndef REWY_CUDA_BACKEND_COMMON_CUH
+#define REWY_CUDA_BACKEND_COMMON_CUH
+
+#include "kernels.cuh"
+#include <math.h>
+
+namespace rewy_cuda {
+namespace host {
+
+inline size_t al(size_t x) { return (x + 255) & ~(size_t)255; }
+
+template <class P> P *at(const void *base, size_t off) { return (P *)((char *)base + off); }
+
+/* The operator's own regions, in bytes (0: absent). */
+struct OpRegions {
+    size_t gate; /* saved, after coff: scalar GB fp32 [NC*HV][2][BT] / vector Gc fp32 [NC*HV][BT][Kp] */
+    size_t head; /* at the start of both workspaces, a multiple of 256: vector factors / none */
+    size_t Wbar; /* bwd ws: W̄ scratch of the WY pullback */
+    size_t acc;  /* bwd ws: GVA q̄, k̄ accumulators when HV > H */
+};
+
+struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
+    size_t ctab, coff, G, A, Cq, Sc, R, saved;    /* saved offsets */
+    size_t fCq, fSc, fR, fwd;                      /* fwd workspace */
+    size_t bCq, bSc, bR, Sbar, PR, Wbar, acc, bwd; /* bwd workspace */
+};
+
+template <class Op> Layout plan(const rewy_config *c) {
+    Layout L = {};
+    const Geometry g = geometry(c);
+    const OpRegions r = Op::regions(c, g);
+    L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
+    const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
+    const size_t st = chh * c->K * c->V * sizeof(state_t), rv = chh * L.BT * c->V * sizeof(float);
+    const bool polA = c->policy == REWY_POLICY_A;
+    size_t o = 0;
+    auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R) { /* saved under policy A, else both workspaces */
+        Cq = o; o += al(sizeof(float) * chh * nn);
+        Sc = o; o += al(st);
+        R = o; o += al(rv);
+    };
+    L.ctab = o; o += al(sizeof(ChunkInfo) * L.NC);
+    L.coff = o; o += al(sizeof(int) * (L.N + 1));
+    L.G = o; o += al(r.gate);
+    L.A = o; o += al(sizeof(float) * chh * nn);
+    if (polA) cq_sc_r(L.Cq, L.Sc, L.R);
+    L.saved = o;
+    o = r.head;
+    if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR);
+    L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
+    o = r.head;
+    if (!polA) cq_sc_r(L.bCq, L.bSc, L.bR);
+    L.Sbar = o; o += al(st);
+    L.PR = o; o += al(rv);
+    L.Wbar = o; o += al(r.Wbar);
+    L.acc = o; o += al(r.acc);
+    L.bwd = o;
+    return L;
+}
+
+/* saved, fwd or bwd bytes of Op's layout; 0 for an operator Op does not run. */
+template <class Op> size_t layout_bytes(const rewy_config *c, size_t Layout::*which) {
+    return Op::supports(c) ? plan<Op>(c).*which : 0;
+}
+
+inline Prob make_prob(const rewy_config *c, const Layout &L, const void *saved) {
+    Prob p;
+    p.B = c->B; p.T = c->T; p.H = c->H; p.HV = L.HV; p.K = c->K; p.V = c->V; p.BT = L.BT;
+    p.G = L.HV / c->H; p.N = L.N; p.NC = L.NC; p.Kp = L.Kp;
+    p.gated = c->op != REWY_OP_DELTANET; /* GDN, KDA, GDN2 */
+    p.svf = c->state_v_first != 0;
+    p.scale = c->scale != 0.f ? c->scale : 1.f / sqrtf((float)c->K);
+    p.ctab = (const ChunkInfo *)((const char *)saved + L.ctab);
+    p.coff = (const int *)((const char *)saved + L.coff);
+    return p;
+}
+
+/* The gates as state_scan, output and bwd_state_scan take them: the per-chunk table GB and,
+ * for vector gates, the factors (vo() NULL: scalar gates). */
+struct ScanGates {
+    const float *GB = nullptr;
+    VecOps ops = {};
+    bool vec = false;
+    const VecOps *vo() const { return vec ? &ops : nullptr; }
+};
+
+#define REWY_TRY(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) return REWY_ERR_BACKEND; } while (0)
+
+template <class Op> rewy_status forward(const rewy_fwd_params *a) {
+    const rewy_config *c = &a->cfg;
+    if (!Op::supports(c)) return REWY_ERR_BACKEND;
+    const Layout L = plan<Op>(c);
+    const Prob p = make_prob(c, L, a->saved);
+    cudaStream_t s = (cudaStream_t)c->stream;
+    const bool polA = c->policy == REWY_POLICY_A;
+    float *Gc = at<float>(a->saved, L.G);
+    float *A = at<float>(a->saved, L.A);
+    float *Cq = polA ? at<float>(a->saved, L.Cq) : at<float>(a->workspace, L.fCq);
+    REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
+    REWY_TRY(Op::intra(p, a, Gc, A, Cq, s));
+    ScanGates sg;
+    REWY_TRY(Op::scan_gates(p, a, L, Gc, &sg, s));
+    state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
+    float *R = polA ? at<float>(a->saved, L.R) : at<float>(a->workspace, L.fR);
+    REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, Sc, R, s));
+    REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
+    return REWY_OK;
+}
+
+template <class Op> rewy_status backward(const rewy_bwd_params *a) {
+    const rewy_config *c = &a->cfg;
+    if (!Op::supports(c)) return REWY_ERR_BACKEND;
+    const Layout L = plan<Op>(c);
+    const Prob p = make_prob(c, L, a->saved);
+    cudaStream_t s = (cudaStream_t)c->stream;
+    const bool polA = c->policy == REWY_POLICY_A, wy = c->bwd_algo == REWY_BWD_WY;
+    const float *Gc = at<const float>(a->saved, L.G);
+    const float *A = at<const float>(a->saved, L.A);
+    const float *Cq;
+    const state_t *Sc;
+    const float *R;
+    ScanGates sg;
+    REWY_TRY(Op::scan_gates(p, a, L, Gc, &sg, s));
+    if (polA) {
+        Cq = at<const float>(a->saved, L.Cq);
+        Sc = at<const state_t>(a->saved, L.Sc);
+        R = at<const float>(a->saved, L.R);
+    } else {
+        float *cq = at<float>(a->workspace, L.bCq);
+        state_t *sc = at<state_t>(a->workspace, L.bSc);
+        float *r = at<float>(a->workspace, L.bR);
+        /* recompute: C_q only (G and A are saved), then S_c and R by one forward scan without output */
+        REWY_TRY(Op::intra(p, a, nullptr, nullptr, cq, s));
+        REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, nullptr, sc, r, s));
+        Cq = cq; Sc = sc; R = r;
+    }
+    state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
+    float *PR = at<float>(a->workspace, L.PR);
+    REWY_TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, sg.GB, A, Cq, sg.vo(), a->do_, a->dht, a->dh0, Sbar, PR,
+                                   wy, s));
+    REWY_TRY(Op::pullback(p, a, Gc, A, Sc, Sbar, R, PR, wy, at<float>(a->workspace, L.Wbar),
+                          p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr, s));
+    return REWY_OK;
+}
+
+#undef REWY_TRY
+
+} // namespace host
+} // namespace rewy_cuda
+#endif
