@@ -6,7 +6,7 @@ set -u
 RB=${RB:-build/cuda-on}
 ops=${3:-gdn}; shape=${4:-1x8192x16}
 cmd=(env REWY_LIBRARY=$PWD/$RB/librewy.so python3 bench/bench_gpu.py --impl rewy --reps 1 --ops $ops --shapes $shape --profile=)
-timeout 200 ncu --clock-control none -k "regex:$1" -c 1 --section SourceCounters --section WarpStateStats \
+timeout 200 ncu --clock-control none -k "regex:$1" -c 1 --section SourceCounters --section WarpStateStats --section SpeedOfLight --section MemoryWorkloadAnalysis \
   --section SchedulerStats --section LaunchStats --section Occupancy -o /tmp/$2 -f "${cmd[@]}" > /dev/null 2>&1
 ncu -i /tmp/$2.ncu-rep --page source --csv --print-source sass > $OUT/$2.csv 2>&1
 # the same counters per CUDA source line (the library is built with -lineinfo)

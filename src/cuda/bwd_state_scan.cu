@@ -34,6 +34,10 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
      * (no shared-memory read-modify-write) and S̄⁺ is stored from registers; shared memory gets one
      * copy per chunk, the B operand of F S̄⁺ */
     constexpr bool REG = KPC == 64 || KPC == 128;
+    /* BF (REG with bf16 inputs): F S̄⁺, Q_gᵀ Ō and Eᵀ P run as bf16 products (bf_mma) with S̄⁺, γ⊙Ō
+     * and P as hi/lo bf16 tiles in the space of Sbt, Xo, Pst; C_qᵀ Ō and Aᵀ R̄ stay tf32 (C_q, A fp32) */
+    constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
+    using bf16 = __nv_bfloat16;
     using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, BSCAN_NW>;
     constexpr int NS = ST::NS;
     const ST tiles;
@@ -54,22 +58,28 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     FT *Fs = reinterpret_cast<FT *>(Os + MAXBT * ldvt);  /* VEC: F, Q_g, E [64][ldfe] */
     FT *Qv = Fs + MAXBT * ldfe;
     FT *Es = Qv + MAXBT * ldfe;
+    bf16 *Sh = reinterpret_cast<bf16 *>(Sbt), *Sl = Sh + BVT * lds; /* BF: hi/lo tiles */
+    bf16 *Xh = reinterpret_cast<bf16 *>(Xo), *Xl = Xh + BVT * LDX;
+    bf16 *Ph = reinterpret_cast<bf16 *>(Pst), *Pl = Ph + BVT * LDX;
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     if constexpr (REG) tiles.load(Sf, p, dht, sbase, v0);
     else state_from<BVT>(Sbt, lds, Kp, p, dht, sbase, v0);
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+    constexpr int CR = REG ? MAXBT : 0, CK = REG ? KPC : 0, CV = REG ? BVT : 0; /* compile-time copy shapes */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
-        copy_tile<T>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+        copy_tile_k<T, CR, CK, BSCAN_THREADS>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_q = [&](T *dst, const ChunkInfo &cj) {
-        copy_tile<T>(dst, ldk, BT, Kp, q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+        copy_tile_k<T, CR, CK, BSCAN_THREADS>(dst, ldk, BT, Kp, q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_o = [&](const ChunkInfo &cj) {
-        copy_tile<T>(Os, ldvt, BT, BVT, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+        copy_tile_k<T, CR, CV, BSCAN_THREADS>(Os, ldvt, BT, BVT, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
+                                              cj.n, v0, p.V);
     };
     auto issue_nn = [&](float *dst, const float *src, int cj) {
-        copy_tile<float>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
+        copy_tile_k<float, CR, CR, BSCAN_THREADS>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0,
+                                                  BT);
     };
     auto issue_gb = [&](int buf, int cj) {
         copy_tile<float>(GBs + buf * 2 * MAXBT, 2 * BT, 1, 2 * BT, GB + ((size_t)cj * p.HV + hv) * 2 * BT, 2 * BT, 1, 0,
@@ -77,8 +87,8 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         if (VEC) copy_tile<float>(lam + buf * Kp, Kp, 1, Kp, vo.lam + ((size_t)cj * p.HV + hv) * Kp, Kp, 1, 0, Kp);
     };
     auto issue_f = [&](FT *dst, const void *src, int cj) { /* VEC: a precomputed factor tile */
-        copy_tile<FT>(dst, ldfe, BT, Kp, static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp, Kp, BT, 0,
-                      Kp);
+        copy_tile_k<FT, CR, CK, BSCAN_THREADS>(dst, ldfe, BT, Kp,
+                                               static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp, Kp, BT, 0, Kp);
     };
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
     if (c_last >= c_begin) {
@@ -106,8 +116,9 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         const size_t ch = (size_t)c * p.HV + hv;
         T *Ks = kb ? KQ1 : KQ0, *Qs = kb ? KQ0 : KQ1;
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
-        if constexpr (REG) /* S̄⁺: the shared copy for F S̄⁺, and the saved one for the pullback */
-            tiles.spill(Sf, Sbt, lds, Sbar + ch * p.K * p.V, p.K, p.V, v0);
+        /* S̄⁺: the shared copy for F S̄⁺, and the saved one for the pullback */
+        if constexpr (BF) tiles.spill(Sf, Sh, Sl, lds, Sbar + ch * p.K * p.V, p.K, p.V, v0);
+        else if constexpr (REG) tiles.spill(Sf, Sbt, lds, Sbar + ch * p.K * p.V, p.K, p.V, v0);
         cp_async_wait();
         __syncthreads();
         if (has_next) issue_gb(cur ^ 1, c - 1);
@@ -116,17 +127,40 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         { /* one row per thread (blockDim is a multiple of BT): one exponential per thread */
             const int i = threadIdx.x % BT;
             const float gi = (VEC ? 1.f : expf(Gs[i])) * (REG ? p.scale : 1.f);
-            for (int j = threadIdx.x / BT; j < BVT; j += BSCAN_THREADS / BT) Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
+            for (int j = threadIdx.x / BT; j < BVT; j += BSCAN_THREADS / BT) {
+                if constexpr (BF) st_hilo(Xh, Xl, j * LDX + i, gi * ldf(Os + i * ldvt + j));
+                else Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
+            }
         }
         /* R̄ = F S̄⁺ + C_qᵀ Ō: two products of one shape, so each thread adds to what it wrote */
-        if (VEC) {
+        if constexpr (BF) {
+            /* one register tile per warp for both: rows 16·(w % 4), BVT/2 columns from (w / 4)·BVT/2 */
+            constexpr int NSX = BVT / 16;
+            const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
+            float acc[4][4] = {};
+            bf_mma<NSX, false>(acc, KPC, VEC ? Fs : Ks, VEC ? ldfe : ldk, xi0, Sh, Sl, lds, xj0);
+            if (!VEC) { /* F = diag(e^{G_n − G}) K */
+                const int r = xi0 + ((threadIdx.x & 31) >> 2);
+                const float f_lo = r < n ? expf(gl - Gs[r]) : 0.f, f_hi = r + 8 < n ? expf(gl - Gs[r + 8]) : 0.f;
+#pragma unroll
+                for (int s2 = 0; s2 < NSX; s2++) {
+                    acc[s2][0] *= f_lo;
+                    acc[s2][1] *= f_lo;
+                    acc[s2][2] *= f_hi;
+                    acc[s2][3] *= f_hi;
+                }
+            }
+            pf_mma<NSX, false, false>(acc, BT, Cs, 1, LDA, Os, ldvt, 1, xi0, xj0);
+            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) { Rbt[j * LDX + i] = acc[s2][e]; });
+        } else if (VEC) {
             bgemm<BSCAN_NW>(BT, BVT, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
         } else {
             bgemm<BSCAN_NW>(BT, BVT, Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
                 Rbt[j * LDX + i] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
             });
         }
-        bgemm<BSCAN_NW>(BT, BVT, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
+        if constexpr (!BF)
+            bgemm<BSCAN_NW>(BT, BVT, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
         __syncthreads();
         if (has_next) {
             if (VEC) issue_f(Fs, vo.F, c - 1);
@@ -137,7 +171,9 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         float *PRc = PR + ch * BT * p.V + v0;
         bgemm<BSCAN_NW>(BT, BVT, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
             if (i < n && v0 + j < p.V) PRc[(size_t)i * p.V + j] = wy ? Rbt[j * LDX + i] : cc;
-            Pst[j * LDX + i] = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * expf(Gs[i]) * cc);
+            const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * expf(Gs[i]) * cc);
+            if constexpr (BF) st_hilo(Ph, Pl, j * LDX + i, pv);
+            else Pst[j * LDX + i] = pv;
         });
         __syncthreads();
         if (has_next) issue_nn(As, A, c - 1);
@@ -147,7 +183,10 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             /* S̄ ← Λ S̄⁺ + (scale·Q_g)ᵀ Ō − Eᵀ P, in the registers (Xo carries the scale, Pst the sign) */
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : gn, VEC ? lm[r + 8] : gn);
-            if constexpr (VEC) {
+            if constexpr (BF) {
+                bf_mma<NS, true>(Sf, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, tiles.i0, Xh, Xl, LDX, tiles.j0);
+                bf_mma<NS, true>(Sf, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, tiles.i0, Ph, Pl, LDX, tiles.j0);
+            } else if constexpr (VEC) {
                 pf_mma<NS, false, true>(Sf, BT, Qv, 1, ldfe, Xo, 1, LDX, tiles.i0, tiles.j0);
                 pf_mma<NS, false, true>(Sf, BT, Es, 1, ldfe, Pst, 1, LDX, tiles.i0, tiles.j0);
             } else {

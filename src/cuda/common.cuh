@@ -270,6 +270,75 @@ __device__ __forceinline__ void pf_each(int i0, int j0, float (&acc)[4][4], F f)
         for (int e = 0; e < 4; e++) f(i0 + g + (e >> 1) * 8, j0 + 8 * s + 2 * t + (e & 1), s, e);
 }
 
+/* ---- bf16 products with ldmatrix (the scans' fast path for bf16 inputs) ----
+ * mma.sync m16n8k16 takes bf16 operands straight from ldmatrix: one instruction loads a 16×16 A
+ * fragment or two 8-column B blocks, where the tf32 path spends a shared load and an unpack per pair.
+ * An fp32 operand (the state, R, P) goes in as two bf16 tiles, hi = bf16(x) and lo = bf16(x − hi):
+ * hi + lo carries 16 mantissa bits, more than tf32's 10, and the tensor cores have time to spare. */
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t &r0, uint32_t &r1, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* x as the pair hi = bf16(x), lo = bf16(x − hi), stored at element e of two bf16 tiles */
+__device__ __forceinline__ void st_hilo(__nv_bfloat16 *hi, __nv_bfloat16 *lo, int e, float x) {
+    const __nv_bfloat16 h = __float2bfloat16(x);
+    hi[e] = h;
+    lo[e] = __float2bfloat16(x - __bfloat162float(h));
+}
+/* acc += this warp's 16 × 8·NS tile of A·B, A and B bf16 in shared memory, Kd % 16 == 0:
+ *   A(i, k): AT = false: A[i*lda + k] (k contiguous); AT = true: A[k*lda + i] (stored transposed, ldmatrix.trans)
+ *   B(k, j) = Bh[j*ldb + k] (+ Bl[j*ldb + k] when Bl is given: an fp32 operand as hi + lo)
+ * rows i0…i0+15, columns j0…j0+8·NS−1; lda, ldb multiples of 8 (16-B rows for ldmatrix). */
+template <int NS, bool AT>
+__device__ __forceinline__ void bf_mma(float (&acc)[4][4], int Kd, const __nv_bfloat16 *A, int lda, int i0,
+                                       const __nv_bfloat16 *Bh, const __nv_bfloat16 *Bl, int ldb, int j0) {
+    const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+    /* the row each lane points ldmatrix at: A's four 8×8 blocks are (rows 0-7 | 8-15) × (k 0-7 | 8-15) */
+    const __nv_bfloat16 *ap = AT ? A + (r + (m >> 1) * 8) * lda + i0 + (m & 1) * 8
+                                 : A + (i0 + r + (m & 1) * 8) * lda + (m >> 1) * 8;
+    const int astep = AT ? 16 * lda : 16;
+    /* B: blocks (columns s, k 0-7), (s, k 8-15), (s+1, k 0-7), (s+1, k 8-15) */
+    const int boff = (j0 + r + (m >> 1) * 8) * ldb + (m & 1) * 8;
+    const int boff2 = (j0 + r) * ldb + (m & 1) * 8; /* x2 (a lone last column block): lanes 0-15 */
+#pragma unroll 2
+    for (int k0 = 0; k0 < Kd; k0 += 16) {
+        uint32_t a[4];
+        if (AT) ldsm_x4_t(a, ap + (k0 / 16) * astep);
+        else ldsm_x4(a, ap + k0);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const __nv_bfloat16 *B = h ? Bl : Bh;
+            if (h && !Bl) break;
+#pragma unroll
+            for (int s = 0; s + 1 < NS; s += 2) {
+                uint32_t b[4];
+                ldsm_x4(b, B + boff + s * 8 * ldb + k0);
+                mma_bf16(acc[s], a, b[0], b[1]);
+                mma_bf16(acc[s + 1], a, b[2], b[3]);
+            }
+            if constexpr (NS & 1) {
+                uint32_t b0, b1;
+                ldsm_x2(b0, b1, B + boff2 + (NS - 1) * 8 * ldb + k0);
+                mma_bf16(acc[NS - 1], a, b0, b1);
+            }
+        }
+    }
+}
+
 /* ---- global → shared tile copies ----
  * copy_tile: rows [0, rows) × cols [0, ncols) of dst (same element type as src, row stride ldd) get
  * src[i*rs + c0 + j] for i < n and c0 + j < cmax, zero elsewhere. Aligned cases (16 B vectors of 8
@@ -331,6 +400,35 @@ __device__ __forceinline__ void copy_tile(T *dst, int ldd, int rows, int ncols, 
             dst[i * ldd + j] = x;
         }
     }
+}
+
+/* copy_tile for a compile-time ROWS × NCOLS tile (the fast paths' per-chunk tiles): each thread's 16-B
+ * vectors sit in one column, NT / (vectors per row) rows apart, so the index arithmetic is done once per
+ * tile instead of once per vector (the general loop's division made the copies a fifth of a scan's
+ * instructions). ROWS = 0 or NCOLS = 0: the general copy_tile; so is a source that is not 16-B aligned. */
+template <class T, int ROWS, int NCOLS, int NT>
+__device__ __forceinline__ void copy_tile_k(T *dst, int ldd, int rows, int ncols, const T *src, size_t rs, int n,
+                                            int c0, int cmax) {
+    constexpr int EPV = 16 / sizeof(T), GV = NCOLS / EPV > 0 ? NCOLS / EPV : 1; /* vectors per row */
+    if constexpr (ROWS > 0 && NCOLS > 0 && NCOLS % EPV == 0 && NT % GV == 0) {
+        constexpr int RSTEP = NT / GV, ITER = (ROWS + RSTEP - 1) / RSTEP;
+        const bool vec = ((reinterpret_cast<uintptr_t>(src) & 15) == 0) && (rs % EPV == 0) && (c0 % EPV == 0) &&
+                         (cmax % EPV == 0);
+        if (vec) {
+            const int i = threadIdx.x / GV, c = (threadIdx.x % GV) * EPV;
+            const bool cok = c0 + c < cmax;
+            const T *sp = src + (size_t)i * rs + c0 + c;
+            T *dp = dst + i * ldd + c;
+#pragma unroll
+            for (int m = 0; m < ITER; m++) {
+                if (ROWS % RSTEP != 0 && i + m * RSTEP >= ROWS) break;
+                const bool ok = cok && i + m * RSTEP < n;
+                cp_async16(dp + m * RSTEP * ldd, ok ? (const void *)(sp + (size_t)m * RSTEP * rs) : (const void *)src, ok);
+            }
+            return;
+        }
+    }
+    copy_tile<T>(dst, ldd, rows, ncols, src, rs, n, c0, cmax);
 }
 
 /* Calls f(T{}) with the element type of dt (bf16, fp16, else fp32): every launcher's dtype switch. */
@@ -519,8 +617,17 @@ template <int KPC, int BVT, int NW> struct StateTiles {
     }
     /* St[j * lds + kk] = S, and dst[kk * V + j] (columns j, j+1 in one store where V allows) */
     __device__ void spill(const float (&Sf)[4][4], float *St, int lds, state_t *dst, int K, int V, int v0) const {
+        spill_by(Sf, [&](int kk, int j, float x) { St[j * lds + kk] = x; }, dst, K, V, v0);
+    }
+    /* the same with the shared copy as bf16 hi/lo tiles (bf_mma's B operand) */
+    __device__ void spill(const float (&Sf)[4][4], __nv_bfloat16 *Sh, __nv_bfloat16 *Sl, int lds, state_t *dst, int K,
+                          int V, int v0) const {
+        spill_by(Sf, [&](int kk, int j, float x) { st_hilo(Sh, Sl, j * lds + kk, x); }, dst, K, V, v0);
+    }
+    template <class Put>
+    __device__ void spill_by(const float (&Sf)[4][4], Put put, state_t *dst, int K, int V, int v0) const {
         pf_each<NS>(i0, j0, const_cast<float (&)[4][4]>(Sf), [&](int kk, int j, int s, int e) {
-            St[j * lds + kk] = Sf[s][e];
+            put(kk, j, Sf[s][e]);
             if (!dst || (e & 1) || kk >= K) return;
             state_t *d = dst + (size_t)kk * V + v0 + j;
             if constexpr (sizeof(state_t) == 2) {

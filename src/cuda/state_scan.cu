@@ -49,8 +49,14 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
     FT *Fs = Es + MAXBT * ldfe;
 
     /* REG (fast path, K ≤ 128): S lives in registers (StateTiles), the update S ← Λ S + Fᵀ R accumulates
-     * in place and S_c is stored from registers; St is the once-per-chunk shared copy for E S */
+     * in place and S_c is stored from registers; St is the once-per-chunk shared copy for E S.
+     * BF (REG with bf16 inputs): E S and Fᵀ R run as bf16 products (bf_mma) with S and R as hi/lo bf16
+     * tiles in the space of St and Rt; R = A X stays a tf32 product (A is fp32 by contract). */
     constexpr bool REG = KPC == 64 || KPC == 128;
+    constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
+    using bf16 = __nv_bfloat16;
+    bf16 *Sh = reinterpret_cast<bf16 *>(St), *Sl = Sh + BVT * lds; /* BF: S as hi/lo, [BVT][Kp+8] each */
+    bf16 *Rh = reinterpret_cast<bf16 *>(Rt), *Rl = Rh + BVT * LDX; /* BF: diag(e^{G_n − G}) R as hi/lo */
     using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, SCAN_NW>;
     constexpr int NS = ST::NS;
     const ST tiles;
@@ -59,15 +65,20 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
     if constexpr (REG) tiles.load(Sf, p, h0, sbase, v0);
     else state_from<BVT>(St, lds, Kp, p, h0, sbase, v0);
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+    constexpr int CR = REG ? MAXBT : 0, CK = REG ? KPC : 0, CV = REG ? BVT : 0; /* compile-time copy shapes */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
-        copy_tile<T>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+        copy_tile_k<T, CR, CK, SCAN_THREADS>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_v = [&](const ChunkInfo &cj) {
-        copy_tile<T>(Vs, ldvt, BT, BVT, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
-        if (VEC && wg) copy_tile<T>(Ws, ldvt, BT, BVT, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+        copy_tile_k<T, CR, CV, SCAN_THREADS>(Vs, ldvt, BT, BVT, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n,
+                                             v0, p.V);
+        if (VEC && wg)
+            copy_tile_k<T, CR, CV, SCAN_THREADS>(Ws, ldvt, BT, BVT, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
+                                                 cj.n, v0, p.V);
     };
     auto issue_nn = [&](float *dst, const float *src, int cj) {
-        copy_tile<float>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
+        copy_tile_k<float, CR, CR, SCAN_THREADS>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0,
+                                                 BT);
     };
     auto issue_gb = [&](int buf, int cj) {
         copy_tile<float>(GBs + buf * 2 * MAXBT, 2 * BT, 1, 2 * BT, GB + ((size_t)cj * p.HV + hv) * 2 * BT, 2 * BT, 1, 0,
@@ -75,7 +86,8 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         if (VEC) copy_tile<float>(lam + buf * Kp, Kp, 1, Kp, vo.lam + ((size_t)cj * p.HV + hv) * Kp, Kp, 1, 0, Kp);
     };
     auto issue_f = [&](FT *dst, const void *src, int cj) { /* VEC: a precomputed factor tile */
-        copy_tile<FT>(dst, ldfe, BT, Kp, static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp, Kp, BT, 0, Kp);
+        copy_tile_k<FT, CR, CK, SCAN_THREADS>(dst, ldfe, BT, Kp, static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp,
+                                              Kp, BT, 0, Kp);
     };
     const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
     if (c_begin < c_end) {
@@ -100,7 +112,8 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         const size_t ch = (size_t)c * p.HV + hv;
         T *Ks = kb ? K1 : K0;
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
-        if constexpr (REG) tiles.spill(Sf, St, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
+        if constexpr (BF) tiles.spill(Sf, Sh, Sl, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
+        else if constexpr (REG) tiles.spill(Sf, St, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
         cp_async_wait();
         __syncthreads();
         if (has_next) {
@@ -109,7 +122,17 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         }
         if (!REG && Sc) store_state_tile<BVT>(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
         /* X = Z − E S,  Z = β v (w ⊙ v for GDN2) */
-        if (VEC) {
+        if constexpr (BF) {
+            /* warp w: rows 16·(w % 4), BVT/2 columns from (w / 4)·BVT/2 */
+            constexpr int NSX = BVT / 16;
+            const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
+            float acc[4][4] = {};
+            bf_mma<NSX, false>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, Sl, lds, xj0);
+            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s, int e) {
+                const float cc = acc[s][e], x = ldf(Vs + i * ldvt + j);
+                Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - expf(Gs[i]) * cc);
+            });
+        } else if (VEC) {
             bgemm<SCAN_NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, [&](int i, int j, float cc) {
                 const float z = ldf(Vs + i * ldvt + j) * (wg ? ldf(Ws + i * ldvt + j) : bs[i]);
                 Xt[j * LDX + i] = z - cc;
@@ -127,7 +150,9 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         float *Rc = Rout ? Rout + ch * BT * p.V + v0 : nullptr;
         bgemm<SCAN_NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
             if (Rc && i < n && v0 + j < p.V) Rc[(size_t)i * p.V + j] = cc;
-            Rt[j * LDX + i] = VEC ? cc : (i < n ? expf(gl - Gs[i]) * cc : 0.f);
+            const float r = VEC ? cc : (i < n ? expf(gl - Gs[i]) * cc : 0.f);
+            if constexpr (BF) st_hilo(Rh, Rl, j * LDX + i, r);
+            else Rt[j * LDX + i] = r;
         });
         __syncthreads();
         if (has_next) {
@@ -139,12 +164,13 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
              * K goes to the other buffer, and St / Rt are rewritten only after the next barriers */
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : expf(gl), VEC ? lm[r + 8] : expf(gl));
+            const T *FR = VEC ? Fs : Ks; /* on this path the factor type is T */
+            if constexpr (BF) bf_mma<NS, true>(Sf, MAXBT, FR, VEC ? ldfe : ldk, tiles.i0, Rh, Rl, LDX, tiles.j0);
+            else pf_mma<NS, false, true>(Sf, BT, FR, 1, VEC ? ldfe : ldk, Rt, 1, LDX, tiles.i0, tiles.j0);
             if constexpr (VEC) {
-                pf_mma<NS, false, true>(Sf, BT, Fs, 1, ldfe, Rt, 1, LDX, tiles.i0, tiles.j0);
                 __syncthreads();
                 if (has_next) issue_f(Fs, vo.F, c + 1);
             } else {
-                pf_mma<NS, false, true>(Sf, BT, Ks, 1, ldk, Rt, 1, LDX, tiles.i0, tiles.j0);
                 kb ^= 1;
             }
         } else if (VEC) {
