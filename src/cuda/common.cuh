@@ -287,6 +287,9 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
 __device__ __forceinline__ void ldsm_x2(uint32_t &r0, uint32_t &r1, const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(smem_u32(p)));
 }
+__device__ __forceinline__ void ldsm_x2_t(uint32_t &r0, uint32_t &r1, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(smem_u32(p)));
+}
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -301,9 +304,10 @@ __device__ __forceinline__ void st_hilo(__nv_bfloat16 *hi, __nv_bfloat16 *lo, in
 }
 /* acc += this warp's 16 × 8·NS tile of A·B, A and B bf16 in shared memory, Kd % 16 == 0:
  *   A(i, k): AT = false: A[i*lda + k] (k contiguous); AT = true: A[k*lda + i] (stored transposed, ldmatrix.trans)
- *   B(k, j) = Bh[j*ldb + k] (+ Bl[j*ldb + k] when Bl is given: an fp32 operand as hi + lo)
+ *   B(k, j): BK = false: Bh[j*ldb + k] (k contiguous); BK = true: Bh[k*ldb + j] (ldmatrix.trans);
+ *            + Bl(k, j) when Bl is given (an fp32 operand as hi + lo)
  * rows i0…i0+15, columns j0…j0+8·NS−1; lda, ldb multiples of 8 (16-B rows for ldmatrix). */
-template <int NS, bool AT>
+template <int NS, bool AT, bool BK = false>
 __device__ __forceinline__ void bf_mma(float (&acc)[4][4], int Kd, const __nv_bfloat16 *A, int lda, int i0,
                                        const __nv_bfloat16 *Bh, const __nv_bfloat16 *Bl, int ldb, int j0) {
     const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
@@ -311,9 +315,11 @@ __device__ __forceinline__ void bf_mma(float (&acc)[4][4], int Kd, const __nv_bf
     const __nv_bfloat16 *ap = AT ? A + (r + (m >> 1) * 8) * lda + i0 + (m & 1) * 8
                                  : A + (i0 + r + (m & 1) * 8) * lda + (m >> 1) * 8;
     const int astep = AT ? 16 * lda : 16;
-    /* B: blocks (columns s, k 0-7), (s, k 8-15), (s+1, k 0-7), (s+1, k 8-15) */
-    const int boff = (j0 + r + (m >> 1) * 8) * ldb + (m & 1) * 8;
-    const int boff2 = (j0 + r) * ldb + (m & 1) * 8; /* x2 (a lone last column block): lanes 0-15 */
+    /* B: blocks (columns s, k 0-7), (s, k 8-15), (s+1, k 0-7), (s+1, k 8-15); x2 (a lone last column
+     * block): the first two, from lanes 0-15. Steps: column block bstep, k step of 16 kstep. */
+    const int boff = BK ? (r + (m & 1) * 8) * ldb + j0 + (m >> 1) * 8 : (j0 + r + (m >> 1) * 8) * ldb + (m & 1) * 8;
+    const int boff2 = BK ? (r + (m & 1) * 8) * ldb + j0 : (j0 + r) * ldb + (m & 1) * 8;
+    const int bstep = BK ? 8 : 8 * ldb, kstep = BK ? 16 * ldb : 16;
 #pragma unroll 2
     for (int k0 = 0; k0 < Kd; k0 += 16) {
         uint32_t a[4];
@@ -326,13 +332,15 @@ __device__ __forceinline__ void bf_mma(float (&acc)[4][4], int Kd, const __nv_bf
 #pragma unroll
             for (int s = 0; s + 1 < NS; s += 2) {
                 uint32_t b[4];
-                ldsm_x4(b, B + boff + s * 8 * ldb + k0);
+                if (BK) ldsm_x4_t(b, B + boff + s * bstep + (k0 / 16) * kstep);
+                else ldsm_x4(b, B + boff + s * bstep + k0);
                 mma_bf16(acc[s], a, b[0], b[1]);
                 mma_bf16(acc[s + 1], a, b[2], b[3]);
             }
             if constexpr (NS & 1) {
                 uint32_t b0, b1;
-                ldsm_x2(b0, b1, B + boff2 + (NS - 1) * 8 * ldb + k0);
+                if (BK) ldsm_x2_t(b0, b1, B + boff2 + (NS - 1) * bstep + (k0 / 16) * kstep);
+                else ldsm_x2(b0, b1, B + boff2 + (NS - 1) * bstep + k0);
                 mma_bf16(acc[NS - 1], a, b0, b1);
             }
         }

@@ -22,7 +22,7 @@ constexpr int SCAN_THREADS = 256;
 constexpr int SCAN_NW = SCAN_THREADS / 32;
 
 template <class T, bool VEC, int KPC, int BVT>
-__global__ void __launch_bounds__(SCAN_THREADS)
+__global__ void __launch_bounds__(SCAN_THREADS, 2) /* two blocks per SM: the registers must not decide it */
 state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *A, VecOps vo, const float *h0,
                   float *ht, state_t *Sc, float *Rout) {
     using FT = factor_t<T>;
