@@ -132,144 +132,6 @@ __device__ __forceinline__ void ld_pair(const __half *p, int stride, uint32_t &x
     x1 = __float_as_uint(f.y);
 }
 
-/* C = A·B over the whole block (NW warps). A(i,k) = A[i*ars + k*acs] (M×Kd), B(k,j) = B[k*brs + j*bcs]
- * (Kd×N); M % 16 == 0, N % 8 == 0, Kd % 8 == 0; operands in shared memory (fp32, bf16 or fp16 elements;
- * tf32 operands, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
- * Each lane takes the k pair (2t, 2t+1) of every 8-wide k step for the mma slots (t, t+4) of both A
- * and B (the sum over k is unchanged), so k-contiguous operands load both with one instruction.
- * Narrow warp tiles accumulate even and odd k steps separately (warp_tile): twice the independent
- * mma chains per warp, which is what bounds these small products (latency, not issue).
- * epi(i, j, c) is called exactly once per output element by the thread that owns it; the owner of
- * (i, j) depends only on (M, N), so products of one shape may update the same element without a barrier. */
-/* One warp's 16 × 8·NS tile over the whole k range. NS is a compile-time count of 8-wide column
- * blocks: no guard sits between the loads and the mma (a guarded mma costs a WARPSYNC and the
- * operand conversion once per guard; this is most of what a product costs otherwise). */
-template <int NS, bool AKC, bool BKC, class TA, class TB>
-__device__ __forceinline__ void warp_tile(int Kd, const TA *a0p, const TA *a1p, int acs, const TB *bp, int brs,
-                                          int bcs, float (&acc)[4][4]) {
-    /* with one or two column blocks, even and odd k steps go to separate accumulators (twice the
-     * independent mma chains); with three or four there are chains enough, and registers matter more */
-    constexpr bool SPLIT = NS <= 2;
-    float odd[SPLIT ? NS : 1][4];
-#pragma unroll
-    for (int s = 0; s < (SPLIT ? NS : 1); s++) odd[s][0] = odd[s][1] = odd[s][2] = odd[s][3] = 0.f;
-    auto step = [&](int k0, auto &c) {
-        uint32_t a[4];
-        ld_pair<AKC>(a0p + k0 * acs, acs, a[0], a[2]);
-        ld_pair<AKC>(a1p + k0 * acs, acs, a[1], a[3]);
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            uint32_t b0, b1;
-            ld_pair<BKC>(bp + k0 * brs + s * 8 * bcs, brs, b0, b1);
-            mma_tf32(c[s], a, b0, b1);
-        }
-    };
-    int k0 = 0;
-#pragma unroll 2
-    for (; k0 + 16 <= Kd; k0 += 16) {
-        step(k0, acc);
-        if constexpr (SPLIT) step(k0 + 8, odd);
-        else step(k0 + 8, acc);
-    }
-    if (k0 < Kd) step(k0, acc);
-    if constexpr (SPLIT) {
-#pragma unroll
-        for (int s = 0; s < NS; s++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) acc[s][r] += odd[s][r];
-    }
-}
-
-/* C = A·B over the whole block (NW warps). A(i,k) = A[i*ars + k*acs] (M×Kd), B(k,j) = B[k*brs + j*bcs]
- * (Kd×N); M % 16 == 0, N % 8 == 0, Kd % 8 == 0; operands in shared memory (fp32, bf16 or fp16 elements;
- * tf32 operands, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
- * Each lane takes the k pair (2t, 2t+1) of every 8-wide k step for the mma slots (t, t+4) of both A
- * and B (the sum over k is unchanged), so k-contiguous operands load both with one instruction.
- * Narrow warp tiles accumulate even and odd k steps separately (warp_tile): twice the independent
- * mma chains per warp, which is what bounds these small products (latency, not issue).
- * epi(i, j, c) is called exactly once per output element by the thread that owns it; the owner of
- * (i, j) depends only on (M, N), so products of one shape may update the same element without a barrier. */
-template <int NW, bool AKC, bool BKC, class TA, class TB, class Epi>
-__device__ __forceinline__ void bgemm_impl(int M, int N, int Kd, const TA *A, int ars, int acs,
-                                           const TB *B, int brs, int bcs, Epi &epi) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    /* warp tiles of 16×32, or 16×16 or 16×8 when that is what it takes to keep every warp busy */
-    const int mt = M >> 4;
-    const int wn = mt * ((N + 31) >> 5) >= NW ? 4 : (mt * ((N + 15) >> 4) >= NW ? 2 : 1);
-    const int nt = (N + 8 * wn - 1) / (8 * wn);
-    for (int tile = warp; tile < mt * nt; tile += NW) {
-        const int i0 = (tile % mt) << 4, j0 = (tile / mt) * 8 * wn;
-        const int nsub = min(wn, (N - j0) >> 3);
-        float acc[4][4];
-#pragma unroll
-        for (int s = 0; s < 4; s++) acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = 0.f;
-        const TA *a0p = A + (i0 + g) * ars + 2 * t * acs, *a1p = a0p + 8 * ars;
-        const TB *bp = B + 2 * t * brs + (j0 + g) * bcs;
-        /* nsub is uniform over the warp; each case is a separate unguarded loop */
-        if (nsub == 4) warp_tile<4, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
-        else if (nsub == 2) warp_tile<2, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
-        else if (nsub == 3) warp_tile<3, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
-        else warp_tile<1, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            if (s < nsub) {
-                const int j = j0 + s * 8 + 2 * t;
-                epi(i0 + g, j, acc[s][0]);
-                epi(i0 + g, j + 1, acc[s][1]);
-                epi(i0 + g + 8, j, acc[s][2]);
-                epi(i0 + g + 8, j + 1, acc[s][3]);
-            }
-        }
-    }
-}
-
-template <int NW, class TA, class TB, class Epi>
-__device__ __forceinline__ void bgemm(int M, int N, int Kd, const TA *A, int ars, int acs,
-                                      const TB *B, int brs, int bcs, Epi epi) {
-    if (acs == 1) {
-        if (brs == 1) bgemm_impl<NW, true, true>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
-        else bgemm_impl<NW, true, false>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
-    } else {
-        if (brs == 1) bgemm_impl<NW, false, true>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
-        else bgemm_impl<NW, false, false>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
-    }
-}
-
-/* ---- one warp's tile of a product, kept in registers (the fast pullbacks) ----
- * Warp tiles of 16 rows × 8·NS columns as mma fragments: lane (g, t) = (lane/4, lane%4) holds
- * rows i0+g (slots 0, 1) and i0+g+8 (slots 2, 3), columns j0+8s+2t (slots 0, 2) and +1 (1, 3). */
-/* acc += this warp's 16×(8·NS) tile of A·B (operands as in bgemm; AKC/BKC: k contiguous) */
-template <int NS, bool AKC, bool BKC, class TA, class TB>
-__device__ __forceinline__ void pf_mma(float (&acc)[4][4], int Kd, const TA *A, int ars, int acs, const TB *B, int brs,
-                                       int bcs, int i0, int j0) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const TA *a0p = A + (i0 + g) * ars + 2 * t * acs;
-    warp_tile<NS, AKC, BKC>(Kd, a0p, a0p + 8 * ars, acs, B + 2 * t * brs + (j0 + g) * bcs, brs, bcs, acc);
-}
-/* acc += diag(s) · (this warp's tile of A·B): s_lo for rows g, s_hi for rows g + 8 */
-template <int NS, bool AKC, bool BKC, class TA, class TB>
-__device__ __forceinline__ void pf_mma_rows(float (&acc)[4][4], float s_lo, float s_hi, int Kd, const TA *A, int ars,
-                                            int acs, const TB *B, int brs, int bcs, int i0, int j0) {
-    float tmp[4][4] = {};
-    pf_mma<NS, AKC, BKC>(tmp, Kd, A, ars, acs, B, brs, bcs, i0, j0);
-#pragma unroll
-    for (int s = 0; s < NS; s++) {
-        acc[s][0] += s_lo * tmp[s][0];
-        acc[s][1] += s_lo * tmp[s][1];
-        acc[s][2] += s_hi * tmp[s][2];
-        acc[s][3] += s_hi * tmp[s][3];
-    }
-}
-/* calls f(i, j, s, e) for every element of a warp accumulator: row i, column j, column block s, slot e */
-template <int NS, class F>
-__device__ __forceinline__ void pf_each(int i0, int j0, float (&acc)[4][4], F f) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int s = 0; s < NS; s++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) f(i0 + g + (e >> 1) * 8, j0 + 8 * s + 2 * t + (e & 1), s, e);
-}
-
 /* ---- bf16 products with ldmatrix (the scans' fast path for bf16 inputs) ----
  * mma.sync m16n8k16 takes bf16 operands straight from ldmatrix: one instruction loads a 16×16 A
  * fragment or two 8-column B blocks, where the tf32 path spends a shared load and an unpack per pair.
@@ -345,6 +207,166 @@ __device__ __forceinline__ void bf_mma(float (&acc)[4][4], int Kd, const __nv_bf
             }
         }
     }
+}
+
+/* bf16 × bf16 products whose operands ldmatrix can read (k-contiguous or transposed rows of a multiple of
+ * 8 elements, 16-B aligned bases, Kd % 16 == 0) go to bf_mma: same sums (bf16 products are exact in
+ * tf32 too), a quarter of the instructions. Returns false (nothing done) otherwise. */
+template <int NS, bool AKC, bool BKC, class TA, class TB>
+__device__ __forceinline__ bool try_bf_mma(float (&acc)[4][4], int Kd, const TA *A, int ars, int acs, const TB *B,
+                                           int brs, int bcs, int i0, int j0) {
+    if constexpr (std::is_same<TA, __nv_bfloat16>::value && std::is_same<TB, __nv_bfloat16>::value) {
+        const int lda = AKC ? ars : acs, ldb = BKC ? bcs : brs;
+        const bool ok = (Kd & 15) == 0 && (lda & 7) == 0 && (ldb & 7) == 0 && (AKC || ars == 1) && (BKC || bcs == 1) &&
+                        ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B)) & 15) == 0;
+        if (ok) {
+            bf_mma<NS, !AKC, !BKC>(acc, Kd, A, lda, i0, B, nullptr, ldb, j0);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* C = A·B over the whole block (NW warps). A(i,k) = A[i*ars + k*acs] (M×Kd), B(k,j) = B[k*brs + j*bcs]
+ * (Kd×N); M % 16 == 0, N % 8 == 0, Kd % 8 == 0; operands in shared memory (fp32, bf16 or fp16 elements;
+ * tf32 operands, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
+ * Each lane takes the k pair (2t, 2t+1) of every 8-wide k step for the mma slots (t, t+4) of both A
+ * and B (the sum over k is unchanged), so k-contiguous operands load both with one instruction.
+ * Narrow warp tiles accumulate even and odd k steps separately (warp_tile): twice the independent
+ * mma chains per warp, which is what bounds these small products (latency, not issue).
+ * epi(i, j, c) is called exactly once per output element by the thread that owns it; the owner of
+ * (i, j) depends only on (M, N), so products of one shape may update the same element without a barrier. */
+/* One warp's 16 × 8·NS tile over the whole k range. NS is a compile-time count of 8-wide column
+ * blocks: no guard sits between the loads and the mma (a guarded mma costs a WARPSYNC and the
+ * operand conversion once per guard; this is most of what a product costs otherwise). */
+template <int NS, bool AKC, bool BKC, class TA, class TB>
+__device__ __forceinline__ void warp_tile(int Kd, const TA *a0p, const TA *a1p, int acs, const TB *bp, int brs,
+                                          int bcs, float (&acc)[4][4]) {
+    /* with one or two column blocks, even and odd k steps go to separate accumulators (twice the
+     * independent mma chains); with three or four there are chains enough, and registers matter more */
+    constexpr bool SPLIT = NS <= 2;
+    float odd[SPLIT ? NS : 1][4];
+#pragma unroll
+    for (int s = 0; s < (SPLIT ? NS : 1); s++) odd[s][0] = odd[s][1] = odd[s][2] = odd[s][3] = 0.f;
+    auto step = [&](int k0, auto &c) {
+        uint32_t a[4];
+        ld_pair<AKC>(a0p + k0 * acs, acs, a[0], a[2]);
+        ld_pair<AKC>(a1p + k0 * acs, acs, a[1], a[3]);
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            uint32_t b0, b1;
+            ld_pair<BKC>(bp + k0 * brs + s * 8 * bcs, brs, b0, b1);
+            mma_tf32(c[s], a, b0, b1);
+        }
+    };
+    int k0 = 0;
+#pragma unroll 2
+    for (; k0 + 16 <= Kd; k0 += 16) {
+        step(k0, acc);
+        if constexpr (SPLIT) step(k0 + 8, odd);
+        else step(k0 + 8, acc);
+    }
+    if (k0 < Kd) step(k0, acc);
+    if constexpr (SPLIT) {
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) acc[s][r] += odd[s][r];
+    }
+}
+
+/* C = A·B over the whole block (NW warps). A(i,k) = A[i*ars + k*acs] (M×Kd), B(k,j) = B[k*brs + j*bcs]
+ * (Kd×N); M % 16 == 0, N % 8 == 0, Kd % 8 == 0; operands in shared memory (fp32, bf16 or fp16 elements;
+ * tf32 operands, exact for bf16/fp16), fp32 accumulation on the tensor cores (mma.sync m16n8k8).
+ * Each lane takes the k pair (2t, 2t+1) of every 8-wide k step for the mma slots (t, t+4) of both A
+ * and B (the sum over k is unchanged), so k-contiguous operands load both with one instruction.
+ * Narrow warp tiles accumulate even and odd k steps separately (warp_tile): twice the independent
+ * mma chains per warp, which is what bounds these small products (latency, not issue).
+ * epi(i, j, c) is called exactly once per output element by the thread that owns it; the owner of
+ * (i, j) depends only on (M, N), so products of one shape may update the same element without a barrier. */
+template <int NW, bool AKC, bool BKC, class TA, class TB, class Epi>
+__device__ __forceinline__ void bgemm_impl(int M, int N, int Kd, const TA *A, int ars, int acs,
+                                           const TB *B, int brs, int bcs, Epi &epi) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    /* warp tiles of 16×32, or 16×16 or 16×8 when that is what it takes to keep every warp busy */
+    const int mt = M >> 4;
+    const int wn = mt * ((N + 31) >> 5) >= NW ? 4 : (mt * ((N + 15) >> 4) >= NW ? 2 : 1);
+    const int nt = (N + 8 * wn - 1) / (8 * wn);
+    for (int tile = warp; tile < mt * nt; tile += NW) {
+        const int i0 = (tile % mt) << 4, j0 = (tile / mt) * 8 * wn;
+        const int nsub = min(wn, (N - j0) >> 3);
+        float acc[4][4];
+#pragma unroll
+        for (int s = 0; s < 4; s++) acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = 0.f;
+        const TA *a0p = A + (i0 + g) * ars + 2 * t * acs, *a1p = a0p + 8 * ars;
+        const TB *bp = B + 2 * t * brs + (j0 + g) * bcs;
+        /* nsub is uniform over the warp; each case is a separate unguarded loop */
+        if (nsub == 4 && try_bf_mma<4, AKC, BKC>(acc, Kd, A, ars, acs, B, brs, bcs, i0, j0)) {
+        } else if (nsub == 2 && try_bf_mma<2, AKC, BKC>(acc, Kd, A, ars, acs, B, brs, bcs, i0, j0)) {
+        } else if (nsub == 1 && try_bf_mma<1, AKC, BKC>(acc, Kd, A, ars, acs, B, brs, bcs, i0, j0)) {
+        } else if (nsub == 4) warp_tile<4, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
+        else if (nsub == 2) warp_tile<2, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
+        else if (nsub == 3) warp_tile<3, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
+        else warp_tile<1, AKC, BKC>(Kd, a0p, a1p, acs, bp, brs, bcs, acc);
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            if (s < nsub) {
+                const int j = j0 + s * 8 + 2 * t;
+                epi(i0 + g, j, acc[s][0]);
+                epi(i0 + g, j + 1, acc[s][1]);
+                epi(i0 + g + 8, j, acc[s][2]);
+                epi(i0 + g + 8, j + 1, acc[s][3]);
+            }
+        }
+    }
+}
+
+template <int NW, class TA, class TB, class Epi>
+__device__ __forceinline__ void bgemm(int M, int N, int Kd, const TA *A, int ars, int acs,
+                                      const TB *B, int brs, int bcs, Epi epi) {
+    if (acs == 1) {
+        if (brs == 1) bgemm_impl<NW, true, true>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
+        else bgemm_impl<NW, true, false>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
+    } else {
+        if (brs == 1) bgemm_impl<NW, false, true>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
+        else bgemm_impl<NW, false, false>(M, N, Kd, A, ars, acs, B, brs, bcs, epi);
+    }
+}
+
+/* ---- one warp's tile of a product, kept in registers (the fast pullbacks) ----
+ * Warp tiles of 16 rows × 8·NS columns as mma fragments: lane (g, t) = (lane/4, lane%4) holds
+ * rows i0+g (slots 0, 1) and i0+g+8 (slots 2, 3), columns j0+8s+2t (slots 0, 2) and +1 (1, 3). */
+/* acc += this warp's 16×(8·NS) tile of A·B (operands as in bgemm; AKC/BKC: k contiguous) */
+template <int NS, bool AKC, bool BKC, class TA, class TB>
+__device__ __forceinline__ void pf_mma(float (&acc)[4][4], int Kd, const TA *A, int ars, int acs, const TB *B, int brs,
+                                       int bcs, int i0, int j0) {
+    if (try_bf_mma<NS, AKC, BKC>(acc, Kd, A, ars, acs, B, brs, bcs, i0, j0)) return;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const TA *a0p = A + (i0 + g) * ars + 2 * t * acs;
+    warp_tile<NS, AKC, BKC>(Kd, a0p, a0p + 8 * ars, acs, B + 2 * t * brs + (j0 + g) * bcs, brs, bcs, acc);
+}
+/* acc += diag(s) · (this warp's tile of A·B): s_lo for rows g, s_hi for rows g + 8 */
+template <int NS, bool AKC, bool BKC, class TA, class TB>
+__device__ __forceinline__ void pf_mma_rows(float (&acc)[4][4], float s_lo, float s_hi, int Kd, const TA *A, int ars,
+                                            int acs, const TB *B, int brs, int bcs, int i0, int j0) {
+    float tmp[4][4] = {};
+    pf_mma<NS, AKC, BKC>(tmp, Kd, A, ars, acs, B, brs, bcs, i0, j0);
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        acc[s][0] += s_lo * tmp[s][0];
+        acc[s][1] += s_lo * tmp[s][1];
+        acc[s][2] += s_hi * tmp[s][2];
+        acc[s][3] += s_hi * tmp[s][3];
+    }
+}
+/* calls f(i, j, s, e) for every element of a warp accumulator: row i, column j, column block s, slot e */
+template <int NS, class F>
+__device__ __forceinline__ void pf_each(int i0, int j0, float (&acc)[4][4], F f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) f(i0 + g + (e >> 1) * 8, j0 + 8 * s + 2 * t + (e & 1), s, e);
 }
 
 /* ---- global → shared tile copies ----
