@@ -141,14 +141,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             bf_mma<NSX, false>(acc, KPC, VEC ? Fs : Ks, VEC ? ldfe : ldk, xi0, Sh, Sl, lds, xj0);
             if (!VEC) { /* F = diag(e^{G_n − G}) K */
                 const int r = xi0 + ((threadIdx.x & 31) >> 2);
-                const float f_lo = r < n ? expf(gl - Gs[r]) : 0.f, f_hi = r + 8 < n ? expf(gl - Gs[r + 8]) : 0.f;
-#pragma unroll
-                for (int s2 = 0; s2 < NSX; s2++) {
-                    acc[s2][0] *= f_lo;
-                    acc[s2][1] *= f_lo;
-                    acc[s2][2] *= f_hi;
-                    acc[s2][3] *= f_hi;
-                }
+                pf_scale_rows<NSX>(acc, r < n ? expf(gl - Gs[r]) : 0.f, r + 8 < n ? expf(gl - Gs[r + 8]) : 0.f);
             }
             pf_mma<NSX, false, false>(acc, BT, Cs, 1, LDA, Os, ldvt, 1, xi0, xj0);
             pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) { Rbt[j * LDX + i] = acc[s2][e]; });

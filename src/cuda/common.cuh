@@ -461,6 +461,38 @@ __device__ __forceinline__ void copy_tile_k(T *dst, int ldd, int rows, int ncols
     copy_tile<T>(dst, ldd, rows, ncols, src, rs, n, c0, cmax);
 }
 
+/* The fast pullbacks' V-slab copies (pullback.cu, vec_pullback.cu): the tiles of slab sl named in `set`
+ * (bits SL_*) into the buffers slab sl uses, at byte offsets slab[tile][sl & 1] of smc. Slabs are BVS
+ * columns wide; fp32 tiles (P or R̄, R) have rows of LDF elements, 16-bit ones (V, Ō, S_c, S̄⁺) LDH.
+ * PR, R: [rows][V] per chunk; v, o: token rows of stride rsv; Sc, Sb: [K][V] per chunk; n valid rows. */
+template <class T, int BVS, int LDF, int LDH, int KS>
+__device__ __forceinline__ void copy_slab(char *smc, const int (&slab)[SL_NT][2], unsigned set, int sl, const Prob &p,
+                                          int n, const float *PR, const T *v, const float *R, const T *o,
+                                          const state_t *Sc, const state_t *Sb, size_t rsv) {
+    const int v0 = sl * BVS, b = sl & 1;
+    auto f32 = [&](int t) { return reinterpret_cast<float *>(smc + slab[t][b]); };
+    auto in = [&](int t) { return reinterpret_cast<T *>(smc + slab[t][b]); };
+    auto sta = [&](int t) { return reinterpret_cast<state_t *>(smc + slab[t][b]); };
+    if (set & (1u << SL_PR)) copy_tile<float>(f32(SL_PR), LDF, MAXBT, BVS, PR, p.V, n, v0, p.V);
+    if (set & (1u << SL_V)) copy_tile<T>(in(SL_V), LDH, MAXBT, BVS, v, rsv, n, v0, p.V);
+    if (set & (1u << SL_R)) copy_tile<float>(f32(SL_R), LDF, MAXBT, BVS, R, p.V, n, v0, p.V);
+    if (set & (1u << SL_O)) copy_tile<T>(in(SL_O), LDH, MAXBT, BVS, o, rsv, n, v0, p.V);
+    if (set & (1u << SL_SC)) copy_tile<state_t>(sta(SL_SC), LDH, KS, BVS, Sc, p.V, p.K, v0, p.V);
+    if (set & (1u << SL_SB)) copy_tile<state_t>(sta(SL_SB), LDH, KS, BVS, Sb, p.V, p.K, v0, p.V);
+}
+
+/* acc ← diag(s) acc for a warp tile: s_lo on rows g (slots 0, 1), s_hi on rows g + 8 (slots 2, 3) */
+template <int NS>
+__device__ __forceinline__ void pf_scale_rows(float (&acc)[4][4], float s_lo, float s_hi) {
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        acc[s][0] *= s_lo;
+        acc[s][1] *= s_lo;
+        acc[s][2] *= s_hi;
+        acc[s][3] *= s_hi;
+    }
+}
+
 /* Calls f(T{}) with the element type of dt (bf16, fp16, else fp32): every launcher's dtype switch. */
 template <class Fn> inline cudaError_t with_dtype(rewy_dtype dt, Fn f) {
     switch (dt) {
@@ -671,15 +703,7 @@ template <int KPC, int BVT, int NW> struct StateTiles {
         });
     }
     /* Sf ← diag(d) Sf with d_lo for rows g, d_hi for rows g + 8 of the warp's tile */
-    __device__ void scale_rows(float (&Sf)[4][4], float d_lo, float d_hi) const {
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            Sf[s][0] *= d_lo;
-            Sf[s][1] *= d_lo;
-            Sf[s][2] *= d_hi;
-            Sf[s][3] *= d_hi;
-        }
-    }
+    __device__ void scale_rows(float (&Sf)[4][4], float d_lo, float d_hi) const { pf_scale_rows<NS>(Sf, d_lo, d_hi); }
     __device__ int row_lo() const { return i0 + ((threadIdx.x & 31) >> 2); }
 };
 

@@ -159,21 +159,9 @@ output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const s
         float acc[4][4] = {};
         /* C_q R: A(i, k) = Cs[i*LDA + k], B(k, j) = Rs[k*OF_LDR + j] */
         pf_mma<OF_NS, true, false>(acc, MAXBT, Cs, LDA, 1, Rs, OF_LDR, 1, i0, j0);
-        /* + diag(s) Q S_c: A(i, k) = Qs[i*LDQ + k], B(k, j) = Ss[k*OF_LDS + j]; bf16 inputs and chunk states
-         * go to the bf16 tensor cores as they are (ldmatrix, m16n8k16) */
-        if constexpr (std::is_same<T, __nv_bfloat16>::value && std::is_same<state_t, __nv_bfloat16>::value) {
-            float qs[4][4] = {};
-            bf_mma<OF_NS, false, true>(qs, KS, Qs, LDQ, i0, Ss, nullptr, OF_LDS, j0);
-#pragma unroll
-            for (int s = 0; s < OF_NS; s++) {
-                acc[s][0] += s_lo * qs[s][0];
-                acc[s][1] += s_lo * qs[s][1];
-                acc[s][2] += s_hi * qs[s][2];
-                acc[s][3] += s_hi * qs[s][3];
-            }
-        } else {
-            pf_mma_rows<OF_NS, true, false>(acc, s_lo, s_hi, KS, Qs, LDQ, 1, Ss, OF_LDS, 1, i0, j0);
-        }
+        /* + diag(s) Q S_c: A(i, k) = Qs[i*LDQ + k], B(k, j) = Ss[k*OF_LDS + j] (bf16 inputs and chunk states:
+         * a bf16 product, see try_bf_mma) */
+        pf_mma_rows<OF_NS, true, false>(acc, s_lo, s_hi, KS, Qs, LDQ, 1, Ss, OF_LDS, 1, i0, j0);
         pf_each<OF_NS>(i0, j0, acc, [&](int i, int j, int s, int e) {
             if ((e & 1) || i >= n || v0 + j >= p.V) return; /* slot pairs (e, e+1) = columns (j, j+1) */
             T *d = ob + (size_t)i * rsv + v0 + j;

@@ -519,19 +519,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
         const int ns = ceil_div(p.V, PF_BV);
         auto issue = [&](unsigned set, int sl) {
-            const int v0 = sl * PF_BV, b = sl & 1;
-            if (set & (1u << SL_PR))
-                copy_tile<float>(reinterpret_cast<float *>(smc + (b ? L.slab[SL_PR][1] : L.slab[SL_PR][0])), PF_LDF, MAXBT, PF_BV, PRc, p.V, n, v0, p.V);
-            if (set & (1u << SL_V))
-                copy_tile<T>(reinterpret_cast<T *>(smc + (b ? L.slab[SL_V][1] : L.slab[SL_V][0])), PF_LDH, MAXBT, PF_BV, vc, rsv, n, v0, p.V);
-            if (set & (1u << SL_R))
-                copy_tile<float>(reinterpret_cast<float *>(smc + (b ? L.slab[SL_R][1] : L.slab[SL_R][0])), PF_LDF, MAXBT, PF_BV, Rc, p.V, n, v0, p.V);
-            if (set & (1u << SL_O))
-                copy_tile<T>(reinterpret_cast<T *>(smc + (b ? L.slab[SL_O][1] : L.slab[SL_O][0])), PF_LDH, MAXBT, PF_BV, doc, rsv, n, v0, p.V);
-            if (set & (1u << SL_SC))
-                copy_tile<state_t>(reinterpret_cast<state_t *>(smc + (b ? L.slab[SL_SC][1] : L.slab[SL_SC][0])), PF_LDH, KS, PF_BV, Scc, p.V, p.K, v0, p.V);
-            if (set & (1u << SL_SB))
-                copy_tile<state_t>(reinterpret_cast<state_t *>(smc + (b ? L.slab[SL_SB][1] : L.slab[SL_SB][0])), PF_LDH, KS, PF_BV, Sbc, p.V, p.K, v0, p.V);
+            copy_slab<T, PF_BV, PF_LDF, PF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
         };
         const unsigned dbl = (unsigned)L.db & SL_ALL;                   /* two buffers: next slab's copy at the top */
         const unsigned one_late = SL_ALL & ~dbl & ~SL_EARLY;             /* one buffer, read to the slab's end: at the top */

@@ -568,19 +568,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
     const int ns = ceil_div(p.V, VF_BV);
     auto issue = [&](unsigned set, int sl) {
-        const int v0 = sl * VF_BV, b = sl & 1;
-        if (set & (1u << SL_PR))
-            copy_tile<float>(reinterpret_cast<float *>(smc + (b ? L.slab[SL_PR][1] : L.slab[SL_PR][0])), VF_LDF, MAXBT, VF_BV, PRc, p.V, n, v0, p.V);
-        if (set & (1u << SL_V))
-            copy_tile<T>(reinterpret_cast<T *>(smc + (b ? L.slab[SL_V][1] : L.slab[SL_V][0])), VF_LDH, MAXBT, VF_BV, vc, rsv, n, v0, p.V);
-        if (set & (1u << SL_R))
-            copy_tile<float>(reinterpret_cast<float *>(smc + (b ? L.slab[SL_R][1] : L.slab[SL_R][0])), VF_LDF, MAXBT, VF_BV, Rc, p.V, n, v0, p.V);
-        if (set & (1u << SL_O))
-            copy_tile<T>(reinterpret_cast<T *>(smc + (b ? L.slab[SL_O][1] : L.slab[SL_O][0])), VF_LDH, MAXBT, VF_BV, doc, rsv, n, v0, p.V);
-        if (set & (1u << SL_SC))
-            copy_tile<state_t>(reinterpret_cast<state_t *>(smc + (b ? L.slab[SL_SC][1] : L.slab[SL_SC][0])), VF_LDH, KS, VF_BV, Scc, p.V, p.K, v0, p.V);
-        if (set & (1u << SL_SB))
-            copy_tile<state_t>(reinterpret_cast<state_t *>(smc + (b ? L.slab[SL_SB][1] : L.slab[SL_SB][0])), VF_LDH, KS, VF_BV, Sbc, p.V, p.K, v0, p.V);
+        copy_slab<T, VF_BV, VF_LDF, VF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
     };
     constexpr unsigned dbl = (unsigned)L.db & SL_ALL;           /* two buffers: next slab's copy at the top */
     constexpr unsigned one_late = SL_ALL & ~dbl & ~SL_EARLY;     /* one buffer, read to the slab's end: at the top */
