@@ -384,10 +384,16 @@ def main():
               f"{f('fla_bwd_A'):.3f} | {bxa:.2f} | "
               f"{f('rewy_bwd_R_wy'):.3f} | {gain:.2f} | {f('rewy_peak_R'):.1f} | {f('rewy_peak_A'):.1f} | "
               f"{f('fla_peak'):.1f} | {f('fla_peak_A'):.1f} |")
+    def gmean(xs):
+        """geometric mean, lowest value and count of the finite ratios (a shape without FLA has none)"""
+        xs = [x for x in xs if x == x and x > 0]
+        if not xs:
+            return "—"
+        return f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f} (n={len(xs)}, lowest {min(xs):.2f})"
+
     for op, v in geo.items():
-        gm = [math.exp(sum(math.log(t[i]) for t in v if t[i] == t[i] and t[i] > 0) / max(1, len(v))) for i in range(4)]
-        print(f"geomean {op}: fwd FLA/rewy {gm[0]:.3f}, bwd(R) FLA/rewy {gm[1]:.3f}, bwd(A) FLA/rewy {gm[3]:.3f}, "
-              f"WY/ReWY {gm[2]:.3f}")
+        gm = [gmean([t[i] for t in v]) for i in range(4)]
+        print(f"geomean {op}: fwd FLA/rewy {gm[0]}, bwd(R) FLA/rewy {gm[1]}, bwd(A) FLA/rewy {gm[3]}, WY/ReWY {gm[2]}")
     if a.profile:
         B, T, H = (int(v) for v in a.profile.split("x"))
         for op in a.ops.split(","):

@@ -481,6 +481,47 @@ __device__ __forceinline__ void copy_slab(char *smc, const int (&slab)[SL_NT][2]
     if (set & (1u << SL_SB)) copy_tile<state_t>(sta(SL_SB), LDH, KS, BVS, Sb, p.V, p.K, v0, p.V);
 }
 
+/* Places the V-slab tiles from byte offset o: tile i (sz[i] bytes) gets buffer 0, and buffer 1 where
+ * bit i of db is set (else slab[i][1] = slab[i][0]); returns the offset after them */
+__host__ __device__ constexpr int place_slabs(int (&slab)[SL_NT][2], const int (&sz)[SL_NT], unsigned db, int o) {
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < SL_NT; i++) {
+            if (b == 0 || ((db >> i) & 1u)) {
+                slab[i][b] = o;
+                o += sz[i];
+            } else {
+                slab[i][b] = slab[i][0];
+            }
+        }
+    return o;
+}
+
+/* The top of V slab sl in the fast pullbacks (the schedule: pullback.cu's header): slab sl's single-buffered
+ * late tiles, then slab sl+1's double-buffered ones into the other buffers, one cp.async group each; waits
+ * for this thread's copies of slab sl, then B1 (everyone's). issue(set, slab) makes the copies. */
+template <class Issue>
+__device__ __forceinline__ void slab_top(Issue &issue, unsigned one_late, unsigned dbl, int sl, int ns) {
+    if (sl > 0 && one_late) issue(one_late, sl); /* their buffers' last reader, slab sl−1, ended at its B3 */
+    cp_async_commit();
+    if (sl + 1 < ns) issue(dbl, sl + 1); /* buffer (sl+1)&1: last read by slab sl−1, before its B3 */
+    cp_async_commit();
+    cp_async_wait_group<1>(); /* only slab sl+1's copies may still run */
+    __syncthreads();          /* B1 */
+}
+
+/* Slab sl's buffers of those tiles (buffer b = sl & 1), as copy_slab filled them */
+template <class T> struct SlabTiles {
+    float *PR;
+    const float *R;
+    const T *O, *V;
+    const state_t *Sc, *Sb;
+};
+template <class T> __device__ __forceinline__ SlabTiles<T> slab_tiles(char *smc, const int (&slab)[SL_NT][2], int b) {
+    return {reinterpret_cast<float *>(smc + slab[SL_PR][b]), reinterpret_cast<const float *>(smc + slab[SL_R][b]),
+            reinterpret_cast<const T *>(smc + slab[SL_O][b]), reinterpret_cast<const T *>(smc + slab[SL_V][b]),
+            reinterpret_cast<const state_t *>(smc + slab[SL_SC][b]), reinterpret_cast<const state_t *>(smc + slab[SL_SB][b])};
+}
+
 /* acc ← diag(s) acc for a warp tile: s_lo on rows g (slots 0, 1), s_hi on rows g + 8 (slots 2, 3) */
 template <int NS>
 __device__ __forceinline__ void pf_scale_rows(float (&acc)[4][4], float s_lo, float s_hi) {

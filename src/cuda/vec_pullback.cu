@@ -443,17 +443,8 @@ __host__ __device__ constexpr VfLayout vf_layout(int KS, bool wy, unsigned db) {
     L.stg = MAXBT * (KS + 8) * 2;
     L.gt = MAXBT * (KS + 4) * 4;
     const int sz[SL_NT] = {f, hh, f, hh, s, s};
-    int o = 0;
     L.db = (int)db;
-    for (int b = 0; b < 2; b++)
-        for (int i = 0; i < SL_NT; i++) {
-            if (b == 0 || ((db >> i) & 1u)) {
-                L.slab[i][b] = o;
-                o += sz[i];
-            } else {
-                L.slab[i][b] = L.slab[i][0];
-            }
-        }
+    int o = place_slabs(L.slab, sz, db, 0);
     L.Ps = o; o += wy ? f : 0; /* WY: P slab (ReWY: P is the PR tile) */
     L.Zs = o; o += wy ? f : 0; /* WY: w⊙V slab */
     const int x1 = o;
@@ -581,18 +572,8 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
      * and the barriers B1, B2, B3). */
     for (int sl = 0; sl < ns; sl++) {
         const int v0 = sl * VF_BV, b = sl & 1;
-        if (sl > 0 && one_late) issue(one_late, sl); /* their buffers' last reader, slab sl−1, ended at its B3 */
-        cp_async_commit();
-        if (sl + 1 < ns) issue(dbl, sl + 1); /* buffer (sl+1)&1: last read by slab sl−1, before its B3 */
-        cp_async_commit();
-        cp_async_wait_group<1>(); /* this thread's copies of slab sl are in (only slab sl+1's may still run) */
-        __syncthreads();          /* B1: … and everyone's */
-        float *Prs = reinterpret_cast<float *>(smc + (b ? L.slab[SL_PR][1] : L.slab[SL_PR][0]));
-        const float *Rs = reinterpret_cast<const float *>(smc + (b ? L.slab[SL_R][1] : L.slab[SL_R][0]));
-        const T *Os = reinterpret_cast<const T *>(smc + (b ? L.slab[SL_O][1] : L.slab[SL_O][0]));
-        const T *Vs = reinterpret_cast<const T *>(smc + (b ? L.slab[SL_V][1] : L.slab[SL_V][0]));
-        const state_t *Scs = reinterpret_cast<const state_t *>(smc + (b ? L.slab[SL_SC][1] : L.slab[SL_SC][0]));
-        const state_t *Sbs = reinterpret_cast<const state_t *>(smc + (b ? L.slab[SL_SB][1] : L.slab[SL_SB][0]));
+        slab_top(issue, one_late, dbl, sl, ns);
+        const auto [Prs, Rs, Os, Vs, Scs, Sbs] = slab_tiles<T>(smc, L.slab, b); /* slab sl's tiles */
         const float *Xs = Prs;                                               /* WY: R̄ */
         float *Ps = WY ? reinterpret_cast<float *>(smc + L.Ps) : Prs;        /* P */
         if (WY) { /* P = Aᵀ R̄,  Z = w⊙V */
