@@ -121,26 +121,22 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             if (!VEC) issue_k(kb ? K0 : K1, cn);
         }
         if (!REG && Sc) store_state_tile<BVT>(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
-        /* X = Z − E S,  Z = β v (w ⊙ v for GDN2) */
+        /* X = Z − E S,  Z = β v (w ⊙ v for GDN2); scalar gates: E = diag(βγ) K, applied here to (K S)_ij = cc */
+        auto put_x = [&](int i, int j, float cc) {
+            const float x = ldf(Vs + i * ldvt + j);
+            Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - expf(Gs[i]) * cc);
+        };
         if constexpr (BF) {
             /* warp w: rows 16·(w % 4), BVT/2 columns from (w / 4)·BVT/2 */
             constexpr int NSX = BVT / 16;
             const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
             float acc[4][4] = {};
             bf_mma<NSX, false>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, Sl, lds, xj0);
-            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s, int e) {
-                const float cc = acc[s][e], x = ldf(Vs + i * ldvt + j);
-                Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - expf(Gs[i]) * cc);
-            });
+            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s, int e) { put_x(i, j, acc[s][e]); });
         } else if (VEC) {
-            bgemm<SCAN_NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, [&](int i, int j, float cc) {
-                const float z = ldf(Vs + i * ldvt + j) * (wg ? ldf(Ws + i * ldvt + j) : bs[i]);
-                Xt[j * LDX + i] = z - cc;
-            });
+            bgemm<SCAN_NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, put_x);
         } else {
-            bgemm<SCAN_NW>(BT, BVT, Kp, Ks, ldk, 1, St, 1, lds, [&](int i, int j, float cc) {
-                Xt[j * LDX + i] = bs[i] * (ldf(Vs + i * ldvt + j) - expf(Gs[i]) * cc);
-            });
+            bgemm<SCAN_NW>(BT, BVT, Kp, Ks, ldk, 1, St, 1, lds, put_x);
         }
         __syncthreads();
         if (VEC && has_next) issue_f(Es, vo.E, c + 1);
