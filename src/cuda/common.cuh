@@ -496,14 +496,19 @@ __host__ __device__ constexpr int place_slabs(int (&slab)[SL_NT][2], const int (
     return o;
 }
 
+/* Which V-slab tiles take their next copy where, given the double-buffered set db (bits SL_*):
+ * double-buffered ones at the top of the slab before (into the other buffer); single ones read to the
+ * slab's end ("late") at the top of their own slab; single early ones (PR, V) from the mid barrier B2. */
+__host__ __device__ constexpr unsigned slab_late(unsigned db) { return SL_ALL & ~db & ~SL_EARLY; }
+__host__ __device__ constexpr unsigned slab_early(unsigned db) { return SL_EARLY & ~(db & SL_ALL); }
 /* The top of V slab sl in the fast pullbacks (the schedule: pullback.cu's header): slab sl's single-buffered
  * late tiles, then slab sl+1's double-buffered ones into the other buffers, one cp.async group each; waits
  * for this thread's copies of slab sl, then B1 (everyone's). issue(set, slab) makes the copies. */
 template <class Issue>
-__device__ __forceinline__ void slab_top(Issue &issue, unsigned one_late, unsigned dbl, int sl, int ns) {
-    if (sl > 0 && one_late) issue(one_late, sl); /* their buffers' last reader, slab sl−1, ended at its B3 */
+__device__ __forceinline__ void slab_top(Issue &issue, unsigned db, int sl, int ns) {
+    if (sl > 0 && slab_late(db)) issue(slab_late(db), sl); /* their buffers' last reader, slab sl−1, ended at its B3 */
     cp_async_commit();
-    if (sl + 1 < ns) issue(dbl, sl + 1); /* buffer (sl+1)&1: last read by slab sl−1, before its B3 */
+    if (sl + 1 < ns) issue(db & SL_ALL, sl + 1); /* buffer (sl+1)&1: last read by slab sl−1, before its B3 */
     cp_async_commit();
     cp_async_wait_group<1>(); /* only slab sl+1's copies may still run */
     __syncthreads();          /* B1 */

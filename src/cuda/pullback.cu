@@ -512,9 +512,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         auto issue = [&](unsigned set, int sl) {
             copy_slab<T, PF_BV, PF_LDF, PF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
         };
-        const unsigned dbl = (unsigned)L.db & SL_ALL;                   /* two buffers: next slab's copy at the top */
-        const unsigned one_late = SL_ALL & ~dbl & ~SL_EARLY;             /* one buffer, read to the slab's end: at the top */
-        const unsigned one_early = SL_EARLY & ~dbl;                      /* one buffer, read before the mid barrier: from there */
+        const unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
 
         copy_tile<float>(Gs, 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1, 0, 2 * MAXBT);
         if (WY) copy_tile<float>(As, PF_LDF, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
@@ -540,12 +538,12 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
 
         /* ---- the V slabs: every product with a V-long inner dimension ----
          * Copies run one slab ahead (see the kernel's header for the schedule and its barriers):
-         * top of slab sl: [one_late tiles of sl] commit, [dbl tiles of sl+1, other buffer] commit, wait for all
+         * top of slab sl (slab_top): [single late tiles of sl] commit, [double-buffered tiles of sl+1] commit, wait for all
          * but the newest group, B1; first half (reads every tile); if one_early: B2, [one_early tiles of sl+1]
          * commit; second half (reads R, Ō, S_c, S̄⁺ only); B3. */
         for (int sl = 0; sl < ns; sl++) {
             const int v0 = sl * PF_BV, b = sl & 1;
-            slab_top(issue, one_late, dbl, sl, ns);
+            slab_top(issue, (unsigned)L.db, sl, ns);
             const auto [Prs, Rs, Os, Vs, Scs, Sbs] = slab_tiles<T>(smc, L.slab, b); /* slab sl's tiles */
             const float *Xs = Prs;                                               /* WY: R̄ */
             float *Ps = WY ? reinterpret_cast<float *>(smc + L.Ps) : Prs;        /* P */

@@ -561,9 +561,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     auto issue = [&](unsigned set, int sl) {
         copy_slab<T, VF_BV, VF_LDF, VF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
     };
-    constexpr unsigned dbl = (unsigned)L.db & SL_ALL;           /* two buffers: next slab's copy at the top */
-    constexpr unsigned one_late = SL_ALL & ~dbl & ~SL_EARLY;     /* one buffer, read to the slab's end: at the top */
-    constexpr unsigned one_early = SL_EARLY & ~dbl;              /* one buffer, read before the mid barrier: from there */
+    constexpr unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
     issue(SL_ALL, 0); /* slab 0, in one group with the setup copies above; waited on at the top of slab 0 */
     cp_async_commit();
 
@@ -572,7 +570,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
      * and the barriers B1, B2, B3). */
     for (int sl = 0; sl < ns; sl++) {
         const int v0 = sl * VF_BV, b = sl & 1;
-        slab_top(issue, one_late, dbl, sl, ns);
+        slab_top(issue, (unsigned)L.db, sl, ns);
         const auto [Prs, Rs, Os, Vs, Scs, Sbs] = slab_tiles<T>(smc, L.slab, b); /* slab sl's tiles */
         const float *Xs = Prs;                                               /* WY: R̄ */
         float *Ps = WY ? reinterpret_cast<float *>(smc + L.Ps) : Prs;        /* P */
