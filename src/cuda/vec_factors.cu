@@ -6,7 +6,8 @@
  *   GB  = the scalar path's per-chunk table [2][BT]: G row 0 (unused), β row (KDA's erase = write gate)
  * All exponents are ≤ 0 for log gates ≤ 0, so the factors are bounded by |k|, |q| and hold in the
  * input type (factor_t: bf16 for fp32 inputs). Rows ≥ n and features ≥ K are zero.
- * Grid (NC, HV), 256 threads; elementwise, feature index fastest (coalesced). */
+ * Grid (NC, HV), 256 threads; elementwise, feature index fastest (coalesced); eight features per thread
+ * with 16-B accesses where K allows (2-byte inputs, K a multiple of 32 dividing into the block). */
 #include "vec_kernels.cuh"
 
 namespace rewy_cuda {
@@ -22,7 +23,45 @@ vec_factors_kernel(Prob p, const T *q, const T *k, const T *beta, const T *b, co
     const size_t ch = (size_t)c * p.HV + hv, tok0 = (size_t)ci.tok0;
     const float *G = Gc + ch * BT * Kp;
     const size_t rsk = (size_t)p.H * p.K;
-    for (int e = threadIdx.x; e < BT * Kp; e += blockDim.x) {
+    const bool vec8 = sizeof(T) == 2 && p.K == Kp && Kp % 8 == 0 && 256 % (Kp / 8) == 0 &&
+                      ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
+                        reinterpret_cast<uintptr_t>(b)) & 15) == 0 && rsk % 8 == 0;
+    if constexpr (sizeof(T) == 2) {
+        if (vec8) { /* eight features per thread: 16-B loads and stores, γ_n read once per thread */
+            const int gv = Kp / 8, d0 = (threadIdx.x % gv) * 8, rstep = blockDim.x / gv;
+            float gn[8];
+#pragma unroll
+            for (int m = 0; m < 8; m++) gn[m] = n > 0 ? G[(size_t)(n - 1) * Kp + d0 + m] : 0.f;
+            for (int i = threadIdx.x / gv; i < BT; i += rstep) {
+                uint4 eo = {}, fo = {}, qo = {};
+                if (i < n) {
+                    const size_t tok = tok0 + i, kq = tok * rsk + (size_t)h * p.K + d0;
+                    const uint4 kr = *reinterpret_cast<const uint4 *>(k + kq), qr = *reinterpret_cast<const uint4 *>(q + kq);
+                    uint4 br = {};
+                    if (b) br = *reinterpret_cast<const uint4 *>(b + (tok * p.HV + hv) * p.K + d0);
+                    const float bs = b ? 0.f : ld<T>(beta + tok * p.HV + hv);
+                    const float4 g0 = *reinterpret_cast<const float4 *>(G + (size_t)i * Kp + d0);
+                    const float4 g1 = *reinterpret_cast<const float4 *>(G + (size_t)i * Kp + d0 + 4);
+                    const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+                    const T *kt = reinterpret_cast<const T *>(&kr), *qt = reinterpret_cast<const T *>(&qr),
+                            *bt = reinterpret_cast<const T *>(&br);
+                    T *et = reinterpret_cast<T *>(&eo), *ft = reinterpret_cast<T *>(&fo), *qo_ = reinterpret_cast<T *>(&qo);
+#pragma unroll
+                    for (int m = 0; m < 8; m++) {
+                        const float ga = expf(g[m]), kv = ld<T>(kt + m);
+                        st<T>(et + m, (b ? ld<T>(bt + m) : bs) * kv * ga);
+                        st<T>(ft + m, kv * expf(gn[m] - g[m]));
+                        st<T>(qo_ + m, ld<T>(qt + m) * ga);
+                    }
+                }
+                const size_t o = ch * BT * Kp + (size_t)i * Kp + d0;
+                *reinterpret_cast<uint4 *>(E + o) = eo;
+                *reinterpret_cast<uint4 *>(F + o) = fo;
+                *reinterpret_cast<uint4 *>(Qg + o) = qo;
+            }
+        }
+    }
+    for (int e = vec8 ? BT * Kp : threadIdx.x; e < BT * Kp; e += blockDim.x) { /* any K: one element per thread */
         const int i = e / Kp, d = e - i * Kp;
         float ev = 0.f, fv = 0.f, qv = 0.f;
         if (i < n && d < p.K) {
