@@ -626,26 +626,17 @@ inline size_t smem_optin() {
     return (size_t)mx;
 }
 
-/* Opt a kernel into the device's largest dynamic shared memory, once per kernel and device, so that
- * later launches (e.g. under stream capture) issue no attribute calls. Fails if smem exceeds it. */
+/* Lets a kernel take smem bytes of dynamic shared memory: above the default 48 KB the kernel must opt in,
+ * here per launch and without any cache (no global state), as FlashAttention's launchers do; the call
+ * is not stream-ordered, so it is legal under stream capture. It always asks for the device's whole
+ * opt-in size, so threads launching one kernel with different smem never undo each other's setting.
+ * Fails if the device cannot give smem. */
 template <auto kern>
 inline cudaError_t ensure_smem(size_t smem) {
-    static int done[64];
-    static int optin[64];
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess) return e;
-    if (dev < 0 || dev >= 64) return cudaErrorInvalidDevice;
-    if (!done[dev]) {
-        int mx = 0;
-        e = cudaDeviceGetAttribute(&mx, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        if (e != cudaSuccess) return e;
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        if (e != cudaSuccess) return e;
-        optin[dev] = mx;
-        done[dev] = 1;
-    }
-    return smem <= (size_t)optin[dev] ? cudaSuccess : cudaErrorInvalidValue;
+    if (smem <= 48 * 1024) return cudaSuccess;
+    const size_t mx = smem_optin();
+    if (smem > mx) return cudaErrorInvalidValue;
+    return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx);
 }
 
 /* Rows [0, K) × columns [v0, v0 + BVT) of a [K][V] chunk-state matrix (state_t) from the block's
