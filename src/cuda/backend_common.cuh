@@ -5,13 +5,14 @@
  *
  *   supports(c)     the operators it runs
  *   regions(c, g)   the sizes of its own regions (OpRegions: gate table, workspace head, W̄, GVA)
- *   intra           §2 G, L, A = (I+L)⁻¹, C_q: kkt_inverse.cu (Γ from scalar G) / vec_intra.cu (§6 matrix intra)
- *   scan_gates      §2 the gates the scans and the output read: the saved GB table (scalar), or
- *                   vec_factors.cu's E, F, Q_g, Λ and GB, written into the workspace head (vector)
+ *   gates           §2 intra: G, L, A = (I+L)⁻¹, C_q (those asked for): kkt_inverse.cu (Γ from scalar G) /
+ *                   vec_intra.cu; and the gates the scans and the output read: the saved GB table
+ *                   (scalar), or E, F, Q_g, Λ and GB in the workspace head (vector: vec_factors.cu, or
+ *                   vec_intra's fast path while it runs anyway)
  *   pullback        §4a/§4b, §5 and §7 pullback.cu (Gram elimination) / §6 vec_pullback.cu (matrix intra)
  *
- * Forward:  chunk_plan → intra (G, A, C_q) → [vector: vec_factors] → state_scan (S_c, R, ht) → output (o)
- * Backward: [vector: vec_factors] → [policy R: intra (C_q only; G, A are saved) → state_scan (S_c, R)]
+ * Forward:  chunk_plan → gates (G, A, C_q; factors) → state_scan (S_c, R, ht) → output (o)
+ * Backward: gates (policy R: C_q only, G and A are saved; factors) → [policy R: state_scan (S_c, R)]
  *           → bwd_state_scan (S̄⁺, P or R̄, dh0) → pullback (dq, dk, dv, dβ, dg | db, dw)
  * Policy R (§8) recomputes C_q, S_c and R in the backward from the saved G and A; policy A saves them.
  * Every kernel runs on cfg.stream; nothing synchronizes the host; all scratch comes from the caller's
@@ -127,9 +128,8 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     float *A = at<float>(a->saved, L.A);
     float *Cq = polA ? at<float>(a->saved, L.Cq) : at<float>(a->workspace, L.fCq);
     REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
-    REWY_TRY(Op::intra(p, a, Gc, A, Cq, s));
     ScanGates sg;
-    REWY_TRY(Op::scan_gates(p, a, L, Gc, &sg, s));
+    REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s));
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
     float *R = polA ? at<float>(a->saved, L.R) : at<float>(a->workspace, L.fR);
     REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, Sc, R, s));
@@ -150,8 +150,8 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
     const state_t *Sc;
     const float *R;
     ScanGates sg;
-    REWY_TRY(Op::scan_gates(p, a, L, Gc, &sg, s));
     if (polA) {
+        REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, nullptr, Gc, &sg, s));
         Cq = at<const float>(a->saved, L.Cq);
         Sc = at<const state_t>(a->saved, L.Sc);
         R = at<const float>(a->saved, L.R);
@@ -160,7 +160,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
         state_t *sc = at<state_t>(a->workspace, L.bSc);
         float *r = at<float>(a->workspace, L.bR);
         /* recompute: C_q only (G and A are saved), then S_c and R by one forward scan without output */
-        REWY_TRY(Op::intra(p, a, nullptr, nullptr, cq, s));
+        REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq, Gc, &sg, s));
         REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, nullptr, sc, r, s));
         Cq = cq; Sc = sc; R = r;
     }

@@ -37,18 +37,14 @@ struct ScalarGates {
         return r;
     }
 
-    /* kkt_inverse.cu: GB (G, β), A, C_q; any of them NULL is skipped */
+    /* kkt_inverse.cu: GB (G, β), A, C_q (any NULL skipped; all NULL: no launch). The scans read the
+     * saved GB table; E, F, Q_g are formed per row inside them. */
     template <class Args>
-    static cudaError_t intra(const Prob &p, const Args *a, float *GB, float *A, float *Cq, cudaStream_t s) {
-        return launch_kkt_inverse(p, a->cfg.dtype, a->q, a->k, a->g, a->beta, GB, A, Cq, s);
-    }
-
-    /* the scans read the saved GB table; E, F, Q_g are formed per row inside them */
-    template <class Args>
-    static cudaError_t scan_gates(const Prob &, const Args *, const Layout &, const float *GB, ScanGates *sg,
-                                  cudaStream_t) {
+    static cudaError_t gates(const Prob &p, const Args *a, const Layout &, float *Gout, float *A, float *Cq,
+                             const float *GB, ScanGates *sg, cudaStream_t s) {
         sg->GB = GB;
-        return cudaSuccess;
+        if (!Gout && !A && !Cq) return cudaSuccess;
+        return launch_kkt_inverse(p, a->cfg.dtype, a->q, a->k, a->g, a->beta, Gout, A, Cq, s);
     }
 
     static cudaError_t pullback(const Prob &p, const rewy_bwd_params *a, const float *GB, const float *A,

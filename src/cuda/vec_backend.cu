@@ -5,13 +5,14 @@
  *
  * Forward:  chunk_plan → vec_intra (Gc, A, C_q) → vec_factors (E, F, Q_g, Λ) → state_scan in its
  *           vector mode (S_c, R, ht) → output (o)
- * Backward: vec_factors → [policy R: vec_intra (C_q) → state_scan (S_c, R)]
+ * Backward: [policy R: vec_intra (C_q)] → vec_factors → [policy R: state_scan (S_c, R)]
  *           → bwd_state_scan, vector mode (S̄⁺, P or R̄, dh0) → vec_pullback (dq, dk, dv, dg, dβ | db, dw)
  *           [→ GVA sum of dq, dk]
  * The vector regions of the layouts (backend_common.cuh; each 256-B aligned):
  *
  * saved gate table: Gc fp32 [NC*HV][BT][Kp] (per-feature G; vec_intra writes it)
- * workspace head:   the factors, at the start of both workspaces (vec_factors writes them, forward and backward):
+ * workspace head:   the factors, at the start of both workspaces (vec_factors writes them, forward and backward;
+ *                   vec_intra's fast path instead, wherever it runs: vec_factors is then not launched):
  *                   E, F, Q_g factor_t [NC*HV][BT][Kp] each | lam fp32 [NC*HV][Kp] | GB fp32 [NC*HV][2][BT]
  * bwd ws W̄:         fp32 [NC*HV][BT][Kp] (WY scratch, sized whatever bwd_algo: the backward may switch)
  * bwd ws GVA:       HV > H: q̄, k̄ partials fp32 2×[NC*HV][BT][Kp] */
@@ -54,23 +55,25 @@ struct VectorGates {
         return r;
     }
 
-    /* vec_intra.cu: Gc, A, C_q; any of them NULL is skipped */
+    /* vec_intra.cu: Gc, A, C_q (any NULL skipped; all NULL: no launch); the scans' factors E, F, Q_g, Λ
+     * and the β table GB into the workspace head: by vec_intra itself on its fast path when it runs
+     * (it holds G, k, q, b already), else by vec_factors.cu from the saved Gc */
     template <class Args>
-    static cudaError_t intra(const Prob &p, const Args *a, float *Gc, float *A, float *Cq, cudaStream_t s) {
-        return launch_vec_intra(p, a->cfg.dtype, a->q, a->k, a->g, a->beta, a->b, Gc, A, Cq, s);
-    }
-
-    /* vec_factors.cu: E, F, Q_g, Λ and the β table GB into the workspace head, from the saved Gc */
-    template <class Args>
-    static cudaError_t scan_gates(const Prob &p, const Args *a, const Layout &L, const float *Gc, ScanGates *sg,
-                                  cudaStream_t s) {
+    static cudaError_t gates(const Prob &p, const Args *a, const Layout &L, float *Gout, float *A, float *Cq,
+                             const float *Gc, ScanGates *sg, cudaStream_t s) {
         const Factors f = factor_plan(L);
-        void *E = at<void>(a->workspace, f.E), *F = at<void>(a->workspace, f.F), *Qg = at<void>(a->workspace, f.Q);
-        float *lam = at<float>(a->workspace, f.lam), *GB = at<float>(a->workspace, f.GB);
-        sg->GB = GB;
-        sg->ops = VecOps{E, F, Qg, lam, a->w};
+        const FactorOut fo = {at<void>(a->workspace, f.E), at<void>(a->workspace, f.F), at<void>(a->workspace, f.Q),
+                              at<float>(a->workspace, f.lam), at<float>(a->workspace, f.GB)};
+        sg->GB = fo.GB;
+        sg->ops = VecOps{fo.E, fo.F, fo.Qg, fo.lam, a->w};
         sg->vec = true;
-        return launch_vec_factors(p, a->cfg.dtype, a->q, a->k, a->beta, a->b, Gc, E, F, Qg, lam, GB, s);
+        const bool intra = Gout || A || Cq, fuse = intra && vec_intra_fuses_factors(p, a->cfg.dtype);
+        if (intra) {
+            const cudaError_t e = launch_vec_intra(p, a->cfg.dtype, a->q, a->k, a->g, a->beta, a->b, Gout, A, Cq,
+                                                   fuse ? &fo : nullptr, s);
+            if (e != cudaSuccess || fuse) return e;
+        }
+        return launch_vec_factors(p, a->cfg.dtype, a->q, a->k, a->beta, a->b, Gc, fo, s);
     }
 
     static cudaError_t pullback(const Prob &p, const rewy_bwd_params *a, const float *Gc, const float *A,

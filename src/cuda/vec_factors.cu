@@ -88,18 +88,17 @@ vec_factors_kernel(Prob p, const T *q, const T *k, const T *beta, const T *b, co
 
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const void *beta, const void *b, const float *Gc,
-                       void *E, void *F, void *Qg, float *lam, float *GB, cudaStream_t s) {
+                       const FactorOut &fo, cudaStream_t s) {
     using FT = factor_t<T>;
     dim3 grid(p.NC, p.HV);
     vec_factors_kernel<T><<<grid, 256, 0, s>>>(p, (const T *)q, (const T *)k, (const T *)beta, (const T *)b, Gc,
-                                               (FT *)E, (FT *)F, (FT *)Qg, lam, GB);
+                                               (FT *)fo.E, (FT *)fo.F, (FT *)fo.Qg, fo.lam, fo.GB);
     return cudaGetLastError();
 }
 
 cudaError_t launch_vec_factors(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
-                               const void *b, const float *Gc, void *E, void *F, void *Qg, float *lam, float *GB,
-                               cudaStream_t s) {
-    return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, beta, b, Gc, E, F, Qg, lam, GB, s); });
+                               const void *b, const float *Gc, const FactorOut &fo, cudaStream_t s) {
+    return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, beta, b, Gc, fo, s); });
 }
 
 } // namespace rewy_cuda

@@ -166,7 +166,10 @@ vec_intra_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, 
  *  - strong gates: the same fragments, each element an exact pairwise sum (rare: plain loops, k, q, b
  *    from global memory).
  *  - C_q from the fragments straight to global memory; L over the dead tiles after one barrier;
- *    A = (I + L)⁻¹ by blocks in fp32 (tri_inverse.cuh). */
+ *    A = (I + L)⁻¹ by blocks in fp32 (tri_inverse.cuh).
+ *  - fo.E not NULL: the scans' factors E = b⊙k⊙γ, F = k⊙e^{G_n−G}, Q_g = q⊙γ, λ = γ_n and the β table
+ *    (vec_factors.cu's outputs, same formulas) from the same registers in the same slab pass, on both
+ *    paths: vec_factors would read G, k, q, b again. */
 constexpr int VIF_SL = 32;           /* feature slab */
 constexpr int VIF_LDO = VIF_SL + 8;  /* slab tiles [64][40] fp32 (≡ 8 mod 32 words: conflict-free 64-bit fragment loads) */
 
@@ -212,15 +215,35 @@ __device__ __forceinline__ float vif_el(uint2 v, int e) {
 template <class T, int KS>
 __global__ void __launch_bounds__(VI_THREADS, 3)
 vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, const T *b, float *Gout,
-                      float *Aout, float *Cq) {
+                      float *Aout, float *Cq, FactorOut fo) {
     extern __shared__ __align__(16) char smc[];
     using L = VifLayout<KS>;
     constexpr int LDG = L::LDG, LDO = VIF_LDO, SL = VIF_SL;
     static_assert(VI_THREADS == 256 && KS <= VI_THREADS, "8 warps; one thread per feature in the scan");
     const ChunkInfo ci = p.ctab[blockIdx.x];
     const int n = ci.n;
-    if (n == 0) return;
     const int hv = blockIdx.y, h = hv / p.G, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const size_t tok0 = (size_t)ci.tok0, ch = (size_t)blockIdx.x * p.HV + hv;
+    const bool wantF = fo.E != nullptr;
+    T *Eo = wantF ? static_cast<T *>(fo.E) + ch * MAXBT * KS : nullptr;
+    T *Fo = wantF ? static_cast<T *>(fo.F) + ch * MAXBT * KS : nullptr;
+    T *Qo = wantF ? static_cast<T *>(fo.Qg) + ch * MAXBT * KS : nullptr;
+    if (wantF && tid < MAXBT) { /* the β table (G row zero; b present: β row 1), like vec_factors */
+        {
+            fo.GB[ch * 2 * MAXBT + tid] = 0.f;
+            fo.GB[ch * 2 * MAXBT + MAXBT + tid] = (tid < n && !b) ? ld<T>(beta + (tok0 + tid) * p.HV + hv) : 1.f;
+        }
+    }
+    if (n == 0) { /* an unused chunk: zero factors, as vec_factors writes them */
+        if (wantF && tid < KS) fo.lam[ch * KS + tid] = 0.f;
+        if (wantF)
+            for (int e = tid; e < MAXBT * KS / 4; e += VI_THREADS) {
+                reinterpret_cast<uint2 *>(Eo)[e] = make_uint2(0u, 0u);
+                reinterpret_cast<uint2 *>(Fo)[e] = make_uint2(0u, 0u);
+                reinterpret_cast<uint2 *>(Qo)[e] = make_uint2(0u, 0u);
+            }
+        return;
+    }
     const bool needA = Aout != nullptr;
     float *Gs = reinterpret_cast<float *>(smc + L::Gs);
     float *Xa = reinterpret_cast<float *>(smc + L::Xa), *Kz = reinterpret_cast<float *>(smc + L::Kz);
@@ -228,11 +251,11 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
     float *brow = reinterpret_cast<float *>(smc + L::brow), *red = reinterpret_cast<float *>(smc + L::red);
     float *Ls = reinterpret_cast<float *>(smc), *As = Ls + MAXBT * LDN; /* after the products */
 
-    const size_t tok0 = (size_t)ci.tok0, ch = (size_t)blockIdx.x * p.HV + hv;
     const size_t rsk = (size_t)p.H * p.K, rsb = (size_t)p.HV * p.K;
     const T *kc = k + (tok0 * p.H + h) * p.K, *qc = q + (tok0 * p.H + h) * p.K;
     const T *bc = b ? b + (tok0 * p.HV + hv) * p.K : nullptr;
     const bool wantL = needA, wantC = Cq != nullptr;
+    const bool wantQ = wantC || wantF, wantB = (wantL || wantF) && bc; /* raw q, b needed */
 
     copy_tile<float>(Gs, LDG, MAXBT, KS, g + (tok0 * p.HV + hv) * p.K, rsb, n, 0, p.K);
     if (tid < MAXBT) brow[tid] = (!bc && tid < n) ? ld<T>(beta + (tok0 + tid) * p.HV + hv) : 0.f;
@@ -247,11 +270,11 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
         for (int r = 0; r < 2; r++) {
             const int row = ri + 32 * r, d0 = k0 + 4 * rc;
             rk[r] = vif_ld4<T>(kc, rsk, row, n, d0, p.K, vec4);
-            rq[r] = wantC ? vif_ld4<T>(qc, rsk, row, n, d0, p.K, vec4) : make_uint2(0u, 0u);
-            rb[r] = (wantL && bc) ? vif_ld4<T>(bc, rsb, row, n, d0, p.K, vec4) : make_uint2(0u, 0u);
+            rq[r] = wantQ ? vif_ld4<T>(qc, rsk, row, n, d0, p.K, vec4) : make_uint2(0u, 0u);
+            rb[r] = wantB ? vif_ld4<T>(bc, rsb, row, n, d0, p.K, vec4) : make_uint2(0u, 0u);
         }
     };
-    if (wantL || wantC) load_raw(0);
+    if (wantL || wantC || wantF) load_raw(0);
     cp_async_wait();
     __syncthreads();
 
@@ -269,6 +292,7 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
         }
         mid[d] = 0.5f * (hi + lo);
         hmax = 0.5f * (hi - lo);
+        if (wantF) fo.lam[ch * KS + d] = d < p.K ? expf(s) : 0.f; /* s = G_{n−1}: rows ≥ n add 0 */
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) hmax = fmaxf(hmax, __shfl_xor_sync(0xffffffffu, hmax, o));
@@ -285,7 +309,8 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
             dst[e] = *reinterpret_cast<const float4 *>(Gs + i * LDG + 4 * c4);
         }
     }
-    if (!wantL && !wantC) return;
+    if (!wantL && !wantC && !wantF) return;
+    const bool mma = centered && (wantL || wantC); /* the centered products run in the slab pass */
 
     /* tasks w, w+8, …, w+32 of [L tiles 0..19 | C_q tiles 0..19] (A NULL: C_q tiles only) */
     const int nL = wantL ? TRI_TILES : 0, nT = nL + (wantC ? TRI_TILES : 0);
@@ -295,7 +320,7 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[m][0][e] = 0.f;
 
-    if (centered) {
+    if (mma || wantF) {
         for (int k0 = 0; k0 < KS; k0 += SL) {
             /* the slab's operands from the registers (the previous slab's products are done: barrier) */
 #pragma unroll
@@ -305,6 +330,24 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
                 const float4 M4 = *reinterpret_cast<const float4 *>(mid + d0);
                 const float Gv[4] = {G4.x, G4.y, G4.z, G4.w}, Mv[4] = {M4.x, M4.y, M4.z, M4.w};
                 const float br = brow[row];
+                if (wantF) { /* E, F, Q_g of these 4 features (zero rows ≥ n, features ≥ K: k, q, b load 0) */
+                    const float4 N4 = *reinterpret_cast<const float4 *>(Gs + (MAXBT - 1) * LDG + d0); /* G_{n−1} */
+                    const float Nv[4] = {N4.x, N4.y, N4.z, N4.w};
+                    uint2 eo, fo_, qo;
+                    T *et = reinterpret_cast<T *>(&eo), *ft = reinterpret_cast<T *>(&fo_), *qt = reinterpret_cast<T *>(&qo);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float ga = expf(Gv[e]), kv = vif_el<T>(rk[r], e);
+                        st<T>(et + e, (bc ? vif_el<T>(rb[r], e) : br) * kv * ga);
+                        st<T>(ft + e, kv * expf(Nv[e] - Gv[e]));
+                        st<T>(qt + e, vif_el<T>(rq[r], e) * ga);
+                    }
+                    const int o = row * KS + d0;
+                    *reinterpret_cast<uint2 *>(Eo + o) = eo;
+                    *reinterpret_cast<uint2 *>(Fo + o) = fo_;
+                    *reinterpret_cast<uint2 *>(Qo + o) = qo;
+                }
+                if (!mma) continue;
                 float xa[4], kz[4], qa[4];
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
@@ -320,13 +363,16 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
                 if (wantC) *reinterpret_cast<float4 *>(Qa + o) = make_float4(qa[0], qa[1], qa[2], qa[3]);
             }
             if (k0 + SL < KS) load_raw(k0 + SL);
+            if (!mma) continue;
             __syncthreads();
             tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
                 pf_mma<1, true, true>(acc[m], SL, isL ? Xa : Qa, LDO, 1, Kz, 1, LDO, i0, j0);
             });
             __syncthreads();
         }
-    } else {
+    }
+    if (!wantL && !wantC) return;
+    if (!centered) {
         /* exact pairwise exponents (strong decay, hard resets): every e^{G_i − G_j}, j ≤ i, is ≤ 1 */
         tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
             pf_each<1>(i0, j0, acc[m], [&](int i, int j, int s, int e) {
@@ -359,18 +405,26 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
     tri_finish_A(Aout + ch * MAXBT * MAXBT, Ls, As, n, nL, acc); /* L tasks are < 20: acc[0..2] */
 }
 
+static bool fast_path(const Prob &p, rewy_dtype dt) {
+    return (dt == REWY_BF16 || dt == REWY_F16) && p.BT == MAXBT && (p.Kp == 64 || p.Kp == 128);
+}
+
+bool vec_intra_fuses_factors(const Prob &p, rewy_dtype dt) { return fast_path(p, dt); }
+
 template <class T>
-static cudaError_t run(const Prob &p, const void *q, const void *k, const float *g, const void *beta, const void *b,
-                       float *Gc, float *A, float *Cq, cudaStream_t s) {
+static cudaError_t run(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g, const void *beta,
+                       const void *b, float *Gc, float *A, float *Cq, const FactorOut *fo, cudaStream_t s) {
+    if (fo && !fast_path(p, dt)) return cudaErrorInvalidValue; /* vec_factors' job (vec_intra_fuses_factors) */
     if constexpr (sizeof(T) == 2) {
-        if (p.BT == MAXBT && (p.Kp == 64 || p.Kp == 128)) {
+        if (fast_path(p, dt)) {
             auto go = [&](auto ks) -> cudaError_t {
                 constexpr int KS = decltype(ks)::value;
                 constexpr size_t sm = VifLayout<KS>::total;
                 cudaError_t e = ensure_smem<vec_intra_fast_kernel<T, KS>>(sm);
                 if (e != cudaSuccess) return e;
                 vec_intra_fast_kernel<T, KS><<<dim3(p.NC, p.HV), VI_THREADS, sm, s>>>(
-                    p, (const T *)q, (const T *)k, g, (const T *)beta, (const T *)b, Gc, A, Cq);
+                    p, (const T *)q, (const T *)k, g, (const T *)beta, (const T *)b, Gc, A, Cq,
+                    fo ? *fo : FactorOut{});
                 return cudaGetLastError();
             };
             if (p.Kp == 64) return go(std::integral_constant<int, 64>{});
@@ -388,8 +442,9 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
 }
 
 cudaError_t launch_vec_intra(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                             const void *beta, const void *b, float *Gc, float *A, float *Cq, cudaStream_t s) {
-    return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, g, beta, b, Gc, A, Cq, s); });
+                             const void *beta, const void *b, float *Gc, float *A, float *Cq,
+                             const FactorOut *fo, cudaStream_t s) {
+    return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, dt, q, k, g, beta, b, Gc, A, Cq, fo, s); });
 }
 
 } // namespace rewy_cuda

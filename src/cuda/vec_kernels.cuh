@@ -40,11 +40,25 @@ __device__ __forceinline__ float vg_write(const Prob &p, const T *beta, const T 
     return w ? ld<T>(w + (tok * p.HV + hv) * p.V + e) : ld<T>(beta + tok * p.HV + hv);
 }
 
+/* The scans' vector-gate operands as one writer produces them (vec_factors, or vec_intra's fast path):
+ * E, F, Q_g factor_t [NC*HV][BT][Kp], lam fp32 [NC*HV][Kp], GB fp32 [NC*HV][2][BT]; see VecOps. */
+struct FactorOut {
+    void *E, *F, *Qg;
+    float *lam, *GB;
+};
+
 /* vec_intra.cu: per (chunk, value head): G = per-feature chunk-local cumsum of g (written to Gc
  * when not NULL); L = 𝓛_<((b⊙k⊙α)(k⊙ζ)ᵀ), A = (I+L)⁻¹ (when A is not NULL); C_q = 𝓛_≤((Q⊙α)(k⊙ζ)ᵀ)
  * (when Cq is not NULL); pairwise exponents instead when the chunk's gate range is too wide. */
 cudaError_t launch_vec_intra(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                             const void *beta, const void *b, float *Gc, float *A, float *Cq, cudaStream_t s);
+                             const void *beta, const void *b, float *Gc, float *A, float *Cq,
+                             const FactorOut *fo, cudaStream_t s);
+
+/* Whether launch_vec_intra takes this problem on its fast path, which can also write the scans'
+ * factors (fo, the outputs of launch_vec_factors below) from the G, k, q, b it already holds: that
+ * saves vec_factors' second read of G, k, q wherever intra runs anyway (the forward, the policy-R
+ * recompute). Elsewhere fo must be NULL and vec_factors writes them. */
+bool vec_intra_fuses_factors(const Prob &p, rewy_dtype dt);
 
 /* vec_factors.cu: per (chunk, value head) the scans' vector-gate operands (common.cuh VecOps):
  * E = b⊙k⊙γ, F = k⊙e^{G_n−G}, Q_g = q⊙γ (factor_t [NC*HV][BT][Kp]), lam = γ_n (fp32 [NC*HV][Kp]) and
@@ -52,8 +66,7 @@ cudaError_t launch_vec_intra(const Prob &p, rewy_dtype dt, const void *q, const 
  * The scans themselves are state_scan.cu and bwd_state_scan.cu (kernels.cuh), shared with the
  * scalar-gate operators. */
 cudaError_t launch_vec_factors(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *beta,
-                               const void *b, const float *Gc, void *E, void *F, void *Qg, float *lam, float *GB,
-                               cudaStream_t s);
+                               const void *b, const float *Gc, const FactorOut &fo, cudaStream_t s);
 
 /* vec_pullback.cu: per (chunk, value head): the local pullback (ReWY or WY), matrix intra (§6),
  * the feature-local chain rule (§5), endpoint terms and the reverse in-chunk cumsum of Ḡ.
