@@ -465,14 +465,19 @@ __device__ __forceinline__ void copy_tile_k(T *dst, int ldd, int rows, int ncols
  * (bits SL_*) into the buffers slab sl uses, at byte offsets slab[tile][sl & 1] of smc. Slabs are BVS
  * columns wide; fp32 tiles (P or R̄, R) have rows of LDF elements, 16-bit ones (V, Ō, S_c, S̄⁺) LDH.
  * PR, R: [rows][V] per chunk; v, o: token rows of stride rsv; Sc, Sb: [K][V] per chunk; n valid rows. */
+/* slab[t][b] (b = 0, 1) with no runtime array index: indexed at run time, the layout's offset table (a
+ * constexpr or a kernel parameter) is copied to local memory (vec_pullback_fast: a 144–160 B stack
+ * frame and 16 % more time, measured) */
+__device__ __forceinline__ int slab_at(const int (&slab)[SL_NT][2], int t, int b) { return b ? slab[t][1] : slab[t][0]; }
+
 template <class T, int BVS, int LDF, int LDH, int KS>
 __device__ __forceinline__ void copy_slab(char *smc, const int (&slab)[SL_NT][2], unsigned set, int sl, const Prob &p,
                                           int n, const float *PR, const T *v, const float *R, const T *o,
                                           const state_t *Sc, const state_t *Sb, size_t rsv) {
     const int v0 = sl * BVS, b = sl & 1;
-    auto f32 = [&](int t) { return reinterpret_cast<float *>(smc + slab[t][b]); };
-    auto in = [&](int t) { return reinterpret_cast<T *>(smc + slab[t][b]); };
-    auto sta = [&](int t) { return reinterpret_cast<state_t *>(smc + slab[t][b]); };
+    auto f32 = [&](int t) { return reinterpret_cast<float *>(smc + slab_at(slab, t, b)); };
+    auto in = [&](int t) { return reinterpret_cast<T *>(smc + slab_at(slab, t, b)); };
+    auto sta = [&](int t) { return reinterpret_cast<state_t *>(smc + slab_at(slab, t, b)); };
     if (set & (1u << SL_PR)) copy_tile<float>(f32(SL_PR), LDF, MAXBT, BVS, PR, p.V, n, v0, p.V);
     if (set & (1u << SL_V)) copy_tile<T>(in(SL_V), LDH, MAXBT, BVS, v, rsv, n, v0, p.V);
     if (set & (1u << SL_R)) copy_tile<float>(f32(SL_R), LDF, MAXBT, BVS, R, p.V, n, v0, p.V);
@@ -522,9 +527,10 @@ template <class T> struct SlabTiles {
     const state_t *Sc, *Sb;
 };
 template <class T> __device__ __forceinline__ SlabTiles<T> slab_tiles(char *smc, const int (&slab)[SL_NT][2], int b) {
-    return {reinterpret_cast<float *>(smc + slab[SL_PR][b]), reinterpret_cast<const float *>(smc + slab[SL_R][b]),
-            reinterpret_cast<const T *>(smc + slab[SL_O][b]), reinterpret_cast<const T *>(smc + slab[SL_V][b]),
-            reinterpret_cast<const state_t *>(smc + slab[SL_SC][b]), reinterpret_cast<const state_t *>(smc + slab[SL_SB][b])};
+    auto at = [&](int t) { return smc + slab_at(slab, t, b); };
+    return {reinterpret_cast<float *>(at(SL_PR)), reinterpret_cast<const float *>(at(SL_R)),
+            reinterpret_cast<const T *>(at(SL_O)), reinterpret_cast<const T *>(at(SL_V)),
+            reinterpret_cast<const state_t *>(at(SL_SC)), reinterpret_cast<const state_t *>(at(SL_SB))};
 }
 
 /* acc ← diag(s) acc for a warp tile: s_lo on rows g (slots 0, 1), s_hi on rows g + 8 (slots 2, 3) */
