@@ -86,19 +86,7 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
         As[i * LDN + j] = (i == j && i < n) ? 1.f : 0.f;
     }
     __syncthreads();
-    /* forward substitution, one row at a time: A_ij = −L_ij − Σ_{j<m<i} L_im A_mj  (4 threads per column) */
-    {
-        const int j = threadIdx.x >> 2, part = threadIdx.x & 3;
-        for (int i = 1; i < n; i++) {
-            float s = 0.f;
-            if (j < i)
-                for (int m = j + 1 + part; m < i; m += 4) s += Ls[i * LDN + m] * As[m * LDN + j];
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            if (part == 0 && j < i) As[i * LDN + j] = -Ls[i * LDN + j] - s;
-            __syncthreads();
-        }
-    }
+    tri_inverse_rows(Ls, As, n); /* forward substitution (tri_inverse.cuh) */
     float4 *dst = reinterpret_cast<float4 *>(Aout + base);
     for (int e = threadIdx.x; e < BT * BT / 4; e += blockDim.x) {
         const int i = e / (BT / 4), j = (e - i * (BT / 4)) * 4;

@@ -185,6 +185,22 @@ __device__ __forceinline__ void tri_store_upper_zeros(float *dst) {
     }
 }
 
+/* The general intra kernels' A = (I + L)⁻¹ (any chunk size, n ≤ 64 valid rows; 256 threads, four per
+ * column): Ls holds L strictly lower (LDN), As the identity on rows < n. Forward substitution one row
+ * at a time, A_ij = −L_ij − Σ_{j<m<i} L_im A_mj; the fast kernels use tri_inverse64's blocks instead. */
+__device__ __forceinline__ void tri_inverse_rows(const float *Ls, float *As, int n) {
+    const int j = threadIdx.x >> 2, part = threadIdx.x & 3;
+    for (int i = 1; i < n; i++) {
+        float s = 0.f;
+        if (j < i)
+            for (int m = j + 1 + part; m < i; m += 4) s += Ls[i * LDN + m] * As[m * LDN + j];
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        if (part == 0 && j < i) As[i * LDN + j] = -Ls[i * LDN + j] - s;
+        __syncthreads();
+    }
+}
+
 } // namespace rewy_cuda
 
 #endif

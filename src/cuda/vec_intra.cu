@@ -131,19 +131,7 @@ vec_intra_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, 
         As[i * LDN + j] = (i == j && i < n) ? 1.f : 0.f;
     }
     __syncthreads();
-    /* forward substitution, one row at a time: A_ij = −L_ij − Σ_{j<m<i} L_im A_mj (4 threads per column) */
-    {
-        const int j = tid >> 2, part = tid & 3;
-        for (int i = 1; i < n; i++) {
-            float s = 0.f;
-            if (j < i)
-                for (int m = j + 1 + part; m < i; m += 4) s += Ls[i * LDN + m] * As[m * LDN + j];
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            if (part == 0 && j < i) As[i * LDN + j] = -Ls[i * LDN + j] - s;
-            __syncthreads();
-        }
-    }
+    tri_inverse_rows(Ls, As, n); /* forward substitution (tri_inverse.cuh) */
     float *dst = Aout + base;
     for (int e = tid; e < BT * BT; e += blockDim.x) {
         const int i = e / BT, j = e - i * BT;
