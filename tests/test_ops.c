@@ -4,66 +4,26 @@
  * (equal and unequal K, V up to 256), chunk sizes 16/32/64, zero and tiny β, strong decay,
  * −1000 resets, independent GDN2 gates, grouped value heads, packed varlen sequences,
  * nonzero h0 and final-state gradient, state_v_first, and fp32/bf16/fp16.
- * fp32 cases also require WY and ReWY to agree to 1e-5 (relative).
+ * fp32 cases also require WY and ReWY to agree to 1e-5 (relative). Most of the matrix is
+ * shared with tests/cuda/test_cuda.c (cases.h).
  *
  * REWY_TEST_QUICK=1 (sanitizer builds) runs a reduced matrix that still touches every
  * operator, policy, algorithm, varlen, GVA and a tail. */
-#include <string.h>
 #include <time.h>
 
+#include "cases.h"
 #include "cpu/check.h"
 #include "testutil.h"
 
-#define MAX_CASES 256
-
 static const rewy_op all_ops[4] = {REWY_OP_DELTANET, REWY_OP_GDN, REWY_OP_KDA, REWY_OP_GDN2};
-
-typedef struct case_list { rewy_case c[MAX_CASES]; int n; } case_list;
-
-/* Base case: 2 sequences of 65 tokens (one full chunk and a 1-token tail), bf16, K = V = 64,
- * nonzero h0 and final-state gradient. Variants change one or two fields. */
-static rewy_case base(rewy_op op) {
-    rewy_case c;
-    memset(&c, 0, sizeof c);
-    c.op = op;
-    c.backend = REWY_BACKEND_CPU;
-    c.dtype = REWY_BF16;
-    c.B = 2;
-    c.T = 65;
-    c.H = 2;
-    c.HV = 2;
-    c.K = 64;
-    c.V = 64;
-    c.chunk_size = 64;
-    c.use_h0 = 1;
-    c.use_dht = 1;
-    return c;
-}
-
-static void set_seqs(rewy_case *c, const int *lens, int n) {
-    c->num_seqs = n;
-    c->B = 1;
-    c->T = 0;
-    for (int i = 0; i < n; i++) { c->seqlens[i] = lens[i]; c->T += lens[i]; }
-}
-
-static void add(case_list *l, rewy_case c) {
-    if (l->n == MAX_CASES) { fprintf(stderr, "test_ops: MAX_CASES too small\n"); exit(2); }
-    c.seed = 1000u + (uint64_t)l->n;    /* distinct inputs per case, reproducible */
-    l->c[l->n++] = c;
-}
-
-static const int varlen[5] = {1, 15, 64, 65, 300};
 
 static void full_matrix(case_list *l) {
     for (int i = 0; i < 4; i++) {
         rewy_op op = all_ops[i];
-        int gated = op != REWY_OP_DELTANET;
         rewy_case c;
 
         /* Sequence lengths around the chunk boundary, and a long one. */
-        static const int Ts[] = {1, 63, 64, 65};
-        for (int t = 0; t < 4; t++) { c = base(op); c.T = Ts[t]; add(l, c); }
+        cases_tails(l, op);
         c = base(op); c.B = 1; c.H = c.HV = 1; c.T = 1000; add(l, c);
 
         /* Head sizes: equal, then unequal K ≠ V. */
@@ -74,51 +34,21 @@ static void full_matrix(case_list *l) {
         }
         c = base(op); c.B = 1; c.H = c.HV = 1; c.T = 130; c.K = c.V = 256; add(l, c);
 
-        /* Chunk sizes with a tail each (100 = 6·16 + 4 = 3·32 + 4). */
-        c = base(op); c.T = 100; c.chunk_size = 16; add(l, c);
-        c = base(op); c.T = 100; c.chunk_size = 32; c.K = 60; c.V = 100; add(l, c);
-
-        /* β = 0 on every third token and 1e-8 on others (GDN2: b and w). */
-        c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; add(l, c);
-        c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; c.dtype = REWY_F32; add(l, c);
-
-        if (gated) {
-            /* Strong decay (gates down to −5 per token) and −1000 resets. */
-            c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; add(l, c);
-            c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.dtype = REWY_F32; c.chunk_size = 32; add(l, c);
-            c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; add(l, c);
-            c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.H = 1; c.HV = 2; add(l, c);
-            c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; add(l, c);
-        }
-
-        /* Grouped value heads (H = 2, HV = 4). */
-        c = base(op); c.T = 100; c.HV = 4; add(l, c);
-        c = base(op); c.T = 100; c.HV = 4; c.dtype = REWY_F32; c.K = 32; c.V = 48; add(l, c);
-
-        /* Packed varlen sequences. */
-        c = base(op); set_seqs(&c, varlen, 5); add(l, c);
-        c = base(op); set_seqs(&c, varlen, 5); c.dtype = REWY_F32; c.chunk_size = 16; c.K = c.V = 32; add(l, c);
-
-        /* State boundaries: none at all; no final-state gradient; ht not requested. */
-        c = base(op); c.use_h0 = 0; c.use_dht = 0; add(l, c);
-        c = base(op); c.use_dht = 0; c.no_ht = 1; c.T = 100; add(l, c);
-
-        /* state_v_first, with K ≠ V so a transposition cannot hide. */
-        c = base(op); c.state_v_first = 1; c.K = 64; c.V = 128; c.T = 100; add(l, c);
-        c = base(op); c.state_v_first = 1; set_seqs(&c, varlen, 5); c.K = 32; c.V = 48; c.dtype = REWY_F32; add(l, c);
-
-        /* Element types. */
-        c = base(op); c.dtype = REWY_F32; add(l, c);
-        c = base(op); c.dtype = REWY_F32; c.T = 200; c.K = 100; c.V = 60; c.HV = 4; add(l, c);
-        c = base(op); c.dtype = REWY_F16; add(l, c);
-        c = base(op); c.dtype = REWY_F16; c.T = 130; c.chunk_size = 32; if (gated) c.gates = REWY_GATES_STRONG; add(l, c);
+        /* The rest of the matrix both backends run (cases.h), then two cases of our own. */
+        cases_chunks_betas(l, op);
+        cases_strong_decay(l, op);
+        cases_reset(l, op);
+        cases_varlen_resets(l, op);
+        cases_gva(l, op);
+        cases_layouts_dtypes(l, op);
+        /* fp16 with packed varlen and grouped value heads. */
         c = base(op); c.dtype = REWY_F16; set_seqs(&c, varlen, 5); c.HV = 4; add(l, c);
 
         /* Several dimensions at once, where interactions could hide: varlen + GVA +
          * state_v_first + chunk 16 + K ≠ V + resets (zero β for DeltaNet). */
         c = base(op); set_seqs(&c, varlen, 5); c.H = 1; c.HV = 2; c.state_v_first = 1;
         c.chunk_size = 16; c.K = 48; c.V = 64;
-        if (gated) c.gates = REWY_GATES_RESET;
+        if (has_gates(op)) c.gates = REWY_GATES_RESET;
         else c.betas = REWY_BETAS_ZERO;
         add(l, c);
     }
@@ -194,6 +124,7 @@ static void run_case(test_counts *tc, rewy_case c) {
 
 int main(void) {
     static case_list l;     /* static: large, keeps it off the stack */
+    cases_init(&l, REWY_BACKEND_CPU, 1000);
     test_counts tc = {0, 0};
     int quick = test_quick();
     if (quick) quick_matrix(&l);

@@ -23,6 +23,7 @@
 #include "cpu/check.h"
 #include "cpu/oracle.h"
 #include "dtype.h"
+#include "cases.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------------ device memory for the harness */
@@ -43,38 +44,16 @@ static int d_down(void *u, void *dst, const void *src, size_t n) {
 static const rewy_check_mem dmem = {d_alloc, d_free, d_up, d_down, NULL};
 
 /* ------------------------------------------------------------------ 1. case matrix */
-#define MAX_CASES 160
-typedef struct case_list { rewy_case c[MAX_CASES]; int n; } case_list;
+/* Case seeds: SEED0 + the position in the list (cases.h), as they have always been here. */
+#define SEED0 5000
 
-static rewy_case base(rewy_op op) {
-    rewy_case c;
-    memset(&c, 0, sizeof c);
-    c.op = op;
-    c.backend = REWY_BACKEND_CUDA;
-    c.dtype = REWY_BF16;
-    c.B = 2; c.T = 65; c.H = 2; c.HV = 2; c.K = 64; c.V = 64;
-    c.chunk_size = 64;
-    c.use_h0 = 1; c.use_dht = 1;
-    return c;
-}
-static void set_seqs(rewy_case *c, const int *lens, int n) {
-    c->num_seqs = n; c->B = 1; c->T = 0;
-    for (int i = 0; i < n; i++) { c->seqlens[i] = lens[i]; c->T += lens[i]; }
-}
-static void add(case_list *l, rewy_case c) {
-    if (l->n == MAX_CASES) { fprintf(stderr, "test_cuda: MAX_CASES too small\n"); exit(2); }
-    c.seed = 5000u + (uint64_t)l->n;
-    l->c[l->n++] = c;
-}
-static const int varlen[5] = {1, 15, 64, 65, 300};
-
-/* The core case matrix for one operator, in a fixed order (case seeds follow it). Vector gates
- * add two cases for their pairwise fallback (strong decay at chunk 16, resets with fp32 K = 256). */
+/* The core case matrix for one operator, in a fixed order (case seeds follow it): the blocks
+ * test_ops.c runs too (cases.h) with ours in between. Vector gates add two cases for their
+ * pairwise fallback (strong decay at chunk 16, resets with fp32 K = 256). */
 static void core_cases(case_list *l, rewy_op op) {
-    const int gated = op != REWY_OP_DELTANET, vec = op == REWY_OP_KDA || op == REWY_OP_GDN2;
+    const int vec = op == REWY_OP_KDA || op == REWY_OP_GDN2;
     rewy_case c;
-    static const int Ts[] = {1, 63, 64, 65};
-    for (int t = 0; t < 4; t++) { c = base(op); c.T = Ts[t]; add(l, c); }
+    cases_tails(l, op);
     c = base(op); c.B = 1; c.H = c.HV = 2; c.T = 1000; if (vec) c.K = c.V = 128; add(l, c);
     /* {33, 40}: odd K on the fast pullbacks (their paired q̄/k̄ stores must fall back to single ones) */
     static const int KV[][2] = {{32, 32}, {60, 60}, {100, 100}, {128, 128}, {256, 256},
@@ -82,34 +61,17 @@ static void core_cases(case_list *l, rewy_op op) {
     for (int s = 0; s < 11; s++) { c = base(op); c.B = 1; c.T = 130; c.K = KV[s][0]; c.V = KV[s][1]; add(l, c); }
     c = base(op); c.B = 1; c.H = c.HV = 1; c.T = 1000; c.K = c.V = 256; add(l, c);
     if (!vec) { c = base(op); c.B = 1; c.H = c.HV = 2; c.T = 1000; c.K = c.V = 128; add(l, c); }
-    c = base(op); c.T = 100; c.chunk_size = 16; add(l, c);
-    c = base(op); c.T = 100; c.chunk_size = 32; c.K = 60; c.V = 100; add(l, c);
-    c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; add(l, c);
-    c = base(op); c.B = 1; c.T = 130; c.betas = REWY_BETAS_ZERO; c.dtype = REWY_F32; add(l, c);
-    if (gated) {
-        /* strong decay (vector gates: centered and pairwise paths), −1000 resets */
-        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; add(l, c);
-        c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.dtype = REWY_F32; c.chunk_size = 32; add(l, c);
-        if (vec) { c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; c.K = 100; c.V = 60; add(l, c); }
-        c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; add(l, c);
-        if (vec) { c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; c.K = 256; c.V = 64; add(l, c); }
-        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.H = 1; c.HV = 2; add(l, c);
-        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; add(l, c);
-    }
+    cases_chunks_betas(l, op);
+    /* strong decay (vector gates: centered and pairwise paths), −1000 resets */
+    cases_strong_decay(l, op);
+    if (vec) { c = base(op); c.T = 130; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; c.K = 100; c.V = 60; add(l, c); }
+    cases_reset(l, op);
+    if (vec) { c = base(op); c.T = 100; c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; c.K = 256; c.V = 64; add(l, c); }
+    cases_varlen_resets(l, op);
     /* grouped value heads (KDA's Kimi configuration among them) */
-    c = base(op); c.T = 100; c.HV = 4; add(l, c);
+    cases_gva(l, op);
     c = base(op); c.T = 100; c.H = 1; c.HV = 4; c.K = 128; c.V = 128; add(l, c);
-    c = base(op); c.T = 100; c.HV = 4; c.dtype = REWY_F32; c.K = 32; c.V = 48; add(l, c);
-    c = base(op); set_seqs(&c, varlen, 5); add(l, c);
-    c = base(op); set_seqs(&c, varlen, 5); c.dtype = REWY_F32; c.chunk_size = 16; c.K = c.V = 32; add(l, c);
-    c = base(op); c.use_h0 = 0; c.use_dht = 0; add(l, c);
-    c = base(op); c.use_dht = 0; c.no_ht = 1; c.T = 100; add(l, c);
-    c = base(op); c.state_v_first = 1; c.K = 64; c.V = 128; c.T = 100; add(l, c);
-    c = base(op); c.state_v_first = 1; set_seqs(&c, varlen, 5); c.K = 32; c.V = 48; c.dtype = REWY_F32; add(l, c);
-    c = base(op); c.dtype = REWY_F32; add(l, c);
-    c = base(op); c.dtype = REWY_F32; c.T = 200; c.K = 100; c.V = 60; c.HV = 4; add(l, c);
-    c = base(op); c.dtype = REWY_F16; add(l, c);
-    c = base(op); c.dtype = REWY_F16; c.T = 130; c.chunk_size = 32; if (gated) c.gates = REWY_GATES_STRONG; add(l, c);
+    cases_layouts_dtypes(l, op);
 }
 
 /* --quick (compute-sanitizer): GVA with chunk 32 and K ≠ V; short varlen with resets and state_v_first;
@@ -397,7 +359,7 @@ static void vec_matrix(case_list *l, int quick) {
 
 static void test_vector_gates(test_counts *tc, int quick) {
     static case_list l;
-    l.n = 0;
+    cases_init(&l, REWY_BACKEND_CUDA, SEED0);
     vec_matrix(&l, quick);
     struct timespec t0, t1;
     timespec_get(&t0, TIME_UTC);
@@ -414,6 +376,7 @@ static void test_vector_gates(test_counts *tc, int quick) {
 
 int main(int argc, char **argv) {
     static case_list l;
+    cases_init(&l, REWY_BACKEND_CUDA, SEED0);
     test_counts tc = {0, 0};
     int quick = test_quick() || (argc > 1 && strcmp(argv[1], "--quick") == 0);
     int dev = 0;
