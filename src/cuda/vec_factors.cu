@@ -48,10 +48,10 @@ vec_factors_kernel(Prob p, const T *q, const T *k, const T *beta, const T *b, co
                     T *et = reinterpret_cast<T *>(&eo), *ft = reinterpret_cast<T *>(&fo), *qo_ = reinterpret_cast<T *>(&qo);
 #pragma unroll
                     for (int m = 0; m < 8; m++) {
-                        const float ga = expf(g[m]), kv = ld<T>(kt + m);
-                        st<T>(et + m, (b ? ld<T>(bt + m) : bs) * kv * ga);
-                        st<T>(ft + m, kv * expf(gn[m] - g[m]));
-                        st<T>(qo_ + m, ld<T>(qt + m) * ga);
+                        const FactorEl x = factor_el(ld<T>(kt + m), b ? ld<T>(bt + m) : bs, ld<T>(qt + m), g[m], gn[m]);
+                        st<T>(et + m, x.e);
+                        st<T>(ft + m, x.f);
+                        st<T>(qo_ + m, x.q);
                     }
                 }
                 const size_t o = ch * BT * Kp + (size_t)i * Kp + d0;
@@ -66,12 +66,13 @@ vec_factors_kernel(Prob p, const T *q, const T *k, const T *beta, const T *b, co
         float ev = 0.f, fv = 0.f, qv = 0.f;
         if (i < n && d < p.K) {
             const size_t tok = tok0 + i;
-            const float g = G[(size_t)i * Kp + d], gn = G[(size_t)(n - 1) * Kp + d], ga = expf(g);
-            const float kv = ld<T>(k + tok * rsk + (size_t)h * p.K + d);
             const float bv = b ? ld<T>(b + (tok * p.HV + hv) * p.K + d) : ld<T>(beta + tok * p.HV + hv);
-            ev = bv * kv * ga;
-            fv = kv * expf(gn - g);
-            qv = ld<T>(q + tok * rsk + (size_t)h * p.K + d) * ga;
+            const FactorEl x = factor_el(ld<T>(k + tok * rsk + (size_t)h * p.K + d), bv,
+                                         ld<T>(q + tok * rsk + (size_t)h * p.K + d), G[(size_t)i * Kp + d],
+                                         G[(size_t)(n - 1) * Kp + d]);
+            ev = x.e;
+            fv = x.f;
+            qv = x.q;
         }
         const size_t o = ch * BT * Kp + e;
         st<FT>(E + o, ev);

@@ -217,10 +217,8 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
     T *Fo = wantF ? static_cast<T *>(fo.F) + ch * MAXBT * KS : nullptr;
     T *Qo = wantF ? static_cast<T *>(fo.Qg) + ch * MAXBT * KS : nullptr;
     if (wantF && tid < MAXBT) { /* the β table (G row zero; b present: β row 1), like vec_factors */
-        {
-            fo.GB[ch * 2 * MAXBT + tid] = 0.f;
-            fo.GB[ch * 2 * MAXBT + MAXBT + tid] = (tid < n && !b) ? ld<T>(beta + (tok0 + tid) * p.HV + hv) : 1.f;
-        }
+        fo.GB[ch * 2 * MAXBT + tid] = 0.f;
+        fo.GB[ch * 2 * MAXBT + MAXBT + tid] = (tid < n && !b) ? ld<T>(beta + (tok0 + tid) * p.HV + hv) : 1.f;
     }
     if (n == 0) { /* an unused chunk: zero factors, as vec_factors writes them */
         if (wantF && tid < KS) fo.lam[ch * KS + tid] = 0.f;
@@ -325,10 +323,11 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
                     T *et = reinterpret_cast<T *>(&eo), *ft = reinterpret_cast<T *>(&fo_), *qt = reinterpret_cast<T *>(&qo);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float ga = expf(Gv[e]), kv = vif_el<T>(rk[r], e);
-                        st<T>(et + e, (bc ? vif_el<T>(rb[r], e) : br) * kv * ga);
-                        st<T>(ft + e, kv * expf(Nv[e] - Gv[e]));
-                        st<T>(qt + e, vif_el<T>(rq[r], e) * ga);
+                        const FactorEl x = factor_el(vif_el<T>(rk[r], e), bc ? vif_el<T>(rb[r], e) : br,
+                                                     vif_el<T>(rq[r], e), Gv[e], Nv[e]);
+                        st<T>(et + e, x.e);
+                        st<T>(ft + e, x.f);
+                        st<T>(qt + e, x.q);
                     }
                     const int o = row * KS + d0;
                     *reinterpret_cast<uint2 *>(Eo + o) = eo;

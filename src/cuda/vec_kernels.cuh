@@ -47,6 +47,14 @@ struct FactorOut {
     float *lam, *GB;
 };
 
+/* One element of those factors (MATH §2), for both writers: E = b·k·γ, F = k·e^{G_n − G}, Q_g = q·γ
+ * with γ = e^G; b is the erase gate (KDA: β), Gn = G_{n−1} of the feature. */
+struct FactorEl { float e, f, q; };
+__device__ __forceinline__ FactorEl factor_el(float k, float b, float q, float G, float Gn) {
+    const float ga = expf(G);
+    return {b * k * ga, k * expf(Gn - G), q * ga};
+}
+
 /* vec_intra.cu: per (chunk, value head): G = per-feature chunk-local cumsum of g (written to Gc
  * when not NULL); L = 𝓛_<((b⊙k⊙α)(k⊙ζ)ᵀ), A = (I+L)⁻¹ (when A is not NULL); C_q = 𝓛_≤((Q⊙α)(k⊙ζ)ᵀ)
  * (when Cq is not NULL); pairwise exponents instead when the chunk's gate range is too wide. */
