@@ -22,7 +22,8 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
                       const T *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
     using FT = factor_t<T>;
     extern __shared__ __align__(16) float sm[];
-    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BVT, h = hv / p.G;
+    const ScanBlock blk = ScanBlock::get<BVT>(p);
+    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G;
     /* KPC > 0: the fast path, K padded to KPC and chunk 64 known at compile time (constant loop
      * bounds and strides in every product); KPC = 0: any K and chunk size */
     const int BT = KPC ? MAXBT : p.BT, Kp = KPC ? KPC : p.Kp;
@@ -35,7 +36,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
      * copy per chunk, the B operand of F S̄⁺ */
     constexpr bool REG = KPC == 64 || KPC == 128;
     /* BF (REG with bf16 inputs): F S̄⁺, Q_gᵀ Ō and Eᵀ P run as bf16 products (bf_mma) with S̄⁺, γ⊙Ō
-     * and P as hi/lo bf16 tiles in the space of Sbt, Xo, Pst; C_qᵀ Ō and Aᵀ R̄ stay tf32 (C_q, A fp32) */
+     * and P as bf16 tiles (hi/lo pairs with REWY_CUDA_SCAN_HILO) in the space of Sbt, Xo, Pst; C_qᵀ Ō and Aᵀ R̄ stay tf32 (C_q, A fp32) */
     constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
     using bf16 = __nv_bfloat16;
     using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, BSCAN_NW>;
@@ -128,7 +129,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             const int i = threadIdx.x % BT;
             const float gi = (VEC ? 1.f : expf(Gs[i])) * (REG ? p.scale : 1.f);
             for (int j = threadIdx.x / BT; j < BVT; j += BSCAN_THREADS / BT) {
-                if constexpr (BF) st_hilo(Xh, Xl, j * LDX + i, gi * ldf(Os + i * ldvt + j));
+                if constexpr (BF) st_hilo(Xh, scan_lo(Xl), j * LDX + i, gi * ldf(Os + i * ldvt + j));
                 else Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
             }
         }
@@ -138,7 +139,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             constexpr int NSX = BVT / 16;
             const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
             float acc[4][4] = {};
-            bf_mma<NSX, false>(acc, KPC, VEC ? Fs : Ks, VEC ? ldfe : ldk, xi0, Sh, Sl, lds, xj0);
+            bf_mma<NSX, false>(acc, KPC, VEC ? Fs : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
             if (!VEC) { /* F = diag(e^{G_n − G}) K */
                 const int r = xi0 + ((threadIdx.x & 31) >> 2);
                 pf_scale_rows<NSX>(acc, r < n ? expf(gl - Gs[r]) : 0.f, r + 8 < n ? expf(gl - Gs[r + 8]) : 0.f);
@@ -165,7 +166,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         bgemm<BSCAN_NW>(BT, BVT, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
             if (i < n && v0 + j < p.V) PRc[(size_t)i * p.V + j] = wy ? Rbt[j * LDX + i] : cc;
             const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * expf(Gs[i]) * cc);
-            if constexpr (BF) st_hilo(Ph, Pl, j * LDX + i, pv);
+            if constexpr (BF) st_hilo(Ph, scan_lo(Pl), j * LDX + i, pv);
             else Pst[j * LDX + i] = pv;
         });
         __syncthreads();
@@ -177,8 +178,8 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : gn, VEC ? lm[r + 8] : gn);
             if constexpr (BF) {
-                bf_mma<NS, true>(Sf, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, tiles.i0, Xh, Xl, LDX, tiles.j0);
-                bf_mma<NS, true>(Sf, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, tiles.i0, Ph, Pl, LDX, tiles.j0);
+                bf_mma<NS, true>(Sf, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, tiles.i0, Xh, scan_lo(Xl), LDX, tiles.j0);
+                bf_mma<NS, true>(Sf, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, tiles.i0, Ph, scan_lo(Pl), LDX, tiles.j0);
             } else if constexpr (VEC) {
                 pf_mma<NS, false, true>(Sf, BT, Qv, 1, ldfe, Xo, 1, LDX, tiles.i0, tiles.j0);
                 pf_mma<NS, false, true>(Sf, BT, Es, 1, ldfe, Pst, 1, LDX, tiles.i0, tiles.j0);
@@ -250,7 +251,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
         smem += sizeof(T) * (sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES ? 1 : 2) * (size_t)MAXBT * scan_ldk<T>(p.Kp);
     cudaError_t e = ensure_smem<bwd_state_scan_kernel<T, VEC, KPC, BVT>>(smem);
     if (e != cudaSuccess) return e;
-    dim3 grid(p.N, p.HV, ceil_div(p.V, BVT));
+    const dim3 grid = scan_grid(p, BVT);
     bwd_state_scan_kernel<T, VEC, KPC, BVT><<<grid, BSCAN_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, GB, A, Cq,
                                                                               vo, (const T *)do_, dht, dh0, Sbar, PR, wy);
     return cudaGetLastError();

@@ -27,7 +27,8 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
                   float *ht, state_t *Sc, float *Rout) {
     using FT = factor_t<T>;
     extern __shared__ __align__(16) float sm[];
-    const int sq = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BVT, h = hv / p.G;
+    const ScanBlock blk = ScanBlock::get<BVT>(p);
+    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G;
     /* KPC > 0: the fast path, K padded to KPC and chunk 64 known at compile time (constant loop
      * bounds and strides in every product); KPC = 0: any K and chunk size */
     const int BT = KPC ? MAXBT : p.BT, Kp = KPC ? KPC : p.Kp;
@@ -50,8 +51,9 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
 
     /* REG (fast path, K ≤ 128): S lives in registers (StateTiles), the update S ← Λ S + Fᵀ R accumulates
      * in place and S_c is stored from registers; St is the once-per-chunk shared copy for E S.
-     * BF (REG with bf16 inputs): E S and Fᵀ R run as bf16 products (bf_mma) with S and R as hi/lo bf16
-     * tiles in the space of St and Rt; R = A X stays a tf32 product (A is fp32 by contract). */
+     * BF (REG with bf16 inputs): E S and Fᵀ R run as bf16 products (bf_mma) with S and R as bf16 tiles
+     * (hi/lo pairs with REWY_CUDA_SCAN_HILO, common.cuh) in the space of St and Rt; R = A X stays a
+     * tf32 product (A is fp32 by contract). */
     constexpr bool REG = KPC == 64 || KPC == 128;
     constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
     using bf16 = __nv_bfloat16;
@@ -131,7 +133,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             constexpr int NSX = BVT / 16;
             const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
             float acc[4][4] = {};
-            bf_mma<NSX, false>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, Sl, lds, xj0);
+            bf_mma<NSX, false>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
             pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s, int e) { put_x(i, j, acc[s][e]); });
         } else if (VEC) {
             bgemm<SCAN_NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, put_x);
@@ -147,7 +149,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         bgemm<SCAN_NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
             if (Rc && i < n && v0 + j < p.V) Rc[(size_t)i * p.V + j] = cc;
             const float r = VEC ? cc : (i < n ? expf(gl - Gs[i]) * cc : 0.f);
-            if constexpr (BF) st_hilo(Rh, Rl, j * LDX + i, r);
+            if constexpr (BF) st_hilo(Rh, scan_lo(Rl), j * LDX + i, r);
             else Rt[j * LDX + i] = r;
         });
         __syncthreads();
@@ -161,7 +163,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : expf(gl), VEC ? lm[r + 8] : expf(gl));
             const T *FR = VEC ? Fs : Ks; /* on this path the factor type is T */
-            if constexpr (BF) bf_mma<NS, true>(Sf, MAXBT, FR, VEC ? ldfe : ldk, tiles.i0, Rh, Rl, LDX, tiles.j0);
+            if constexpr (BF) bf_mma<NS, true>(Sf, MAXBT, FR, VEC ? ldfe : ldk, tiles.i0, Rh, scan_lo(Rl), LDX, tiles.j0);
             else pf_mma<NS, false, true>(Sf, BT, FR, 1, VEC ? ldfe : ldk, Rt, 1, LDX, tiles.i0, tiles.j0);
             if constexpr (VEC) {
                 __syncthreads();
@@ -204,7 +206,7 @@ static cudaError_t run(const Prob &p, const void *k, const void *v, const float 
         smem += sizeof(T) * 2 * (size_t)MAXBT * scan_ldk<T>(p.Kp);
     cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT>>(smem);
     if (e != cudaSuccess) return e;
-    dim3 grid(p.N, p.HV, ceil_div(p.V, BVT));
+    const dim3 grid = scan_grid(p, BVT);
     state_scan_kernel<T, VEC, KPC, BVT><<<grid, SCAN_THREADS, smem, s>>>(p, (const T *)k, (const T *)v, GB, A, vo, h0,
                                                                          ht, Sc, R);
     return cudaGetLastError();
