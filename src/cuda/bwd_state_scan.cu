@@ -1,5 +1,5 @@
-/* bwd_state_scan.cu: the reverse chunk scan (MATH §3, §4b (1), §5), per (sequence, value head,
- * 32-column tile of V), chunks in reverse order, S̄ (K×32, fp32) in shared memory:
+/* bwd_state_scan.cu: the reverse chunk scan (MATH §3, §4b (1), §5), per (sequence, value head, tile of
+ * 16, 32 or 64 value columns: scan_bv), chunks in reverse order, S̄ (K × tile, fp32) carried across chunks:
  *   store S̄⁺ (gradient of the chunk's outgoing state) for the pullback
  *   R̄  = C_qᵀ Ō + F S̄⁺             both uses of R
  *   P  = Aᵀ R̄                        ReWY product (1), shared by the scan and the pullback
@@ -12,15 +12,14 @@
 
 namespace rewy_cuda {
 
-constexpr int BSCAN_THREADS = 256;
-constexpr int BSCAN_NW = BSCAN_THREADS / 32;
 constexpr size_t BSCAN_SHARE_KQ_BYTES = 512;
 
 template <class T, bool VEC, int KPC, int BVT>
-__global__ void __launch_bounds__(BSCAN_THREADS)
+__global__ void __launch_bounds__(scan_threads<BVT>())
 bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const float *A, const float *Cq, VecOps vo,
                       const T *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
     using FT = factor_t<T>;
+    constexpr int NT = scan_threads<BVT>(), NW = NT / 32;
     extern __shared__ __align__(16) float sm[];
     const ScanBlock blk = ScanBlock::get<BVT>(p);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G;
@@ -39,7 +38,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
      * and P as bf16 tiles (hi/lo pairs with REWY_CUDA_SCAN_HILO) in the space of Sbt, Xo, Pst; C_qᵀ Ō and Aᵀ R̄ stay tf32 (C_q, A fp32) */
     constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
     using bf16 = __nv_bfloat16;
-    using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, BSCAN_NW>;
+    using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, NW>;
     constexpr int NS = ST::NS;
     const ST tiles;
     float Sf[4][4] = {};
@@ -69,17 +68,17 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     constexpr int CR = REG ? MAXBT : 0, CK = REG ? KPC : 0, CV = REG ? BVT : 0; /* compile-time copy shapes */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
-        copy_tile_k<T, CR, CK, BSCAN_THREADS>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+        copy_tile_k<T, CR, CK, NT>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_q = [&](T *dst, const ChunkInfo &cj) {
-        copy_tile_k<T, CR, CK, BSCAN_THREADS>(dst, ldk, BT, Kp, q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+        copy_tile_k<T, CR, CK, NT>(dst, ldk, BT, Kp, q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_o = [&](const ChunkInfo &cj) {
-        copy_tile_k<T, CR, CV, BSCAN_THREADS>(Os, ldvt, BT, BVT, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
+        copy_tile_k<T, CR, CV, NT>(Os, ldvt, BT, BVT, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
                                               cj.n, v0, p.V);
     };
     auto issue_nn = [&](float *dst, const float *src, int cj) {
-        copy_tile_k<float, CR, CR, BSCAN_THREADS>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0,
+        copy_tile_k<float, CR, CR, NT>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0,
                                                   BT);
     };
     auto issue_gb = [&](int buf, int cj) {
@@ -88,7 +87,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         if (VEC) copy_tile<float>(lam + buf * Kp, Kp, 1, Kp, vo.lam + ((size_t)cj * p.HV + hv) * Kp, Kp, 1, 0, Kp);
     };
     auto issue_f = [&](FT *dst, const void *src, int cj) { /* VEC: a precomputed factor tile */
-        copy_tile_k<FT, CR, CK, BSCAN_THREADS>(dst, ldfe, BT, Kp,
+        copy_tile_k<FT, CR, CK, NT>(dst, ldfe, BT, Kp,
                                                static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp, Kp, BT, 0, Kp);
     };
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
@@ -128,15 +127,15 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         { /* one row per thread (blockDim is a multiple of BT): one exponential per thread */
             const int i = threadIdx.x % BT;
             const float gi = (VEC ? 1.f : expf(Gs[i])) * (REG ? p.scale : 1.f);
-            for (int j = threadIdx.x / BT; j < BVT; j += BSCAN_THREADS / BT) {
+            for (int j = threadIdx.x / BT; j < BVT; j += NT / BT) {
                 if constexpr (BF) st_hilo(Xh, scan_lo(Xl), j * LDX + i, gi * ldf(Os + i * ldvt + j));
                 else Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
             }
         }
         /* R̄ = F S̄⁺ + C_qᵀ Ō: two products of one shape, so each thread adds to what it wrote */
         if constexpr (BF) {
-            /* one register tile per warp for both: rows 16·(w % 4), BVT/2 columns from (w / 4)·BVT/2 */
-            constexpr int NSX = BVT / 16;
+            /* one register tile per warp for both: rows 16·(w % 4), BVT/(NW/4) columns from (w / 4)·… */
+            constexpr int NSX = BVT / (NW / 4) / 8;
             const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
             float acc[4][4] = {};
             bf_mma<NSX, false>(acc, KPC, VEC ? Fs : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
@@ -147,14 +146,14 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             pf_mma<NSX, false, false>(acc, BT, Cs, 1, LDA, Os, ldvt, 1, xi0, xj0);
             pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) { Rbt[j * LDX + i] = acc[s2][e]; });
         } else if (VEC) {
-            bgemm<BSCAN_NW>(BT, BVT, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
+            bgemm<NW>(BT, BVT, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
         } else {
-            bgemm<BSCAN_NW>(BT, BVT, Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
+            bgemm<NW>(BT, BVT, Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
                 Rbt[j * LDX + i] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
             });
         }
         if constexpr (!BF)
-            bgemm<BSCAN_NW>(BT, BVT, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
+            bgemm<NW>(BT, BVT, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
         __syncthreads();
         if (has_next) {
             if (VEC) issue_f(Fs, vo.F, c - 1);
@@ -163,7 +162,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
         }
         /* P = Aᵀ R̄; stored as P (ReWY) or R̄ (WY) for the pullback, kept as βγ⊙P for Eᵀ P (scalar gates) */
         float *PRc = PR + ch * BT * p.V + v0;
-        bgemm<BSCAN_NW>(BT, BVT, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
+        bgemm<NW>(BT, BVT, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
             if (i < n && v0 + j < p.V) PRc[(size_t)i * p.V + j] = wy ? Rbt[j * LDX + i] : cc;
             const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * expf(Gs[i]) * cc);
             if constexpr (BF) st_hilo(Ph, scan_lo(Pl), j * LDX + i, pv);
@@ -199,33 +198,33 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             }
             kb ^= 1;
         } else if (VEC) {
-            bgemm<BSCAN_NW>(Kp, BVT, BT, Qv, 1, ldfe, Xo, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<NW>(Kp, BVT, BT, Qv, 1, ldfe, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = lm[i] * Sbt[j * lds + i] + p.scale * cc;
             });
             __syncthreads();
             if (has_next) issue_f(Qv, vo.Qg, c - 1);
-            bgemm<BSCAN_NW>(Kp, BVT, BT, Es, 1, ldfe, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
+            bgemm<NW>(Kp, BVT, BT, Es, 1, ldfe, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
             __syncthreads();
             if (has_next) issue_f(Es, vo.E, c - 1);
         } else if (!share) {
-            bgemm<BSCAN_NW>(Kp, BVT, BT, Qs, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<NW>(Kp, BVT, BT, Qs, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = gn * Sbt[j * lds + i] + p.scale * cc;
             });
             __syncthreads();
             if (has_next) issue_k(Qs, cn);
-            bgemm<BSCAN_NW>(Kp, BVT, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
+            bgemm<NW>(Kp, BVT, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
             __syncthreads();
             if (has_next) issue_q(Ks, cn);
             kb ^= 1;
         } else {
-            bgemm<BSCAN_NW>(Kp, BVT, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<NW>(Kp, BVT, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] = gn * Sbt[j * lds + i] - cc;
             });
             __syncthreads();
             issue_q(Ks, ci);
             cp_async_wait();
             __syncthreads();
-            bgemm<BSCAN_NW>(Kp, BVT, BT, Ks, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<NW>(Kp, BVT, BT, Ks, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
                 Sbt[j * lds + i] += p.scale * cc;
             });
             __syncthreads();
@@ -252,7 +251,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
     cudaError_t e = ensure_smem<bwd_state_scan_kernel<T, VEC, KPC, BVT>>(smem);
     if (e != cudaSuccess) return e;
     const dim3 grid = scan_grid(p, BVT);
-    bwd_state_scan_kernel<T, VEC, KPC, BVT><<<grid, BSCAN_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, GB, A, Cq,
+    bwd_state_scan_kernel<T, VEC, KPC, BVT><<<grid, scan_threads<BVT>(), smem, s>>>(p, (const T *)q, (const T *)k, GB, A, Cq,
                                                                               vo, (const T *)do_, dht, dh0, Sbar, PR, wy);
     return cudaGetLastError();
 }

@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <type_traits>
 #include "rewy.h"
 
@@ -585,15 +586,27 @@ template <class T, class Fn> inline cudaError_t with_fast_kp(const Prob &p, Fn f
 }
 
 /* The scans' value-column tile. A scan block walks one sequence's chunks one after another, so its
- * time is a chain of small products per chunk; when sequences × value heads × V/32 blocks would
- * leave SMs idle, 16-column tiles put twice as many chains on the GPU, each half as long (8 columns
- * measured no better on the H200). */
+ * time is a chain of small products per chunk, and every block of a (sequence, head) reads the same
+ * K, A, C_q (factor) tiles: at 32 columns the scans were bound by L2 throughput (Nsight, H200: 83 %).
+ * 64 columns (one 16-warp block per SM instead of two of 8 warps: the same warps per SM) halve those
+ * reads per value column; they are taken when the grid still covers about the SMs. When sequences ×
+ * value heads × V/32 blocks would leave SMs idle, 16-column tiles put twice as many chains on the
+ * GPU, each half as long (8 columns measured no better on the H200). */
 inline int scan_bv(const Prob &p) {
+    /* REWY_CUDA_SCAN_BV = 16, 32 or 64 forces a tile (the tests run the matrix with each) */
+    if (const char *e = getenv("REWY_CUDA_SCAN_BV")) {
+        const int f = atoi(e);
+        if (f == 16 || f == 32 || f == 64) return f;
+    }
     int dev = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return BV;
-    return (long)p.N * p.HV * ceil_div(p.V, BV) < sms ? 16 : BV;
+    const long sh = (long)p.N * p.HV;
+    if (4 * sh * ceil_div(p.V, 64) >= 3L * sms) return 64;
+    return sh * ceil_div(p.V, BV) < sms ? 16 : BV;
 }
+/* threads of a scan block: 8 warps for 16- and 32-column tiles (two blocks per SM), 16 for 64 (one) */
+template <int BVT> __host__ __device__ constexpr int scan_threads() { return BVT == 64 ? 512 : 256; }
 
 /* A scan block's place: blocks are numbered with the value tile fastest, so the V / BVT blocks of one
  * (sequence, value head), and the G value heads of one key head, run at the same time and read their
@@ -609,12 +622,15 @@ struct ScanBlock {
 inline dim3 scan_grid(const Prob &p, int bvt) { return dim3((unsigned)p.N * p.HV * ceil_div(p.V, bvt)); }
 
 /* Calls f(KPC, BVT) (integral constants) with the scans' fast-path K (with_fast_kp) and value tile
- * (scan_bv); the 16-column tile is instantiated on the fast path only. */
+ * (scan_bv); the 16- and 64-column tiles are instantiated on the fast path with K ≤ 128 only. */
 template <class T, class Fn> inline cudaError_t with_scan_tiles(const Prob &p, Fn f) {
-    const bool narrow = scan_bv(p) == 16;
+    const int bv = scan_bv(p);
     return with_fast_kp<T>(p, [&](auto kp) {
-        if constexpr (decltype(kp)::value > 0)
-            if (narrow) return f(kp, std::integral_constant<int, 16>{});
+        constexpr int KPC = decltype(kp)::value;
+        if constexpr (KPC == 64 || KPC == 128) {
+            if (bv == 16) return f(kp, std::integral_constant<int, 16>{});
+            if (bv == 64) return f(kp, std::integral_constant<int, 64>{});
+        }
         return f(kp, std::integral_constant<int, BV>{});
     });
 }

@@ -3,7 +3,7 @@
  *   R   = A (Z − E S)          (= U − W S without forming W, U)
  *   S  ← Λ S + Fᵀ R             F_j = k_j ⊙ e^{G_n − G_j}
  * The output O = Q_g S_c + C_q R is output.cu's, in parallel over chunks afterwards.
- * One block per (sequence, value head, 32-column tile of V); the state tile S (K×32, fp32) lives in
+ * One block per (sequence, value head, tile of 16, 32 or 64 value columns: scan_bv); the state tile S (fp32) lives in
  * shared memory across the chunks of its sequence. Columns of S are independent, so V tiles run in
  * parallel. The backward (policy R) runs the same scan to recompute S_c and R.
  *
@@ -18,14 +18,13 @@
 
 namespace rewy_cuda {
 
-constexpr int SCAN_THREADS = 256;
-constexpr int SCAN_NW = SCAN_THREADS / 32;
 
 template <class T, bool VEC, int KPC, int BVT>
-__global__ void __launch_bounds__(SCAN_THREADS, 2) /* two blocks per SM: the registers must not decide it */
+__global__ void __launch_bounds__(scan_threads<BVT>(), BVT == 64 ? 1 : 2) /* the registers must not decide it */
 state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *A, VecOps vo, const float *h0,
                   float *ht, state_t *Sc, float *Rout) {
     using FT = factor_t<T>;
+    constexpr int NT = scan_threads<BVT>(), NW = NT / 32;
     extern __shared__ __align__(16) float sm[];
     const ScanBlock blk = ScanBlock::get<BVT>(p);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G;
@@ -59,7 +58,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
     using bf16 = __nv_bfloat16;
     bf16 *Sh = reinterpret_cast<bf16 *>(St), *Sl = Sh + BVT * lds; /* BF: S as hi/lo, [BVT][Kp+8] each */
     bf16 *Rh = reinterpret_cast<bf16 *>(Rt), *Rl = Rh + BVT * LDX; /* BF: diag(e^{G_n − G}) R as hi/lo */
-    using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, SCAN_NW>;
+    using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, NW>;
     constexpr int NS = ST::NS;
     const ST tiles;
     float Sf[4][4] = {};
@@ -69,17 +68,17 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     constexpr int CR = REG ? MAXBT : 0, CK = REG ? KPC : 0, CV = REG ? BVT : 0; /* compile-time copy shapes */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
-        copy_tile_k<T, CR, CK, SCAN_THREADS>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+        copy_tile_k<T, CR, CK, NT>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
     };
     auto issue_v = [&](const ChunkInfo &cj) {
-        copy_tile_k<T, CR, CV, SCAN_THREADS>(Vs, ldvt, BT, BVT, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n,
+        copy_tile_k<T, CR, CV, NT>(Vs, ldvt, BT, BVT, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n,
                                              v0, p.V);
         if (VEC && wg)
-            copy_tile_k<T, CR, CV, SCAN_THREADS>(Ws, ldvt, BT, BVT, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
+            copy_tile_k<T, CR, CV, NT>(Ws, ldvt, BT, BVT, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
                                                  cj.n, v0, p.V);
     };
     auto issue_nn = [&](float *dst, const float *src, int cj) {
-        copy_tile_k<float, CR, CR, SCAN_THREADS>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0,
+        copy_tile_k<float, CR, CR, NT>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0,
                                                  BT);
     };
     auto issue_gb = [&](int buf, int cj) {
@@ -88,7 +87,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         if (VEC) copy_tile<float>(lam + buf * Kp, Kp, 1, Kp, vo.lam + ((size_t)cj * p.HV + hv) * Kp, Kp, 1, 0, Kp);
     };
     auto issue_f = [&](FT *dst, const void *src, int cj) { /* VEC: a precomputed factor tile */
-        copy_tile_k<FT, CR, CK, SCAN_THREADS>(dst, ldfe, BT, Kp, static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp,
+        copy_tile_k<FT, CR, CK, NT>(dst, ldfe, BT, Kp, static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp,
                                               Kp, BT, 0, Kp);
     };
     const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
@@ -129,16 +128,16 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - expf(Gs[i]) * cc);
         };
         if constexpr (BF) {
-            /* warp w: rows 16·(w % 4), BVT/2 columns from (w / 4)·BVT/2 */
-            constexpr int NSX = BVT / 16;
+            /* warp w: rows 16·(w % 4), BVT/(NW/4) columns from (w / 4)·BVT/(NW/4) */
+            constexpr int NSX = BVT / (NW / 4) / 8;
             const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
             float acc[4][4] = {};
             bf_mma<NSX, false>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
             pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s, int e) { put_x(i, j, acc[s][e]); });
         } else if (VEC) {
-            bgemm<SCAN_NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, put_x);
+            bgemm<NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, put_x);
         } else {
-            bgemm<SCAN_NW>(BT, BVT, Kp, Ks, ldk, 1, St, 1, lds, put_x);
+            bgemm<NW>(BT, BVT, Kp, Ks, ldk, 1, St, 1, lds, put_x);
         }
         __syncthreads();
         if (VEC && has_next) issue_f(Es, vo.E, c + 1);
@@ -146,7 +145,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
          * for scalar gates, the row scaling that turns Kᵀ into Fᵀ */
         const float gl = Gs[n - 1];
         float *Rc = Rout ? Rout + ch * BT * p.V + v0 : nullptr;
-        bgemm<SCAN_NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
+        bgemm<NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
             if (Rc && i < n && v0 + j < p.V) Rc[(size_t)i * p.V + j] = cc;
             const float r = VEC ? cc : (i < n ? expf(gl - Gs[i]) * cc : 0.f);
             if constexpr (BF) st_hilo(Rh, scan_lo(Rl), j * LDX + i, r);
@@ -173,7 +172,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             }
         } else if (VEC) {
             /* S ← Diag(γ_n) S + Fᵀ R */
-            bgemm<SCAN_NW>(Kp, BVT, BT, Fs, 1, ldfe, Rt, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<NW>(Kp, BVT, BT, Fs, 1, ldfe, Rt, 1, LDX, [&](int i, int j, float cc) {
                 St[j * lds + i] = lm[i] * St[j * lds + i] + cc;
             });
             __syncthreads();
@@ -181,7 +180,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
         } else {
             /* S ← Λ S + Kᵀ diag(e^{G_n − G_j}) R */
             const float gn = expf(gl);
-            bgemm<SCAN_NW>(Kp, BVT, BT, Ks, 1, ldk, Rt, 1, LDX, [&](int i, int j, float cc) {
+            bgemm<NW>(Kp, BVT, BT, Ks, 1, ldk, Rt, 1, LDX, [&](int i, int j, float cc) {
                 St[j * lds + i] = gn * St[j * lds + i] + cc;
             });
             __syncthreads();
@@ -207,7 +206,7 @@ static cudaError_t run(const Prob &p, const void *k, const void *v, const float 
     cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT>>(smem);
     if (e != cudaSuccess) return e;
     const dim3 grid = scan_grid(p, BVT);
-    state_scan_kernel<T, VEC, KPC, BVT><<<grid, SCAN_THREADS, smem, s>>>(p, (const T *)k, (const T *)v, GB, A, vo, h0,
+    state_scan_kernel<T, VEC, KPC, BVT><<<grid, scan_threads<BVT>(), smem, s>>>(p, (const T *)k, (const T *)v, GB, A, vo, h0,
                                                                          ht, Sc, R);
     return cudaGetLastError();
 }
