@@ -138,7 +138,7 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             constexpr int NSX = BVT / (NW / 4) / 8;
             const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
             float acc[4][4] = {};
-            bf_mma<NSX, false>(acc, KPC, VEC ? Fs : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
+            bf_mma<NSX, false, false, 2>(acc, KPC, VEC ? Fs : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
             if (!VEC) { /* F = diag(e^{G_n − G}) K */
                 const int r = xi0 + ((threadIdx.x & 31) >> 2);
                 pf_scale_rows<NSX>(acc, r < n ? expf(gl - Gs[r]) : 0.f, r + 8 < n ? expf(gl - Gs[r + 8]) : 0.f);
@@ -177,8 +177,10 @@ bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const flo
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : gn, VEC ? lm[r + 8] : gn);
             if constexpr (BF) {
-                bf_mma<NS, true>(Sf, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, tiles.i0, Xh, scan_lo(Xl), LDX, tiles.j0);
-                bf_mma<NS, true>(Sf, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, tiles.i0, Ph, scan_lo(Pl), LDX, tiles.j0);
+                bf_mma<NS, true, false, SCAN_KI<NS>>(Sf, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, tiles.i0, Xh, scan_lo(Xl), LDX,
+                                                     tiles.j0);
+                bf_mma<NS, true, false, SCAN_KI<NS>>(Sf, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, tiles.i0, Ph, scan_lo(Pl), LDX,
+                                                     tiles.j0);
             } else if constexpr (VEC) {
                 pf_mma<NS, false, true>(Sf, BT, Qv, 1, ldfe, Xo, 1, LDX, tiles.i0, tiles.j0);
                 pf_mma<NS, false, true>(Sf, BT, Es, 1, ldfe, Pst, 1, LDX, tiles.i0, tiles.j0);

@@ -176,12 +176,16 @@ constexpr bool SCAN_LO = true;
 constexpr bool SCAN_LO = false;
 #endif
 __device__ __forceinline__ __nv_bfloat16 *scan_lo(__nv_bfloat16 *lo) { return SCAN_LO ? lo : nullptr; }
+/* the scans' bf16 products on warp tiles of NS column blocks: two k chains (bf_mma's KI) when NS ≤ 2, where
+ * one warp's mma per k step are too few to hide each other's latency (a scan step is a chain of them) */
+template <int NS> constexpr int SCAN_KI = NS <= 2 ? 2 : 1;
 /* acc += this warp's 16 × 8·NS tile of A·B, A and B bf16 in shared memory, Kd % 16 == 0:
  *   A(i, k): AT = false: A[i*lda + k] (k contiguous); AT = true: A[k*lda + i] (stored transposed, ldmatrix.trans)
  *   B(k, j): BK = false: Bh[j*ldb + k] (k contiguous); BK = true: Bh[k*ldb + j] (ldmatrix.trans);
  *            + Bl(k, j) when Bl is given (an fp32 operand as hi + lo)
- * rows i0…i0+15, columns j0…j0+8·NS−1; lda, ldb multiples of 8 (16-B rows for ldmatrix). */
-template <int NS, bool AT, bool BK = false>
+ * rows i0…i0+15, columns j0…j0+8·NS−1; lda, ldb multiples of 8 (16-B rows for ldmatrix).
+ * KI = 2: even and odd k steps accumulate separately (twice the independent mma chains; narrow tiles). */
+template <int NS, bool AT, bool BK = false, int KI = 1>
 __device__ __forceinline__ void bf_mma(float (&acc)[4][4], int Kd, const __nv_bfloat16 *A, int lda, int i0,
                                        const __nv_bfloat16 *Bh, const __nv_bfloat16 *Bl, int ldb, int j0) {
     const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
@@ -194,8 +198,7 @@ __device__ __forceinline__ void bf_mma(float (&acc)[4][4], int Kd, const __nv_bf
     const int boff = BK ? (r + (m & 1) * 8) * ldb + j0 + (m >> 1) * 8 : (j0 + r + (m >> 1) * 8) * ldb + (m & 1) * 8;
     const int boff2 = BK ? (r + (m & 1) * 8) * ldb + j0 : (j0 + r) * ldb + (m & 1) * 8;
     const int bstep = BK ? 8 : 8 * ldb, kstep = BK ? 16 * ldb : 16;
-#pragma unroll 2
-    for (int k0 = 0; k0 < Kd; k0 += 16) {
+    auto step = [&](int k0, float (&c)[4][4]) {
         uint32_t a[4];
         if (AT) ldsm_x4_t(a, ap + (k0 / 16) * astep);
         else ldsm_x4(a, ap + k0);
@@ -208,16 +211,35 @@ __device__ __forceinline__ void bf_mma(float (&acc)[4][4], int Kd, const __nv_bf
                 uint32_t b[4];
                 if (BK) ldsm_x4_t(b, B + boff + s * bstep + (k0 / 16) * kstep);
                 else ldsm_x4(b, B + boff + s * bstep + k0);
-                mma_bf16(acc[s], a, b[0], b[1]);
-                mma_bf16(acc[s + 1], a, b[2], b[3]);
+                mma_bf16(c[s], a, b[0], b[1]);
+                mma_bf16(c[s + 1], a, b[2], b[3]);
             }
             if constexpr (NS & 1) {
                 uint32_t b0, b1;
                 if (BK) ldsm_x2_t(b0, b1, B + boff2 + (NS - 1) * bstep + (k0 / 16) * kstep);
                 else ldsm_x2(b0, b1, B + boff2 + (NS - 1) * bstep + k0);
-                mma_bf16(acc[NS - 1], a, b0, b1);
+                mma_bf16(c[NS - 1], a, b0, b1);
             }
         }
+    };
+    if constexpr (KI == 1) {
+#pragma unroll 2
+        for (int k0 = 0; k0 < Kd; k0 += 16) step(k0, acc);
+    } else {
+        /* two independent chains (even and odd k steps), added at the end: a narrow tile's few mma per
+         * k step otherwise wait on each other's accumulator */
+        float odd[4][4] = {};
+        int k0 = 0;
+#pragma unroll 2
+        for (; k0 + 16 < Kd; k0 += 32) {
+            step(k0, acc);
+            step(k0 + 16, odd);
+        }
+        if (k0 < Kd) step(k0, acc);
+#pragma unroll
+        for (int s2 = 0; s2 < NS; s2++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[s2][e] += odd[s2][e];
     }
 }
 

@@ -48,6 +48,26 @@ __device__ float block_sum(float x, float *red) {
     return s;
 }
 
+/* the block sums of x and of y at once (one pair of barriers); red: 2·NW floats */
+template <int NW> __device__ float2 block_sum2(float x, float y, float *red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+        y += __shfl_xor_sync(0xffffffffu, y, o);
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {
+        red[threadIdx.x >> 5] = x;
+        red[NW + (threadIdx.x >> 5)] = y;
+    }
+    __syncthreads();
+    float2 s = make_float2(0.f, 0.f);
+    for (int w = 0; w < NW; w++) {
+        s.x += red[w];
+        s.y += red[NW + w];
+    }
+    return s;
+}
+
 /* Shared-memory layout of the pullback (floats unless noted); bk = K slab (64, or 32 for WY / fp32). */
 struct PbLayout {
     int bk, ldk2, ldkt, off_T, off_S, off_WY, total_bytes;
@@ -482,21 +502,27 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     const float sc = p.scale;
 
-    /* K and Q of the chunk, transposed once ([feature][token]: k-contiguous B operands), staged in region X */
+    /* G, β (and WY's A) of value head (chunk, hv) into Gs (As): outside region X */
+    auto copy_gates = [&](size_t ch) {
+        copy_tile<float>(Gs, 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1, 0, 2 * MAXBT);
+        if (WY) copy_tile<float>(As, PF_LDF, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
+    };
+    /* K and Q of the chunk, transposed once ([feature][token]: k-contiguous B operands), both staged in
+     * region X at once, with the first value head's G, β: one exposed load */
     {
-        T *stg = reinterpret_cast<T *>(smc);
+        copy_gates((size_t)c * p.HV + h * p.G);
         constexpr int LDS_ = KS + 8;
-        for (int w = 0; w < 2; w++) {
-            copy_tile<T>(stg, LDS_, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
-            cp_async_wait();
-            __syncthreads();
-            T *dst = w ? Qt : Kt;
-            for (int e = tid; e < MAXBT * KS; e += PF_THREADS) {
-                const int i = e % MAXBT, cc = e / MAXBT;
-                dst[cc * LDKT + i] = stg[i * LDS_ + cc];
-            }
-            __syncthreads();
+        T *stg = reinterpret_cast<T *>(smc);
+        for (int w = 0; w < 2; w++)
+            copy_tile<T>(stg + w * MAXBT * LDS_, LDS_, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K, rsk, n,
+                         0, p.K);
+        cp_async_wait();
+        __syncthreads();
+        for (int e = tid; e < 2 * MAXBT * KS; e += PF_THREADS) {
+            const int i = e % MAXBT, cc = (e / MAXBT) % KS, w = e / (MAXBT * KS);
+            (w ? Qt : Kt)[cc * LDKT + i] = stg[(w * MAXBT + i) * LDS_ + cc];
         }
+        __syncthreads();
     }
     auto kv = [&](int i, int cc) { return ldf(Kt + cc * LDKT + i); };
     auto qv = [&](int i, int cc) { return ldf(Qt + cc * LDKT + i); };
@@ -514,8 +540,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         };
         const unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
 
-        copy_tile<float>(Gs, 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1, 0, 2 * MAXBT);
-        if (WY) copy_tile<float>(As, PF_LDF, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
+        if (r > 0) copy_gates(ch); /* value head 0's came with K and Q */
         cp_async_commit();
         /* slab 0, all tiles (region X is free: the previous value head's last reads of Γ … ended before its
          * closing barriers); waited on at the top of slab 0 */
@@ -704,8 +729,8 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             redg[cq * MAXBT + i0 + g] = sg[0];
             redg[cq * MAXBT + i0 + g + 8] = sg[1];
         }
-        const float lam_all = block_sum(lam, red);        /* (block_sum synchronizes the block) */
-        const float endp_all = block_sum(endp, red + PF_NW);
+        const float2 sums = block_sum2<PF_NW>(lam, endp, red); /* (synchronizes the block) */
+        const float lam_all = sums.x, endp_all = sums.y;
         if (tid < MAXBT) {
             const int i = tid;
             float b_ = rdb[i], g_ = 0.f;
@@ -718,12 +743,18 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             rdb[i] = g_; /* Ḡ row terms, for the cumsum below */
         }
         __syncthreads();
-        if (p.gated && dg && tid == 0) {
-            float s = expf(gl) * lam_all + endp_all;
-            for (int i = n - 1; i >= 0; i--) {
-                s += rdb[i];
-                dg[(size_t)(tok0 + i) * p.HV + hv] = s;
+        if (p.gated && dg && tid < 32) { /* dg_i = Ḡ_n's state term + Σ_{m ≥ i} (row terms): a suffix scan, lane l rows 2l, 2l+1 */
+            const int i = 2 * lane;
+            const float a = i < n ? rdb[i] : 0.f, b2 = i + 1 < n ? rdb[i + 1] : 0.f;
+            float t = a + b2;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float u = __shfl_down_sync(0xffffffffu, t, o);
+                if (lane + o < 32) t += u;
             }
+            const float s0 = expf(gl) * lam_all + endp_all;
+            if (i < n) dg[(size_t)(tok0 + i) * p.HV + hv] = s0 + t;
+            if (i + 1 < n) dg[(size_t)(tok0 + i + 1) * p.HV + hv] = s0 + t - a;
         }
         __syncthreads();
     }

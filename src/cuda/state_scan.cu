@@ -132,7 +132,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             constexpr int NSX = BVT / (NW / 4) / 8;
             const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
             float acc[4][4] = {};
-            bf_mma<NSX, false>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
+            bf_mma<NSX, false, false, 2>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
             pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s, int e) { put_x(i, j, acc[s][e]); });
         } else if (VEC) {
             bgemm<NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, put_x);
@@ -162,7 +162,7 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : expf(gl), VEC ? lm[r + 8] : expf(gl));
             const T *FR = VEC ? Fs : Ks; /* on this path the factor type is T */
-            if constexpr (BF) bf_mma<NS, true>(Sf, MAXBT, FR, VEC ? ldfe : ldk, tiles.i0, Rh, scan_lo(Rl), LDX, tiles.j0);
+            if constexpr (BF) bf_mma<NS, true, false, SCAN_KI<NS>>(Sf, MAXBT, FR, VEC ? ldfe : ldk, tiles.i0, Rh, scan_lo(Rl), LDX, tiles.j0);
             else pf_mma<NS, false, true>(Sf, BT, FR, 1, VEC ? ldfe : ldk, Rt, 1, LDX, tiles.i0, tiles.j0);
             if constexpr (VEC) {
                 __syncthreads();
