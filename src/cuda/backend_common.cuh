@@ -12,8 +12,8 @@
  *   pullback        §4a/§4b, §5 and §7 pullback.cu (Gram elimination) / §6 vec_pullback.cu (matrix intra)
  *
  * Forward:  chunk_plan → gates (G, A, C_q; factors) → state_scan (S_c, R, ht) → output (o)
- * Backward: gates (policy R: C_q only, G and A are saved; factors) → [policy R: state_scan (S_c, R)]
- *           → bwd_state_scan (S̄⁺, P or R̄, dh0) → pullback (dq, dk, dv, dβ, dg | db, dw)
+ * Backward: gates (policy R: C_q only, G and A are saved; factors) → [policy R: state_scan (S_c, R), in one
+ *           launch with:] bwd_state_scan (S̄⁺, P or R̄, dh0) → pullback (dq, dk, dv, dβ, dg | db, dw)
  * Policy R (§8) recomputes C_q, S_c and R in the backward from the saved G and A; policy A saves them.
  * Every kernel runs on cfg.stream; nothing synchronizes the host; all scratch comes from the caller's
  * workspace or saved buffer. Layouts (each region 256-B aligned; ⟨⟩: the operator's regions):
@@ -150,24 +150,26 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
     const state_t *Sc;
     const float *R;
     ScanGates sg;
+    state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
+    float *PR = at<float>(a->workspace, L.PR);
     if (polA) {
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, nullptr, Gc, &sg, s));
         Cq = at<const float>(a->saved, L.Cq);
         Sc = at<const state_t>(a->saved, L.Sc);
         R = at<const float>(a->saved, L.R);
+        REWY_TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, sg.GB, A, Cq, sg.vo(), a->do_, a->dht, a->dh0, Sbar,
+                                       PR, wy, s));
     } else {
         float *cq = at<float>(a->workspace, L.bCq);
         state_t *sc = at<state_t>(a->workspace, L.bSc);
         float *r = at<float>(a->workspace, L.bR);
-        /* recompute: C_q only (G and A are saved), then S_c and R by one forward scan without output */
+        /* recompute: C_q only (G and A are saved), then S_c and R by one forward scan without output, paired
+         * with the reverse scan (independent of S_c and R) */
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq, Gc, &sg, s));
-        REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, nullptr, sc, r, s));
+        REWY_TRY(launch_scan_pair(p, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), a->h0, sc, r, a->do_, a->dht,
+                                  a->dh0, Sbar, PR, wy, s));
         Cq = cq; Sc = sc; R = r;
     }
-    state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
-    float *PR = at<float>(a->workspace, L.PR);
-    REWY_TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, sg.GB, A, Cq, sg.vo(), a->do_, a->dht, a->dh0, Sbar, PR,
-                                   wy, s));
     REWY_TRY(Op::pullback(p, a, Gc, A, Sc, Sbar, R, PR, wy, at<float>(a->workspace, L.Wbar),
                           p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr, s));
     return REWY_OK;

@@ -636,8 +636,8 @@ template <int BVT> __host__ __device__ constexpr int scan_threads() { return BVT
  * sequences × heads may pass the 65535 limit of y and z. */
 struct ScanBlock {
     int sq, hv, v0;
-    template <int BVT> __device__ static ScanBlock get(const Prob &p) {
-        const int nvt = ceil_div(p.V, BVT), b = blockIdx.x, sh = b / nvt;
+    template <int BVT> __device__ static ScanBlock get(const Prob &p, int b) {
+        const int nvt = ceil_div(p.V, BVT), sh = b / nvt;
         return {sh / p.HV, sh % p.HV, (b % nvt) * BVT};
     }
 };

@@ -36,6 +36,13 @@ cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, c
                                   const float *A, const float *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s);
 
+/* bwd_state_scan.cu: policy R's recompute scan (launch_state_scan with ht NULL) and the reverse scan
+ * (launch_bwd_state_scan), in one launch where their tiles allow it, else one after the other. */
+cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
+                             const float *A, const float *Cq, const VecOps *vo, const float *h0, state_t *Sc, float *R,
+                             const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy,
+                             cudaStream_t s);
+
 /* pullback.cu: per chunk, the local pullback (ReWY: 3 products, or the 7-product WY graph) fused with
  * the output-gradient consumers, Gram elimination for ḡ, the reverse in-chunk cumsum of ḡ and the
  * GVA group sums of q̄, k̄. Wbar: WY scratch [NC*HV][BT][Kp] (used only when !wbar_in_smem);

@@ -1,0 +1,257 @@
+/* bwd_state_scan.cuh (the block; its launch: bwd_state_scan.cu): the reverse chunk scan (MATH §3, §4b (1), §5), per (sequence, value head, tile of
+ * 16, 32 or 64 value columns: scan_bv), chunks in reverse order, S̄ (K × tile, fp32) carried across chunks:
+ *   store S̄⁺ (gradient of the chunk's outgoing state) for the pullback
+ *   R̄  = C_qᵀ Ō + F S̄⁺             both uses of R
+ *   P  = Aᵀ R̄                        ReWY product (1), shared by the scan and the pullback
+ *   S̄ ← Q_gᵀ Ō + Λ S̄⁺ − Eᵀ P        (S̄_res supplied here, once)
+ * Stores P (ReWY) or R̄ (WY: its pullback starts from R̄), and dh0 = S̄ at each sequence start.
+ * Scalar gates: F, Q_g, E are k, q, k scaled per row, applied around the products. Vector gates
+ * (VEC): F, Q_g, E and Λ = Diag(γ_n) come precomputed per chunk (VecOps, vec_factors.cu), in three
+ * single-buffered tiles, each reloaded for the next chunk as soon as its product is done. */
+#ifndef REWY_CUDA_BWD_STATE_SCAN_CUH
+#define REWY_CUDA_BWD_STATE_SCAN_CUH
+
+#include "kernels.cuh"
+
+namespace rewy_cuda {
+
+constexpr size_t BSCAN_SHARE_KQ_BYTES = 512;
+
+template <class T, bool VEC, int KPC, int BVT>
+__device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &p, const T *q, const T *k, const float *GB,
+                                                     const float *A, const float *Cq, VecOps vo, const T *do_,
+                                                     const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
+    using FT = factor_t<T>;
+    constexpr int NT = scan_threads<BVT>(), NW = NT / 32;
+    extern __shared__ __align__(16) float sm[];
+    const ScanBlock blk = ScanBlock::get<BVT>(p, bid);
+    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G;
+    /* KPC > 0: the fast path, K padded to KPC and chunk 64 known at compile time (constant loop
+     * bounds and strides in every product); KPC = 0: any K and chunk size */
+    const int BT = KPC ? MAXBT : p.BT, Kp = KPC ? KPC : p.Kp;
+    const int ldk = scan_ldk<T>(Kp), ldfe = scan_ldk<FT>(Kp), ldvt = scan_ldvt<T>(BVT), lds = scan_lds(Kp);
+    /* fp32 inputs with K > 128: one K/Q buffer (Q reloaded inside the chunk, no K/Q prefetch) */
+    const bool share = !VEC && sizeof(T) * Kp > BSCAN_SHARE_KQ_BYTES;
+    /* REG (fast path, K ≤ 128): S̄ lives in registers, warp w holding rows 16·(w % RT)… and one of
+     * CG column groups of the K × BVT tile, so the two products that update it accumulate in place
+     * (no shared-memory read-modify-write) and S̄⁺ is stored from registers; shared memory gets one
+     * copy per chunk, the B operand of F S̄⁺ */
+    constexpr bool REG = KPC == 64 || KPC == 128;
+    /* BF (REG with bf16 inputs): F S̄⁺, Q_gᵀ Ō and Eᵀ P run as bf16 products (bf_mma) with S̄⁺, γ⊙Ō
+     * and P as bf16 tiles (hi/lo pairs with REWY_CUDA_SCAN_HILO) in the space of Sbt, Xo, Pst; C_qᵀ Ō and Aᵀ R̄ stay tf32 (C_q, A fp32) */
+    constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
+    using bf16 = __nv_bfloat16;
+    using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, NW>;
+    constexpr int NS = ST::NS;
+    const ST tiles;
+    float Sf[4][4] = {};
+    /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ, Pst = Pᵀ (scaled by βγ for scalar
+     * gates), Xo = (γ⊙Ō)ᵀ (Ōᵀ for vector gates) */
+    float *Sbt = sm;                 /* [BVT][Kp+8] */
+    float *As = Sbt + BVT * lds;      /* [64][LDA] */
+    float *Cs = As + MAXBT * LDA;
+    float *Rbt = Cs + MAXBT * LDA;   /* [BVT][LDX] */
+    float *Pst = Rbt + BVT * LDX;
+    float *Xo = Pst + BVT * LDX;
+    float *GBs = Xo + BVT * LDX;      /* [2][2][64] */
+    float *lam = GBs + 4 * MAXBT;    /* VEC: [2][Kp] γ_n */
+    T *KQ0 = reinterpret_cast<T *>(lam + (VEC ? 2 * Kp : 0)); /* scalar: [64][ldk] ×2 (×1 when sharing) */
+    T *KQ1 = (VEC || share) ? KQ0 : KQ0 + MAXBT * ldk;
+    T *Os = KQ1 + (VEC ? 0 : MAXBT * ldk);              /* [64][ldvt] */
+    FT *Fs = reinterpret_cast<FT *>(Os + MAXBT * ldvt);  /* VEC: F, Q_g, E [64][ldfe] */
+    FT *Qv = Fs + MAXBT * ldfe;
+    FT *Es = Qv + MAXBT * ldfe;
+    bf16 *Sh = reinterpret_cast<bf16 *>(Sbt), *Sl = Sh + BVT * lds; /* BF: hi/lo tiles */
+    bf16 *Xh = reinterpret_cast<bf16 *>(Xo), *Xl = Xh + BVT * LDX;
+    bf16 *Ph = reinterpret_cast<bf16 *>(Pst), *Pl = Ph + BVT * LDX;
+
+    const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+    if constexpr (REG) tiles.load(Sf, p, dht, sbase, v0);
+    else state_from<BVT>(Sbt, lds, Kp, p, dht, sbase, v0);
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+    constexpr int CR = REG ? MAXBT : 0, CK = REG ? KPC : 0, CV = REG ? BVT : 0; /* compile-time copy shapes */
+    auto issue_k = [&](T *dst, const ChunkInfo &cj) {
+        copy_tile_k<T, CR, CK, NT>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+    };
+    auto issue_q = [&](T *dst, const ChunkInfo &cj) {
+        copy_tile_k<T, CR, CK, NT>(dst, ldk, BT, Kp, q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+    };
+    auto issue_o = [&](const ChunkInfo &cj) {
+        copy_tile_k<T, CR, CV, NT>(Os, ldvt, BT, BVT, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
+                                              cj.n, v0, p.V);
+    };
+    auto issue_nn = [&](float *dst, const float *src, int cj) {
+        copy_tile_k<float, CR, CR, NT>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0,
+                                                  BT);
+    };
+    auto issue_gb = [&](int buf, int cj) {
+        copy_tile<float>(GBs + buf * 2 * MAXBT, 2 * BT, 1, 2 * BT, GB + ((size_t)cj * p.HV + hv) * 2 * BT, 2 * BT, 1, 0,
+                         2 * BT);
+        if (VEC) copy_tile<float>(lam + buf * Kp, Kp, 1, Kp, vo.lam + ((size_t)cj * p.HV + hv) * Kp, Kp, 1, 0, Kp);
+    };
+    auto issue_f = [&](FT *dst, const void *src, int cj) { /* VEC: a precomputed factor tile */
+        copy_tile_k<FT, CR, CK, NT>(dst, ldfe, BT, Kp,
+                                               static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp, Kp, BT, 0, Kp);
+    };
+    const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
+    if (c_last >= c_begin) {
+        const ChunkInfo cl = p.ctab[c_last];
+        if (VEC) {
+            issue_f(Fs, vo.F, c_last);
+            issue_f(Qv, vo.Qg, c_last);
+            issue_f(Es, vo.E, c_last);
+        } else {
+            issue_k(KQ0, cl);
+            if (!share) issue_q(KQ1, cl);
+        }
+        issue_o(cl);
+        issue_nn(As, A, c_last);
+        issue_nn(Cs, Cq, c_last);
+        issue_gb(0, c_last);
+    }
+    int kb = 0, cur = 0;
+    for (int c = c_last; c >= c_begin; c--) {
+        const ChunkInfo ci = p.ctab[c];
+        const int n = ci.n;
+        const bool has_next = c - 1 >= c_begin;
+        ChunkInfo cn = ci;
+        if (has_next) cn = p.ctab[c - 1];
+        const size_t ch = (size_t)c * p.HV + hv;
+        T *Ks = kb ? KQ1 : KQ0, *Qs = kb ? KQ0 : KQ1;
+        const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
+        /* S̄⁺: the shared copy for F S̄⁺, and the saved one for the pullback */
+        if constexpr (BF) tiles.spill(Sf, Sh, Sl, lds, Sbar + ch * p.K * p.V, p.K, p.V, v0);
+        else if constexpr (REG) tiles.spill(Sf, Sbt, lds, Sbar + ch * p.K * p.V, p.K, p.V, v0);
+        cp_async_wait();
+        __syncthreads();
+        if (has_next) issue_gb(cur ^ 1, c - 1);
+        if constexpr (!REG) store_state_tile<BVT>(Sbar + ch * p.K * p.V, Sbt, lds, p.K, p.V, v0);
+        const float gl = Gs[n - 1];
+        { /* one row per thread (blockDim is a multiple of BT): one exponential per thread */
+            const int i = threadIdx.x % BT;
+            const float gi = (VEC ? 1.f : expf(Gs[i])) * (REG ? p.scale : 1.f);
+            for (int j = threadIdx.x / BT; j < BVT; j += NT / BT) {
+                if constexpr (BF) st_hilo(Xh, scan_lo(Xl), j * LDX + i, gi * ldf(Os + i * ldvt + j));
+                else Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
+            }
+        }
+        /* R̄ = F S̄⁺ + C_qᵀ Ō: two products of one shape, so each thread adds to what it wrote */
+        if constexpr (BF) {
+            /* one register tile per warp for both: rows 16·(w % 4), BVT/(NW/4) columns from (w / 4)·… */
+            constexpr int NSX = BVT / (NW / 4) / 8;
+            const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
+            float acc[4][4] = {};
+            bf_mma<NSX, false, false, 2>(acc, KPC, VEC ? Fs : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
+            if (!VEC) { /* F = diag(e^{G_n − G}) K */
+                const int r = xi0 + ((threadIdx.x & 31) >> 2);
+                pf_scale_rows<NSX>(acc, r < n ? expf(gl - Gs[r]) : 0.f, r + 8 < n ? expf(gl - Gs[r + 8]) : 0.f);
+            }
+            pf_mma<NSX, false, false>(acc, BT, Cs, 1, LDA, Os, ldvt, 1, xi0, xj0);
+            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) { Rbt[j * LDX + i] = acc[s2][e]; });
+        } else if (VEC) {
+            bgemm<NW>(BT, BVT, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
+        } else {
+            bgemm<NW>(BT, BVT, Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
+                Rbt[j * LDX + i] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
+            });
+        }
+        if constexpr (!BF)
+            bgemm<NW>(BT, BVT, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
+        __syncthreads();
+        if (has_next) {
+            if (VEC) issue_f(Fs, vo.F, c - 1);
+            issue_nn(Cs, Cq, c - 1);
+            issue_o(cn);
+        }
+        /* P = Aᵀ R̄; stored as P (ReWY) or R̄ (WY) for the pullback, kept as βγ⊙P for Eᵀ P (scalar gates) */
+        float *PRc = PR + ch * BT * p.V + v0;
+        bgemm<NW>(BT, BVT, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
+            if (i < n && v0 + j < p.V) PRc[(size_t)i * p.V + j] = wy ? Rbt[j * LDX + i] : cc;
+            const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * expf(Gs[i]) * cc);
+            if constexpr (BF) st_hilo(Ph, scan_lo(Pl), j * LDX + i, pv);
+            else Pst[j * LDX + i] = pv;
+        });
+        __syncthreads();
+        if (has_next) issue_nn(As, A, c - 1);
+        /* S̄ ← Λ S̄⁺ + Q_gᵀ Ō − Eᵀ P */
+        const float gn = expf(gl);
+        if constexpr (REG) {
+            /* S̄ ← Λ S̄⁺ + (scale·Q_g)ᵀ Ō − Eᵀ P, in the registers (Xo carries the scale, Pst the sign) */
+            const int r = tiles.row_lo();
+            tiles.scale_rows(Sf, VEC ? lm[r] : gn, VEC ? lm[r + 8] : gn);
+            if constexpr (BF) {
+                bf_mma<NS, true, false, SCAN_KI<NS>>(Sf, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, tiles.i0, Xh, scan_lo(Xl), LDX,
+                                                     tiles.j0);
+                bf_mma<NS, true, false, SCAN_KI<NS>>(Sf, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, tiles.i0, Ph, scan_lo(Pl), LDX,
+                                                     tiles.j0);
+            } else if constexpr (VEC) {
+                pf_mma<NS, false, true>(Sf, BT, Qv, 1, ldfe, Xo, 1, LDX, tiles.i0, tiles.j0);
+                pf_mma<NS, false, true>(Sf, BT, Es, 1, ldfe, Pst, 1, LDX, tiles.i0, tiles.j0);
+            } else {
+                pf_mma<NS, false, true>(Sf, BT, Qs, 1, ldk, Xo, 1, LDX, tiles.i0, tiles.j0);
+                pf_mma<NS, false, true>(Sf, BT, Ks, 1, ldk, Pst, 1, LDX, tiles.i0, tiles.j0);
+            }
+            __syncthreads();
+            if (has_next) {
+                if constexpr (VEC) {
+                    issue_f(Qv, vo.Qg, c - 1);
+                    issue_f(Es, vo.E, c - 1);
+                } else {
+                    issue_k(Qs, cn);
+                    issue_q(Ks, cn);
+                }
+            }
+            kb ^= 1;
+        } else if (VEC) {
+            bgemm<NW>(Kp, BVT, BT, Qv, 1, ldfe, Xo, 1, LDX, [&](int i, int j, float cc) {
+                Sbt[j * lds + i] = lm[i] * Sbt[j * lds + i] + p.scale * cc;
+            });
+            __syncthreads();
+            if (has_next) issue_f(Qv, vo.Qg, c - 1);
+            bgemm<NW>(Kp, BVT, BT, Es, 1, ldfe, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
+            __syncthreads();
+            if (has_next) issue_f(Es, vo.E, c - 1);
+        } else if (!share) {
+            bgemm<NW>(Kp, BVT, BT, Qs, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
+                Sbt[j * lds + i] = gn * Sbt[j * lds + i] + p.scale * cc;
+            });
+            __syncthreads();
+            if (has_next) issue_k(Qs, cn);
+            bgemm<NW>(Kp, BVT, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) { Sbt[j * lds + i] -= cc; });
+            __syncthreads();
+            if (has_next) issue_q(Ks, cn);
+            kb ^= 1;
+        } else {
+            bgemm<NW>(Kp, BVT, BT, Ks, 1, ldk, Pst, 1, LDX, [&](int i, int j, float cc) {
+                Sbt[j * lds + i] = gn * Sbt[j * lds + i] - cc;
+            });
+            __syncthreads();
+            issue_q(Ks, ci);
+            cp_async_wait();
+            __syncthreads();
+            bgemm<NW>(Kp, BVT, BT, Ks, 1, ldk, Xo, 1, LDX, [&](int i, int j, float cc) {
+                Sbt[j * lds + i] += p.scale * cc;
+            });
+            __syncthreads();
+            if (has_next) issue_k(Ks, cn);
+        }
+        cur ^= 1;
+    }
+    if (REG && dh0) tiles.save(Sf, p, dh0, sbase, v0);
+    else if (dh0) state_to<BVT>(Sbt, lds, p, dh0, sbase, v0);
+}
+
+template <class T, bool VEC, int KPC, int BVT> inline size_t bwd_state_scan_smem(const Prob &p, const VecOps &vo) {
+    using FT = factor_t<T>;
+    size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) + 2 * (size_t)MAXBT * LDA + 3 * (size_t)BVT * LDX +
+                                   4 * MAXBT) +
+                  sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);
+    if (VEC)
+        smem += sizeof(float) * 2 * p.Kp + sizeof(FT) * 3 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
+    else
+        smem += sizeof(T) * (sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES ? 1 : 2) * (size_t)MAXBT * scan_ldk<T>(p.Kp);
+    return smem;
+}
+
+} // namespace rewy_cuda
+#endif

@@ -1,0 +1,210 @@
+/* state_scan.cuh (the block; its launch: state_scan.cu): the forward chunk scan (MATH §2):
+ *   store S_c (the chunk's incoming state) and
+ *   R   = A (Z − E S)          (= U − W S without forming W, U)
+ *   S  ← Λ S + Fᵀ R             F_j = k_j ⊙ e^{G_n − G_j}
+ * The output O = Q_g S_c + C_q R is output.cu's, in parallel over chunks afterwards.
+ * One block per (sequence, value head, tile of 16, 32 or 64 value columns: scan_bv); the state tile S (fp32) lives in
+ * shared memory across the chunks of its sequence. Columns of S are independent, so V tiles run in
+ * parallel. The backward (policy R) runs the same scan to recompute S_c and R.
+ *
+ * Two gate kinds, one kernel:
+ *   scalar (DeltaNet, GDN): E and F are k scaled per row (β_i γ_i, e^{G_n−G_i}), which the products'
+ *     epilogues apply; the K tile is double-buffered (the next chunk's loads while this one computes).
+ *   vector (KDA, GDN2; VEC): E, F and Λ = Diag(γ_n) come precomputed per chunk (VecOps, from
+ *     vec_factors.cu); Z = β v (KDA) or w ⊙ v (GDN2).
+ * Loads go through cp.async and are issued for chunk c+1 as soon as chunk c has consumed the buffer,
+ * so only the first chunk's loads are exposed. */
+#ifndef REWY_CUDA_STATE_SCAN_CUH
+#define REWY_CUDA_STATE_SCAN_CUH
+
+#include "kernels.cuh"
+
+namespace rewy_cuda {
+
+template <class T, bool VEC, int KPC, int BVT>
+__device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, const T *k, const T *v, const float *GB,
+                                                 const float *A, VecOps vo, const float *h0, float *ht, state_t *Sc,
+                                                 float *Rout) {
+    using FT = factor_t<T>;
+    constexpr int NT = scan_threads<BVT>(), NW = NT / 32;
+    extern __shared__ __align__(16) float sm[];
+    const ScanBlock blk = ScanBlock::get<BVT>(p, bid);
+    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G;
+    /* KPC > 0: the fast path, K padded to KPC and chunk 64 known at compile time (constant loop
+     * bounds and strides in every product); KPC = 0: any K and chunk size */
+    const int BT = KPC ? MAXBT : p.BT, Kp = KPC ? KPC : p.Kp;
+    const int ldk = scan_ldk<T>(Kp), ldfe = scan_ldk<FT>(Kp), ldvt = scan_ldvt<T>(BVT), lds = scan_lds(Kp);
+    const T *wg = static_cast<const T *>(vo.w);
+    /* Tiles that feed the B side of the products are stored transposed ([column][k]) so that both
+     * operands are k-contiguous for the tensor-core loads: St = Sᵀ, Xt = Xᵀ, Rt = Rᵀ. */
+    float *St = sm;                                     /* [BVT][Kp+8] fp32 state tile, transposed */
+    float *As = St + BVT * lds;                          /* [64][LDA] */
+    float *Xt = As + MAXBT * LDA;                       /* [BVT][LDX] */
+    float *Rt = Xt + BVT * LDX;                          /* [BVT][LDX] */
+    float *GBs = Rt + BVT * LDX;                         /* [2 buffers][2][64]: G, β */
+    float *lam = GBs + 4 * MAXBT;                       /* VEC: [2 buffers][Kp] γ_n */
+    T *K0 = reinterpret_cast<T *>(lam + (VEC ? 2 * Kp : 0)); /* scalar: two [64][ldk] K buffers */
+    T *K1 = K0 + (VEC ? 0 : MAXBT * ldk);
+    T *Vs = K1 + (VEC ? 0 : MAXBT * ldk);               /* [64][ldvt] */
+    T *Ws = Vs + MAXBT * ldvt;                          /* VEC with w: [64][ldvt] */
+    FT *Es = reinterpret_cast<FT *>(Ws + (VEC && wg ? MAXBT * ldvt : 0)); /* VEC: E, F [64][ldfe] */
+    FT *Fs = Es + MAXBT * ldfe;
+
+    /* REG (fast path, K ≤ 128): S lives in registers (StateTiles), the update S ← Λ S + Fᵀ R accumulates
+     * in place and S_c is stored from registers; St is the once-per-chunk shared copy for E S.
+     * BF (REG with bf16 inputs): E S and Fᵀ R run as bf16 products (bf_mma) with S and R as bf16 tiles
+     * (hi/lo pairs with REWY_CUDA_SCAN_HILO, common.cuh) in the space of St and Rt; R = A X stays a
+     * tf32 product (A is fp32 by contract). */
+    constexpr bool REG = KPC == 64 || KPC == 128;
+    constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
+    using bf16 = __nv_bfloat16;
+    bf16 *Sh = reinterpret_cast<bf16 *>(St), *Sl = Sh + BVT * lds; /* BF: S as hi/lo, [BVT][Kp+8] each */
+    bf16 *Rh = reinterpret_cast<bf16 *>(Rt), *Rl = Rh + BVT * LDX; /* BF: diag(e^{G_n − G}) R as hi/lo */
+    using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, NW>;
+    constexpr int NS = ST::NS;
+    const ST tiles;
+    float Sf[4][4] = {};
+    const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+    if constexpr (REG) tiles.load(Sf, p, h0, sbase, v0);
+    else state_from<BVT>(St, lds, Kp, p, h0, sbase, v0);
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+    constexpr int CR = REG ? MAXBT : 0, CK = REG ? KPC : 0, CV = REG ? BVT : 0; /* compile-time copy shapes */
+    auto issue_k = [&](T *dst, const ChunkInfo &cj) {
+        copy_tile_k<T, CR, CK, NT>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+    };
+    auto issue_v = [&](const ChunkInfo &cj) {
+        copy_tile_k<T, CR, CV, NT>(Vs, ldvt, BT, BVT, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n,
+                                             v0, p.V);
+        if (VEC && wg)
+            copy_tile_k<T, CR, CV, NT>(Ws, ldvt, BT, BVT, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
+                                                 cj.n, v0, p.V);
+    };
+    auto issue_nn = [&](float *dst, const float *src, int cj) {
+        copy_tile_k<float, CR, CR, NT>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0,
+                                                 BT);
+    };
+    auto issue_gb = [&](int buf, int cj) {
+        copy_tile<float>(GBs + buf * 2 * MAXBT, 2 * BT, 1, 2 * BT, GB + ((size_t)cj * p.HV + hv) * 2 * BT, 2 * BT, 1, 0,
+                         2 * BT);
+        if (VEC) copy_tile<float>(lam + buf * Kp, Kp, 1, Kp, vo.lam + ((size_t)cj * p.HV + hv) * Kp, Kp, 1, 0, Kp);
+    };
+    auto issue_f = [&](FT *dst, const void *src, int cj) { /* VEC: a precomputed factor tile */
+        copy_tile_k<FT, CR, CK, NT>(dst, ldfe, BT, Kp, static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp,
+                                              Kp, BT, 0, Kp);
+    };
+    const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
+    if (c_begin < c_end) {
+        const ChunkInfo c0i = p.ctab[c_begin];
+        if (VEC) {
+            issue_f(Es, vo.E, c_begin);
+            issue_f(Fs, vo.F, c_begin);
+        } else {
+            issue_k(K0, c0i);
+        }
+        issue_v(c0i);
+        issue_nn(As, A, c_begin);
+        issue_gb(0, c_begin);
+    }
+    int kb = 0, cur = 0;
+    for (int c = c_begin; c < c_end; c++) {
+        const ChunkInfo ci = p.ctab[c];
+        const int n = ci.n;
+        const bool has_next = c + 1 < c_end;
+        ChunkInfo cn = ci;
+        if (has_next) cn = p.ctab[c + 1];
+        const size_t ch = (size_t)c * p.HV + hv;
+        T *Ks = kb ? K1 : K0;
+        const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
+        if constexpr (BF) tiles.spill(Sf, Sh, Sl, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
+        else if constexpr (REG) tiles.spill(Sf, St, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
+        cp_async_wait();
+        __syncthreads();
+        if (has_next) {
+            issue_gb(cur ^ 1, c + 1);
+            if (!VEC) issue_k(kb ? K0 : K1, cn);
+        }
+        if (!REG && Sc) store_state_tile<BVT>(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
+        /* X = Z − E S,  Z = β v (w ⊙ v for GDN2); scalar gates: E = diag(βγ) K, applied here to (K S)_ij = cc */
+        auto put_x = [&](int i, int j, float cc) {
+            const float x = ldf(Vs + i * ldvt + j);
+            Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - expf(Gs[i]) * cc);
+        };
+        if constexpr (BF) {
+            /* warp w: rows 16·(w % 4), BVT/(NW/4) columns from (w / 4)·BVT/(NW/4) */
+            constexpr int NSX = BVT / (NW / 4) / 8;
+            const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
+            float acc[4][4] = {};
+            bf_mma<NSX, false, false, 2>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
+            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s, int e) { put_x(i, j, acc[s][e]); });
+        } else if (VEC) {
+            bgemm<NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, put_x);
+        } else {
+            bgemm<NW>(BT, BVT, Kp, Ks, ldk, 1, St, 1, lds, put_x);
+        }
+        __syncthreads();
+        if (VEC && has_next) issue_f(Es, vo.E, c + 1);
+        /* R = A X: stored as is (for the output and the pullback); kept on chip as diag(e^{G_n − G_j}) R
+         * for scalar gates, the row scaling that turns Kᵀ into Fᵀ */
+        const float gl = Gs[n - 1];
+        float *Rc = Rout ? Rout + ch * BT * p.V + v0 : nullptr;
+        bgemm<NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
+            if (Rc && i < n && v0 + j < p.V) Rc[(size_t)i * p.V + j] = cc;
+            const float r = VEC ? cc : (i < n ? expf(gl - Gs[i]) * cc : 0.f);
+            if constexpr (BF) st_hilo(Rh, scan_lo(Rl), j * LDX + i, r);
+            else Rt[j * LDX + i] = r;
+        });
+        __syncthreads();
+        if (has_next) {
+            issue_nn(As, A, c + 1);
+            issue_v(cn);
+        }
+        if constexpr (REG) {
+            /* S ← Λ S + Fᵀ R in the registers. Scalar gates need no barrier after it: the next chunk's
+             * K goes to the other buffer, and St / Rt are rewritten only after the next barriers */
+            const int r = tiles.row_lo();
+            tiles.scale_rows(Sf, VEC ? lm[r] : expf(gl), VEC ? lm[r + 8] : expf(gl));
+            const T *FR = VEC ? Fs : Ks; /* on this path the factor type is T */
+            if constexpr (BF) bf_mma<NS, true, false, SCAN_KI<NS>>(Sf, MAXBT, FR, VEC ? ldfe : ldk, tiles.i0, Rh, scan_lo(Rl), LDX, tiles.j0);
+            else pf_mma<NS, false, true>(Sf, BT, FR, 1, VEC ? ldfe : ldk, Rt, 1, LDX, tiles.i0, tiles.j0);
+            if constexpr (VEC) {
+                __syncthreads();
+                if (has_next) issue_f(Fs, vo.F, c + 1);
+            } else {
+                kb ^= 1;
+            }
+        } else if (VEC) {
+            /* S ← Diag(γ_n) S + Fᵀ R */
+            bgemm<NW>(Kp, BVT, BT, Fs, 1, ldfe, Rt, 1, LDX, [&](int i, int j, float cc) {
+                St[j * lds + i] = lm[i] * St[j * lds + i] + cc;
+            });
+            __syncthreads();
+            if (has_next) issue_f(Fs, vo.F, c + 1);
+        } else {
+            /* S ← Λ S + Kᵀ diag(e^{G_n − G_j}) R */
+            const float gn = expf(gl);
+            bgemm<NW>(Kp, BVT, BT, Ks, 1, ldk, Rt, 1, LDX, [&](int i, int j, float cc) {
+                St[j * lds + i] = gn * St[j * lds + i] + cc;
+            });
+            __syncthreads();
+            kb ^= 1;
+        }
+        cur ^= 1;
+    }
+    if (REG && ht) tiles.save(Sf, p, ht, sbase, v0);
+    else if (ht) state_to<BVT>(St, lds, p, ht, sbase, v0);
+}
+
+template <class T, bool VEC, int KPC, int BVT> inline size_t state_scan_smem(const Prob &p, const VecOps &vo) {
+    using FT = factor_t<T>;
+    size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) + (size_t)MAXBT * LDA + 2 * (size_t)BVT * LDX + 4 * MAXBT) +
+                  sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);
+    if (VEC)
+        smem += sizeof(float) * 2 * p.Kp + sizeof(T) * (vo.w ? (size_t)MAXBT * scan_ldvt<T>(BVT) : 0) +
+                sizeof(FT) * 2 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
+    else
+        smem += sizeof(T) * 2 * (size_t)MAXBT * scan_ldk<T>(p.Kp);
+    return smem;
+}
+
+} // namespace rewy_cuda
+#endif
