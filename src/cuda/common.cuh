@@ -641,6 +641,25 @@ struct ScanBlock {
         return {sh / p.HV, sh % p.HV, (b % nvt) * BVT};
     }
 };
+/* The copies of chunk cj's tiles that both scans take (cp.async; CR > 0: the fast path's compile-time
+ * shapes): an n×n tile (A or C_q), the G/β table and, for vector gates (VEC), Λ = γ_n, a factor tile
+ * (E, F or Q_g) */
+template <int CR, int NT>
+__device__ __forceinline__ void scan_copy_nn(float *dst, const float *src, const Prob &p, int hv, int BT, int cj) {
+    copy_tile_k<float, CR, CR, NT>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
+}
+template <bool VEC>
+__device__ __forceinline__ void scan_copy_gates(float *gb, float *lam, const float *GB, const float *vlam, const Prob &p,
+                                                int hv, int BT, int Kp, int cj) {
+    copy_tile<float>(gb, 2 * BT, 1, 2 * BT, GB + ((size_t)cj * p.HV + hv) * 2 * BT, 2 * BT, 1, 0, 2 * BT);
+    if (VEC) copy_tile<float>(lam, Kp, 1, Kp, vlam + ((size_t)cj * p.HV + hv) * Kp, Kp, 1, 0, Kp);
+}
+template <class FT, int CR, int CK, int NT>
+__device__ __forceinline__ void scan_copy_factor(FT *dst, int ldfe, const void *src, const Prob &p, int hv, int BT,
+                                                 int Kp, int cj) {
+    copy_tile_k<FT, CR, CK, NT>(dst, ldfe, BT, Kp, static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp, Kp,
+                                BT, 0, Kp);
+}
 inline dim3 scan_grid(const Prob &p, int bvt) { return dim3((unsigned)p.N * p.HV * ceil_div(p.V, bvt)); }
 
 /* Calls f(KPC, BVT) (integral constants) with the scans' fast-path K (with_fast_kp) and value tile

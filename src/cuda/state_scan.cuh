@@ -79,18 +79,12 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             copy_tile_k<T, CR, CV, NT>(Ws, ldvt, BT, BVT, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
                                                  cj.n, v0, p.V);
     };
-    auto issue_nn = [&](float *dst, const float *src, int cj) {
-        copy_tile_k<float, CR, CR, NT>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0,
-                                                 BT);
-    };
+    auto issue_nn = [&](float *dst, const float *src, int cj) { scan_copy_nn<CR, NT>(dst, src, p, hv, BT, cj); };
     auto issue_gb = [&](int buf, int cj) {
-        copy_tile<float>(GBs + buf * 2 * MAXBT, 2 * BT, 1, 2 * BT, GB + ((size_t)cj * p.HV + hv) * 2 * BT, 2 * BT, 1, 0,
-                         2 * BT);
-        if (VEC) copy_tile<float>(lam + buf * Kp, Kp, 1, Kp, vo.lam + ((size_t)cj * p.HV + hv) * Kp, Kp, 1, 0, Kp);
+        scan_copy_gates<VEC>(GBs + buf * 2 * MAXBT, lam + buf * Kp, GB, vo.lam, p, hv, BT, Kp, cj);
     };
     auto issue_f = [&](FT *dst, const void *src, int cj) { /* VEC: a precomputed factor tile */
-        copy_tile_k<FT, CR, CK, NT>(dst, ldfe, BT, Kp, static_cast<const FT *>(src) + ((size_t)cj * p.HV + hv) * BT * Kp,
-                                              Kp, BT, 0, Kp);
+        scan_copy_factor<FT, CR, CK, NT>(dst, ldfe, src, p, hv, BT, Kp, cj);
     };
     const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
     if (c_begin < c_end) {
