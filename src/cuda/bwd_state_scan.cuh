@@ -1,5 +1,6 @@
-/* bwd_state_scan.cuh (the block; its launch: bwd_state_scan.cu): the reverse chunk scan (MATH §3, §4b (1), §5), per (sequence, value head, tile of
- * 16, 32 or 64 value columns: scan_bv), chunks in reverse order, S̄ (K × tile, fp32) carried across chunks:
+/* bwd_state_scan.cuh (one block's work; the launches: bwd_state_scan.cu): the reverse chunk scan (MATH §3,
+ * §4b (1), §5), per (sequence, value head, tile of 16, 32 or 64 value columns: scan_bv), chunks in reverse
+ * order, S̄ (K × tile, fp32) carried across chunks:
  *   store S̄⁺ (gradient of the chunk's outgoing state) for the pullback
  *   R̄  = C_qᵀ Ō + F S̄⁺             both uses of R
  *   P  = Aᵀ R̄                        ReWY product (1), shared by the scan and the pullback

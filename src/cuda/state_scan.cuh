@@ -1,10 +1,11 @@
-/* state_scan.cuh (the block; its launch: state_scan.cu): the forward chunk scan (MATH §2):
+/* state_scan.cuh (one block's work; the launch: state_scan.cu, and bwd_state_scan.cu's pair with the
+ * reverse scan under policy R): the forward chunk scan (MATH §2):
  *   store S_c (the chunk's incoming state) and
  *   R   = A (Z − E S)          (= U − W S without forming W, U)
  *   S  ← Λ S + Fᵀ R             F_j = k_j ⊙ e^{G_n − G_j}
  * The output O = Q_g S_c + C_q R is output.cu's, in parallel over chunks afterwards.
- * One block per (sequence, value head, tile of 16, 32 or 64 value columns: scan_bv); the state tile S (fp32) lives in
- * shared memory across the chunks of its sequence. Columns of S are independent, so V tiles run in
+ * One block per (sequence, value head, tile of 16, 32 or 64 value columns: scan_bv); the state tile S
+ * (fp32) is carried across the chunks of its sequence. Columns of S are independent, so V tiles run in
  * parallel. The backward (policy R) runs the same scan to recompute S_c and R.
  *
  * Two gate kinds, one kernel:
