@@ -234,9 +234,20 @@ def flop_model(op, B, T, H, K, V, n=64):
     }
 
 
-def bytes_model(op, B, T, H, K, V, n=64, bv=32, bk=32):
+def scan_bv(B, H, V, sms):
+    """The scans' value tile, as the library's scan_bv (common.cuh) picks it for B sequences of H heads."""
+    sh = B * H
+    if 4 * sh * math.ceil(V / 64) >= 3 * sms:
+        return 64
+    return 16 if sh * math.ceil(V / 32) < sms else 32
+
+
+def bytes_model(op, B, T, H, K, V, n=64, bv=None, bk=32):
     """Approximate DRAM/L2 bytes moved by each kernel (bf16 inputs, fp32 A/C_q/R/P, bf16 chunk
-    states), counting each V-tile's reload of the K-side tiles."""
+    states), counting each V-tile's reload of the K-side tiles (bv: the scans' value tile; None:
+    the library's choice on this GPU)."""
+    if bv is None:
+        bv = scan_bv(B, H, V, torch.cuda.get_device_properties(0).multi_processor_count)
     NC = B * H * math.ceil(T / n)
     nvt, nvo = math.ceil(V / bv), math.ceil(V / 64)
     kt, nn = n * K * 2, n * n * 4
