@@ -19,9 +19,9 @@
  * workspace or saved buffer. Layouts (each region 256-B aligned; ⟨⟩: the operator's regions):
  *
  * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ | A fp32 [NC*HV][BT][BT]
- *          policy A: + C_q fp32 [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R fp32 [NC*HV][BT][V]
+ *          policy A: + C_q fp32 [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
  * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved); at least 256 B
- * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) fp32 [NC*HV][BT][V]
+ * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
  *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩
  *
  * The operators' regions are in the file-top comments of cuda_backend.cu and vec_backend.cu, next to
@@ -62,7 +62,7 @@ template <class Op> Layout plan(const rewy_config *c) {
     const OpRegions r = Op::regions(c, g);
     L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
-    const size_t st = chh * c->K * c->V * sizeof(state_t), rv = chh * L.BT * c->V * sizeof(float);
+    const size_t st = chh * c->K * c->V * sizeof(state_t), rv = chh * L.BT * c->V * sizeof(rp_t);
     const bool polA = c->policy == REWY_POLICY_A;
     size_t o = 0;
     auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R) { /* saved under policy A, else both workspaces */
@@ -131,7 +131,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     ScanGates sg;
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s));
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
-    float *R = polA ? at<float>(a->saved, L.R) : at<float>(a->workspace, L.fR);
+    rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
     REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, Sc, R, s));
     REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
     return REWY_OK;
@@ -148,21 +148,21 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
     const float *A = at<const float>(a->saved, L.A);
     const float *Cq;
     const state_t *Sc;
-    const float *R;
+    const rp_t *R;
     ScanGates sg;
     state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
-    float *PR = at<float>(a->workspace, L.PR);
+    rp_t *PR = at<rp_t>(a->workspace, L.PR);
     if (polA) {
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, nullptr, Gc, &sg, s));
         Cq = at<const float>(a->saved, L.Cq);
         Sc = at<const state_t>(a->saved, L.Sc);
-        R = at<const float>(a->saved, L.R);
+        R = at<const rp_t>(a->saved, L.R);
         REWY_TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, sg.GB, A, Cq, sg.vo(), a->do_, a->dht, a->dh0, Sbar,
                                        PR, wy, s));
     } else {
         float *cq = at<float>(a->workspace, L.bCq);
         state_t *sc = at<state_t>(a->workspace, L.bSc);
-        float *r = at<float>(a->workspace, L.bR);
+        rp_t *r = at<rp_t>(a->workspace, L.bR);
         /* recompute: C_q only (G and A are saved), then S_c and R by one forward scan without output, paired
          * with the reverse scan (independent of S_c and R) */
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq, Gc, &sg, s));

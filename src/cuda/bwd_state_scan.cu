@@ -8,13 +8,13 @@ namespace rewy_cuda {
 template <class T, bool VEC, int KPC, int BVT>
 __global__ void __launch_bounds__(scan_threads<BVT>())
 bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const float *A, const float *Cq, VecOps vo,
-                      const T *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
+                      const T *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy) {
     bwd_state_scan_block<T, VEC, KPC, BVT>(blockIdx.x, p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy);
 }
 
 template <class T, bool VEC, int KPC, int BVT>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const float *GB, const float *A, const float *Cq,
-                       const VecOps &vo, const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy,
+                       const VecOps &vo, const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
                        cudaStream_t s) {
     const size_t smem = bwd_state_scan_smem<T, VEC, KPC, BVT>(p, vo);
     cudaError_t e = ensure_smem<bwd_state_scan_kernel<T, VEC, KPC, BVT>>(smem);
@@ -33,15 +33,15 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
 template <class T, bool VEC, int KPC, int BVT>
 __global__ void __launch_bounds__(scan_threads<BVT>(), BVT == 64 ? 1 : 2)
 scan_pair_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const float *Cq, VecOps vo,
-                 const float *h0, state_t *Sc, float *R, const T *do_, const float *dht, float *dh0, state_t *Sbar,
-                 float *PR, int wy, int nb) {
+                 const float *h0, state_t *Sc, rp_t *R, const T *do_, const float *dht, float *dh0, state_t *Sbar,
+                 rp_t *PR, int wy, int nb) {
     if ((int)blockIdx.x < nb) bwd_state_scan_block<T, VEC, KPC, BVT>(blockIdx.x, p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy);
     else state_scan_block<T, VEC, KPC, BVT>(blockIdx.x - nb, p, k, v, GB, A, vo, h0, nullptr, Sc, R);
 }
 
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
-                             const float *A, const float *Cq, const VecOps *vo, const float *h0, state_t *Sc, float *R,
-                             const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy,
+                             const float *A, const float *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
+                             const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
                              cudaStream_t s) {
     const VecOps none = {};
     const VecOps &ops = vo ? *vo : none;
@@ -74,7 +74,7 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
 
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
                                   const float *A, const float *Cq, const VecOps *vo, const void *do_,
-                                  const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s) {
+                                  const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s) {
     const VecOps none = {};
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);

@@ -21,7 +21,7 @@ constexpr size_t BSCAN_SHARE_KQ_BYTES = 512;
 template <class T, bool VEC, int KPC, int BVT>
 __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &p, const T *q, const T *k, const float *GB,
                                                      const float *A, const float *Cq, VecOps vo, const T *do_,
-                                                     const float *dht, float *dh0, state_t *Sbar, float *PR, int wy) {
+                                                     const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy) {
     using FT = factor_t<T>;
     constexpr int NT = scan_threads<BVT>(), NW = NT / 32;
     extern __shared__ __align__(16) float sm[];
@@ -159,9 +159,9 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             issue_o(cn);
         }
         /* P = Aᵀ R̄; stored as P (ReWY) or R̄ (WY) for the pullback, kept as βγ⊙P for Eᵀ P (scalar gates) */
-        float *PRc = PR + ch * BT * p.V + v0;
+        rp_t *PRc = PR + ch * BT * p.V + v0;
         bgemm<NW>(BT, BVT, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
-            if (i < n && v0 + j < p.V) PRc[(size_t)i * p.V + j] = wy ? Rbt[j * LDX + i] : cc;
+            if (i < n && v0 + j < p.V) st<rp_t>(PRc + (size_t)i * p.V + j, wy ? Rbt[j * LDX + i] : cc);
             const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * expf(Gs[i]) * cc);
             if constexpr (BF) st_hilo(Ph, scan_lo(Pl), j * LDX + i, pv);
             else Pst[j * LDX + i] = pv;

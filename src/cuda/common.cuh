@@ -80,6 +80,11 @@ typedef __nv_bfloat16 state_t;
 #else
 typedef float state_t;
 #endif
+/* Storage type of the per-token chunk intermediates R (forward scan) and P or R̄ (reverse scan), as
+ * FLA stores its v_new and dv: they are written once and read by the output and the pullback, whose
+ * products with them then run on bf_mma (bf16 operands, fp32 accumulation) and read half the bytes.
+ * They were fp32 before; the scans already rounded them to bf16 for their own products. */
+typedef state_t rp_t;
 
 __device__ __forceinline__ uint32_t to_tf32(float x) {
     uint32_t r;
@@ -466,6 +471,21 @@ __device__ __forceinline__ void copy_tile(T *dst, int ldd, int rows, int ncols, 
     }
 }
 
+/* copy_tile into a tile of another element type (the general kernels' fp32 tiles of R, P): plain loads,
+ * converted; the same as copy_tile when the types agree. Visible to the block after __syncthreads(). */
+template <class D, class S>
+__device__ __forceinline__ void copy_tile_to(D *dst, int ldd, int rows, int ncols, const S *src, size_t rs, int n, int c0,
+                                             int cmax) {
+    if constexpr (std::is_same<D, S>::value) {
+        copy_tile<D>(dst, ldd, rows, ncols, src, rs, n, c0, cmax);
+    } else {
+        for (int e = threadIdx.x; e < rows * ncols; e += blockDim.x) {
+            const int i = e / ncols, j = e - i * ncols;
+            st<D>(dst + i * ldd + j, (i < n && c0 + j < cmax) ? ldf(src + (size_t)i * rs + c0 + j) : 0.f);
+        }
+    }
+}
+
 /* copy_tile for a compile-time ROWS × NCOLS tile (the fast paths' per-chunk tiles): each thread's 16-B
  * vectors sit in one column, NT / (vectors per row) rows apart, so the index arithmetic is done once per
  * tile instead of once per vector (the general loop's division made the copies a fifth of a scan's
@@ -497,24 +517,24 @@ __device__ __forceinline__ void copy_tile_k(T *dst, int ldd, int rows, int ncols
 
 /* The fast pullbacks' V-slab copies (pullback.cu, vec_pullback.cu): the tiles of slab sl named in `set`
  * (bits SL_*) into the buffers slab sl uses, at byte offsets slab[tile][sl & 1] of smc. Slabs are BVS
- * columns wide; fp32 tiles (P or R̄, R) have rows of LDF elements, 16-bit ones (V, Ō, S_c, S̄⁺) LDH.
+ * columns wide; rp_t tiles (P or R̄, R) have rows of LDR elements, input-type ones (V, Ō) and S_c, S̄⁺ LDH.
  * PR, R: [rows][V] per chunk; v, o: token rows of stride rsv; Sc, Sb: [K][V] per chunk; n valid rows. */
 /* slab[t][b] (b = 0, 1) with no runtime array index: indexed at run time, the layout's offset table (a
  * constexpr or a kernel parameter) is copied to local memory (vec_pullback_fast: a 144–160 B stack
  * frame and 16 % more time, measured) */
 __device__ __forceinline__ int slab_at(const int (&slab)[SL_NT][2], int t, int b) { return b ? slab[t][1] : slab[t][0]; }
 
-template <class T, int BVS, int LDF, int LDH, int KS>
+template <class T, int BVS, int LDR, int LDH, int KS>
 __device__ __forceinline__ void copy_slab(char *smc, const int (&slab)[SL_NT][2], unsigned set, int sl, const Prob &p,
-                                          int n, const float *PR, const T *v, const float *R, const T *o,
+                                          int n, const rp_t *PR, const T *v, const rp_t *R, const T *o,
                                           const state_t *Sc, const state_t *Sb, size_t rsv) {
     const int v0 = sl * BVS, b = sl & 1;
-    auto f32 = [&](int t) { return reinterpret_cast<float *>(smc + slab_at(slab, t, b)); };
+    auto rp = [&](int t) { return reinterpret_cast<rp_t *>(smc + slab_at(slab, t, b)); };
     auto in = [&](int t) { return reinterpret_cast<T *>(smc + slab_at(slab, t, b)); };
     auto sta = [&](int t) { return reinterpret_cast<state_t *>(smc + slab_at(slab, t, b)); };
-    if (set & (1u << SL_PR)) copy_tile<float>(f32(SL_PR), LDF, MAXBT, BVS, PR, p.V, n, v0, p.V);
+    if (set & (1u << SL_PR)) copy_tile<rp_t>(rp(SL_PR), LDR, MAXBT, BVS, PR, p.V, n, v0, p.V);
     if (set & (1u << SL_V)) copy_tile<T>(in(SL_V), LDH, MAXBT, BVS, v, rsv, n, v0, p.V);
-    if (set & (1u << SL_R)) copy_tile<float>(f32(SL_R), LDF, MAXBT, BVS, R, p.V, n, v0, p.V);
+    if (set & (1u << SL_R)) copy_tile<rp_t>(rp(SL_R), LDR, MAXBT, BVS, R, p.V, n, v0, p.V);
     if (set & (1u << SL_O)) copy_tile<T>(in(SL_O), LDH, MAXBT, BVS, o, rsv, n, v0, p.V);
     if (set & (1u << SL_SC)) copy_tile<state_t>(sta(SL_SC), LDH, KS, BVS, Sc, p.V, p.K, v0, p.V);
     if (set & (1u << SL_SB)) copy_tile<state_t>(sta(SL_SB), LDH, KS, BVS, Sb, p.V, p.K, v0, p.V);
@@ -555,14 +575,14 @@ __device__ __forceinline__ void slab_top(Issue &issue, unsigned db, int sl, int 
 
 /* Slab sl's buffers of those tiles (buffer b = sl & 1), as copy_slab filled them */
 template <class T> struct SlabTiles {
-    float *PR;
-    const float *R;
+    rp_t *PR;
+    const rp_t *R;
     const T *O, *V;
     const state_t *Sc, *Sb;
 };
 template <class T> __device__ __forceinline__ SlabTiles<T> slab_tiles(char *smc, const int (&slab)[SL_NT][2], int b) {
     auto at = [&](int t) { return smc + slab_at(slab, t, b); };
-    return {reinterpret_cast<float *>(at(SL_PR)), reinterpret_cast<const float *>(at(SL_R)),
+    return {reinterpret_cast<rp_t *>(at(SL_PR)), reinterpret_cast<const rp_t *>(at(SL_R)),
             reinterpret_cast<const T *>(at(SL_O)), reinterpret_cast<const T *>(at(SL_V)),
             reinterpret_cast<const state_t *>(at(SL_SC)), reinterpret_cast<const state_t *>(at(SL_SB))};
 }

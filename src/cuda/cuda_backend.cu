@@ -48,7 +48,7 @@ struct ScalarGates {
     }
 
     static cudaError_t pullback(const Prob &p, const rewy_bwd_params *a, const float *GB, const float *A,
-                                const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, bool wy,
+                                const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, bool wy,
                                 float *Wbar, float *acc, cudaStream_t s) {
         const rewy_config *c = &a->cfg;
         return launch_pullback(p, c->dtype, a->q, a->k, a->v, a->beta, GB, A, a->do_, Sc, Sbar, R, PR, wy,

@@ -21,26 +21,26 @@ cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, cons
  * Sc / R / ht NULL: not stored. vo NULL: scalar gates (E, F from k and GB); else the vector-gate
  * operands (KDA, GDN2). */
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
-                              const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, float *R,
+                              const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
                               cudaStream_t s);
 
 /* output.cu: O = Q_g S_c + C_q R per chunk, in parallel (after the scan stored S_c and R).
  * vo NULL: scalar gates (Q_g from q and GB); else Q_g from the vector-gate operands. */
 cudaError_t launch_output(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const float *Cq,
-                          const state_t *Sc, const float *R, const VecOps *vo, void *o, cudaStream_t s);
+                          const state_t *Sc, const rp_t *R, const VecOps *vo, void *o, cudaStream_t s);
 
 /* bwd_state_scan.cu: reverse scan: R̄ = C_qᵀŌ + F S̄⁺, P = AᵀR̄, S̄ = Q_gᵀŌ + ΛS̄⁺ − EᵀP.
  * Stores S̄⁺ per chunk, and P (ReWY) or R̄ (WY) per chunk; dh0 when not NULL.
  * vo NULL: scalar gates (F, Q_g, E from k, q and GB); else the vector-gate operands. */
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
                                   const float *A, const float *Cq, const VecOps *vo, const void *do_,
-                                  const float *dht, float *dh0, state_t *Sbar, float *PR, int wy, cudaStream_t s);
+                                  const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s);
 
 /* bwd_state_scan.cu: policy R's recompute scan (launch_state_scan with ht NULL) and the reverse scan
  * (launch_bwd_state_scan), in one launch where their tiles allow it, else one after the other. */
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
-                             const float *A, const float *Cq, const VecOps *vo, const float *h0, state_t *Sc, float *R,
-                             const void *do_, const float *dht, float *dh0, state_t *Sbar, float *PR, int wy,
+                             const float *A, const float *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
+                             const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
                              cudaStream_t s);
 
 /* pullback.cu: per chunk, the local pullback (ReWY: 3 products, or the 7-product WY graph) fused with
@@ -49,7 +49,7 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
  * acc: GVA scratch 2×[NC*H][BT][Kp] (used only when HV > H). */
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                             const void *beta, const float *GB, const float *A, const void *do_,
-                            const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, int wy,
+                            const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,
                             float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, float *dg,
                             cudaStream_t s);
 

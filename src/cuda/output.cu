@@ -21,7 +21,7 @@ constexpr int OLDS = OBV + 8; /* state_t [Kp][OLDS] tile */
 
 template <class T, bool VEC>
 __global__ void __launch_bounds__(OUT_THREADS)
-output_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_t *Sc, const float *R,
+output_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_t *Sc, const rp_t *R,
               const factor_t<T> *Qg, T *o) {
     using QT = typename std::conditional<VEC, factor_t<T>, T>::type;
     extern __shared__ __align__(16) float sm[];
@@ -45,7 +45,7 @@ output_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_
                       (size_t)p.H * p.K, n, 0, p.K);
     copy_tile<state_t>(Ss, OLDS, Kp, OBV, Sc + ch * p.K * p.V, p.V, p.K, v0, p.V);
     copy_tile<float>(Cs, LDA, BT, BT, Cq + ch * BT * BT, BT, BT, 0, BT);
-    copy_tile<float>(Rs, OLD, BT, OBV, R + ch * BT * p.V, p.V, n, v0, p.V);
+    copy_tile_to(Rs, OLD, BT, OBV, R + ch * BT * p.V, p.V, n, v0, p.V);
     if (!VEC) copy_tile<float>(Gs, 2 * BT, 1, 2 * BT, GB + ch * 2 * BT, 2 * BT, 1, 0, 2 * BT);
     cp_async_wait();
     __syncthreads();
@@ -62,7 +62,7 @@ output_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_
 
 /* ==== The fast path: 2-byte inputs, chunk 64, K ≤ 128 (KS = 64 or 128), V a multiple of 8 ====
  * One block of 8 warps per (chunk, value head). Q_g ([64][KS], input type) and C_q ([64][64] fp32)
- * are loaded once; S_c ([KS][64] state_t) and R ([64][64] fp32) come in 64-column V slabs,
+ * are loaded once; S_c ([KS][64] state_t) and R ([64][64] rp_t) come in 64-column V slabs,
  * double-buffered (slab s+1 is copied with cp.async while slab s is computed). Per slab, warp w
  * owns the 16×32 tile of O at rows 16(w%4)…, columns 32(w/4)… and accumulates it in registers:
  *   acc = C_q R                                   (pf_mma)
@@ -77,9 +77,9 @@ constexpr int OF_THREADS = 256;
 constexpr int OF_NW = OF_THREADS / 32;
 constexpr int OF_BV = 64;                /* V slab */
 constexpr int OF_NS = OF_BV / 2 / 8;     /* 8-column blocks per warp: 4 row tiles × 2 column halves */
-constexpr int OF_LDR = OF_BV + 4;        /* R slab [64][68] fp32: B pair rows 2t, 2t+1 → banks 8t + g */
-/* S_c slab [KS][..]: 72 16-bit (banks 8t + g/2) or 68 fp32 (banks 8t + g) */
+/* S_c and R slabs [KS or 64][..]: 72 16-bit (banks 8t + g/2) or 68 fp32 (banks 8t + g) */
 constexpr int OF_LDS = sizeof(state_t) == 4 ? OF_BV + 4 : OF_BV + 8;
+constexpr int OF_LDR = sizeof(rp_t) == 4 ? OF_BV + 4 : OF_BV + 8;
 static_assert(OF_NW == 8 && OF_NS == 4, "warp tiling of the 64×64 slab: 4 row tiles × 2 column halves");
 
 /* byte offsets of the fast output kernel's shared memory (every tile row a multiple of 16 B) */
@@ -92,7 +92,7 @@ __host__ __device__ inline OfLayout of_layout(int KS) {
     L.Qs = o; o += MAXBT * (KS + 8) * 2;           /* Q_g or q [64][KS+8], 2-byte */
     L.Cs = o; o += MAXBT * LDA * 4;                /* C_q [64][72] fp32 */
     L.Ss = o; o += KS * OF_LDS * (int)sizeof(state_t);  /* S_c slab [KS][OF_LDS] state_t */
-    L.Rs = o; o += MAXBT * OF_LDR * 4;                  /* R slab [64][68] fp32 */
+    L.Rs = o; o += MAXBT * OF_LDR * (int)sizeof(rp_t); /* R slab [64][OF_LDR] rp_t */
     L.buf = o - L.Ss;
     o += L.buf;                                         /* the second slab buffer */
     L.total = o;
@@ -101,7 +101,7 @@ __host__ __device__ inline OfLayout of_layout(int KS) {
 
 template <class T, bool VEC, int KS>
 __global__ void __launch_bounds__(OF_THREADS)
-output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_t *Sc, const float *R,
+output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_t *Sc, const rp_t *R,
                    const T *Qg, T *o) {
     static_assert(sizeof(T) == 2 && (KS == 64 || KS == 128), "fast output: 2-byte inputs, KS = 64 or 128");
     extern __shared__ __align__(16) char smc[];
@@ -115,12 +115,12 @@ output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const s
     T *Qs = reinterpret_cast<T *>(smc + L.Qs);
     float *Cs = reinterpret_cast<float *>(smc + L.Cs);
     const state_t *Scc = Sc + ch * p.K * p.V;
-    const float *Rc = R + ch * MAXBT * p.V;
+    const rp_t *Rc = R + ch * MAXBT * p.V;
 
     /* S_c rows [0, K) (rows K..KS zero), R rows [0, n) (rows ≥ n zero), columns [v0, v0+64) ∩ [0, V) */
     auto load_slab = [&](int v0, int b) {
         copy_tile<state_t>(reinterpret_cast<state_t *>(smc + L.Ss + b * L.buf), OF_LDS, KS, OF_BV, Scc, p.V, p.K, v0, p.V);
-        copy_tile<float>(reinterpret_cast<float *>(smc + L.Rs + b * L.buf), OF_LDR, MAXBT, OF_BV, Rc, p.V, n, v0, p.V);
+        copy_tile<rp_t>(reinterpret_cast<rp_t *>(smc + L.Rs + b * L.buf), OF_LDR, MAXBT, OF_BV, Rc, p.V, n, v0, p.V);
         cp_async_commit();
     };
     /* group 0: Q (rows ≥ n and features ≥ K zero; Q_g is zero there already), C_q, slab 0 */
@@ -155,7 +155,7 @@ output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const s
         }
         __syncthreads();
         const state_t *Ss = reinterpret_cast<const state_t *>(smc + L.Ss + b * L.buf);
-        const float *Rs = reinterpret_cast<const float *>(smc + L.Rs + b * L.buf);
+        const rp_t *Rs = reinterpret_cast<const rp_t *>(smc + L.Rs + b * L.buf);
         float acc[4][4] = {};
         /* C_q R: A(i, k) = Cs[i*LDA + k], B(k, j) = Rs[k*OF_LDR + j] */
         pf_mma<OF_NS, true, false>(acc, MAXBT, Cs, LDA, 1, Rs, OF_LDR, 1, i0, j0);
@@ -181,7 +181,7 @@ output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const s
 
 template <class T, bool VEC>
 static cudaError_t run(const Prob &p, const void *q, const float *GB, const float *Cq, const state_t *Sc,
-                       const float *R, const void *Qg, void *o, cudaStream_t s) {
+                       const rp_t *R, const void *Qg, void *o, cudaStream_t s) {
     using QT = typename std::conditional<VEC, factor_t<T>, T>::type;
     if constexpr (sizeof(T) == 2) {
         /* the fast path (see output_fast_kernel) where its tiles apply and its shared memory fits */
@@ -211,7 +211,7 @@ static cudaError_t run(const Prob &p, const void *q, const float *GB, const floa
 }
 
 cudaError_t launch_output(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const float *Cq,
-                          const state_t *Sc, const float *R, const VecOps *vo, void *o, cudaStream_t s) {
+                          const state_t *Sc, const rp_t *R, const VecOps *vo, void *o, cudaStream_t s) {
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);
         return vo ? run<T, true>(p, q, GB, Cq, Sc, R, vo->Qg, o, s) : run<T, false>(p, q, GB, Cq, Sc, R, nullptr, o, s);

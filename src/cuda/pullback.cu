@@ -94,7 +94,7 @@ __host__ __device__ inline PbLayout pb_layout(int elem_bytes, int wy, int Kp) {
 template <class T>
 __global__ void __launch_bounds__(PB_THREADS)
 pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A,
-                const T *do_, const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, int wy,
+                const T *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,
                 float *Wbar, float *acc, T *dq, T *dk, T *dv, T *dbeta, float *dg) {
     extern __shared__ __align__(16) float sm[];
     const int c = blockIdx.x, h = blockIdx.y, BT = p.BT, Kp = p.Kp, tid = threadIdx.x;
@@ -141,7 +141,7 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
     for (int r = 0; r < p.G; r++) {
         const int hv = h * p.G + r;
         const size_t ch = (size_t)c * p.HV + hv;
-        const float *Rc = R + ch * BT * p.V, *PRc = PR + ch * BT * p.V;
+        const rp_t *Rc = R + ch * BT * p.V, *PRc = PR + ch * BT * p.V;
         const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
         const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
         float *Wc = wsm ? Wsm : Wbar + ch * BT * Kp;
@@ -168,8 +168,8 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
         for (int v0 = 0; v0 < p.V; v0 += PBV) {
             copy_tile<T>(Ot, PLDVT, BT, PBV, doc, rsv, n, v0, p.V);
             copy_tile<T>(Vt, PLDVT, BT, PBV, vc, rsv, n, v0, p.V);
-            copy_tile<float>(Rt, PLDV, BT, PBV, Rc, p.V, n, v0, p.V);
-            copy_tile<float>(wy ? Bt : Pt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
+            copy_tile_to(Rt, PLDV, BT, PBV, Rc, p.V, n, v0, p.V);
+            copy_tile_to(wy ? Bt : Pt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
             cp_async_wait();
             __syncthreads();
             if (wy) {
@@ -204,7 +204,7 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
         if (wy) {
             for (int k0 = 0; k0 < Kp; k0 += bk) {
                 for (int v0 = 0; v0 < p.V; v0 += PBV) {
-                    copy_tile<float>(Bt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
+                    copy_tile_to(Bt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
                     copy_tile<state_t>(Sct, PLDVT, bk, PBV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
                     cp_async_wait();
                     __syncthreads();
@@ -261,8 +261,8 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
             };
             for (int v0 = 0; v0 < p.V; v0 += PBV) {
                 copy_tile<T>(Ot, PLDVT, BT, PBV, doc, rsv, n, v0, p.V);
-                copy_tile<float>(Rt, PLDV, BT, PBV, Rc, p.V, n, v0, p.V);
-                if (!wy) copy_tile<float>(Pt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
+                copy_tile_to(Rt, PLDV, BT, PBV, Rc, p.V, n, v0, p.V);
+                if (!wy) copy_tile_to(Pt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
                 copy_tile<state_t>(Sct, PLDVT, bk, PBV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
                 copy_tile<state_t>(Sbt, PLDVT, bk, PBV, Sbc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
                 cp_async_wait();
@@ -415,15 +415,31 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
  * A copy into a buffer is thus always issued after the barrier that ends its previous reads (B3 of
  * the slab before for the top's copies, B2 of this slab for the early ones), and read only after the
  * B1 that follows the wait on its group. The last slab issues nothing, so no copy is in flight when Γ …
- * (and W̄, Ā, T in WY) go over region X after the loop's final B3. At K = 128 on an H200 (232,448 B)
- * ReWY double-buffers all six tiles (221,312 B); WY has the extra R̄ → P tile and A, so its early tiles
- * (R̄, V) keep one buffer and take the next slab's copy at B2 (229,504 B). At K = 64 both double-buffer
- * everything. A device with less shared memory (A100: 166,912 B) takes a smaller set or single buffers. */
+ * (and W̄, Ā, T in WY) go over region X after the loop's final B3. With bf16 P (or R̄) and R (rp_t) and
+ * bf16 Γ tiles, both algorithms double-buffer all six tiles at K = 128 on an H200 (232,448 B): ReWY
+ * 188,544 B, WY 215,168 B (with the extra R̄ → P tile and A); at K = 64 133,248 and 159,872 B. A device
+ * with less shared memory (A100: 166,912 B) takes a smaller set or single buffers.
+ * Operand types: every V-slab product but WY's R̄ Zᵀ (β_j scaling later) has bf16 operands for bf16 inputs
+ * (P, R: rp_t; Ō, V, S_c, S̄⁺) and runs on bf_mma; so do the four K-side products with bf16 Γ tiles
+ * (pf_gam_t). fp16 inputs take tf32 products (pf_mma's fallback). */
 constexpr int PF_THREADS = 512;
 constexpr int PF_NW = PF_THREADS / 32;
 constexpr int PF_BV = 64;          /* V slab */
 constexpr int PF_LDF = PF_BV + 4;  /* fp32 [64][68] tiles (also the n×n ones) */
 constexpr int PF_LDH = PF_BV + 8;  /* 16-bit [rows][72] tiles */
+constexpr int PF_LDR = sizeof(rp_t) == 2 ? PF_LDH : PF_LDF; /* rp_t tiles: P (or R̄), R */
+/* Γ, Γ_βᵀ, Γ_H', Γ_H'ᵀ, the n×n coefficients of the four K-side products, are formed in fp32 registers and
+ * stored for those products in bf16 when the inputs are bf16, as FLA rounds its ds, dA to the input type
+ * before its products with K and Q: the products then run on bf_mma. -DREWY_CUDA_PB_GAMMA_F32 keeps them
+ * fp32 (tf32 products), as do other input types. */
+#ifdef REWY_CUDA_PB_GAMMA_F32
+constexpr bool PB_GAMMA_BF16 = false;
+#else
+constexpr bool PB_GAMMA_BF16 = true;
+#endif
+template <class T>
+using pf_gam_t = typename std::conditional<PB_GAMMA_BF16 && std::is_same<T, __nv_bfloat16>::value, __nv_bfloat16, float>::type;
+template <class T> constexpr int pf_ldg() { return sizeof(pf_gam_t<T>) == 2 ? PF_LDH : PF_LDF; }
 
 constexpr int PF_LDKT = MAXBT + 8; /* Kᵀ, Qᵀ [KS][72] */
 
@@ -436,19 +452,21 @@ struct PfLayout {
     int Gm, Gbt, Hm, Ht, Ab, Tm, Wb;         /* after the V loop, over region X */
     int Kt, Qt, As, sf, total;               /* resident */
 };
-__host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db) {
+__host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db, int gsz) {
     PfLayout L = {};
     const int f = MAXBT * PF_LDF * 4, h = MAXBT * PF_LDH * 2, s = KS * PF_LDH * 2;
-    const int sz[SL_NT] = {f, h, f, h, s, s};
+    const int gm = MAXBT * (gsz == 2 ? PF_LDH : PF_LDF) * gsz; /* a Γ tile (pf_gam_t) */
+    const int r = MAXBT * PF_LDR * (int)sizeof(rp_t);
+    const int sz[SL_NT] = {r, h, r, h, s, s};
     L.db = (int)db;
     int o = place_slabs(L.slab, sz, db, 0);
-    L.Ps = o; o += wy ? f : 0; /* ReWY: P is the PR tile */
+    L.Ps = o; o += wy ? r : 0; /* ReWY: P is the PR tile */
     const int x = o;
     o = 0;
-    L.Gm = o; o += f;
-    L.Gbt = o; o += f;
-    L.Hm = o; o += f;
-    L.Ht = o; o += f;
+    L.Gm = o; o += gm;
+    L.Gbt = o; o += gm;
+    L.Hm = o; o += gm;
+    L.Ht = o; o += gm;
     L.Ab = o; o += wy ? f : 0;
     L.Tm = o; o += wy ? f : 0;
     L.Wb = o; o += wy ? MAXBT * (KS + 4) * 4 : 0;
@@ -462,9 +480,9 @@ __host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db) {
 }
 /* The layout with the most double-buffered V-slab tiles (sl_db_pref order) that fits in `optin`
  * bytes; total = 0 when even single buffering does not fit. */
-inline PfLayout pf_pick(int KS, bool wy, size_t optin) {
+inline PfLayout pf_pick(int KS, bool wy, int gsz, size_t optin) {
     for (int i = 0; i < SL_NPREF; i++) {
-        const PfLayout L = pf_layout(KS, wy, sl_db_pref(i));
+        const PfLayout L = pf_layout(KS, wy, sl_db_pref(i), gsz);
         if ((size_t)L.total <= optin) return L;
     }
     return PfLayout{};
@@ -473,8 +491,8 @@ inline PfLayout pf_pick(int KS, bool wy, size_t optin) {
 template <class T, int KS, bool WY>
 __global__ void __launch_bounds__(PF_THREADS)
 pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const T *do_,
-                     const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, float *acc, T *dq, T *dk,
-                     T *dv, T *dbeta, float *dg, const PfLayout L /* pf_layout(KS, WY, db) */) {
+                     const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, float *acc, T *dq, T *dk,
+                     T *dv, T *dbeta, float *dg, const PfLayout L /* pf_layout(KS, WY, db, sizeof(pf_gam_t<T>)) */) {
     extern __shared__ __align__(16) char smc[];
     constexpr int NSK = KS / 32;     /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
     constexpr int NSN = 2;           /* … in the 64×64 results (16 columns) */
@@ -484,8 +502,10 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     const ChunkInfo ci = p.ctab[c];
     const int n = ci.n, tok0 = ci.tok0;
     if (n == 0) return;
-    float *Gm = reinterpret_cast<float *>(smc + L.Gm), *Gbt = reinterpret_cast<float *>(smc + L.Gbt);
-    float *Hm = reinterpret_cast<float *>(smc + L.Hm), *Ht = reinterpret_cast<float *>(smc + L.Ht);
+    using GT = pf_gam_t<T>;
+    constexpr int LDG = pf_ldg<T>();
+    GT *Gm = reinterpret_cast<GT *>(smc + L.Gm), *Gbt = reinterpret_cast<GT *>(smc + L.Gbt);
+    GT *Hm = reinterpret_cast<GT *>(smc + L.Hm), *Ht = reinterpret_cast<GT *>(smc + L.Ht);
     float *Ab = reinterpret_cast<float *>(smc + L.Ab), *Tm = reinterpret_cast<float *>(smc + L.Tm);
     float *Wb = reinterpret_cast<float *>(smc + L.Wb);
     T *Kt = reinterpret_cast<T *>(smc + L.Kt), *Qt = reinterpret_cast<T *>(smc + L.Qt);
@@ -530,13 +550,13 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     for (int r = 0; r < p.G; r++) {
         const int hv = h * p.G + r;
         const size_t ch = (size_t)c * p.HV + hv;
-        const float *Rc = R + ch * MAXBT * p.V, *PRc = PR + ch * MAXBT * p.V;
+        const rp_t *Rc = R + ch * MAXBT * p.V, *PRc = PR + ch * MAXBT * p.V;
         const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
         const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
         /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
         const int ns = ceil_div(p.V, PF_BV);
         auto issue = [&](unsigned set, int sl) {
-            copy_slab<T, PF_BV, PF_LDF, PF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
+            copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
         };
         const unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
 
@@ -570,11 +590,11 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             const int v0 = sl * PF_BV, b = sl & 1;
             slab_top(issue, (unsigned)L.db, sl, ns);
             const auto [Prs, Rs, Os, Vs, Scs, Sbs] = slab_tiles<T>(smc, L.slab, b); /* slab sl's tiles */
-            const float *Xs = Prs;                                               /* WY: R̄ */
-            float *Ps = WY ? reinterpret_cast<float *>(smc + L.Ps) : Prs;        /* P */
+            const rp_t *Xs = Prs;                                              /* WY: R̄ */
+            rp_t *Ps = WY ? reinterpret_cast<rp_t *>(smc + L.Ps) : Prs;        /* P */
             if (WY) { /* P = Aᵀ R̄ */
-                bgemm<PF_NW>(MAXBT, PF_BV, MAXBT, As, 1, PF_LDF, Xs, PF_LDF, 1,
-                             [&](int i, int j, float cc) { Ps[i * PF_LDF + j] = cc; });
+                bgemm<PF_NW>(MAXBT, PF_BV, MAXBT, As, 1, PF_LDF, Xs, PF_LDR, 1,
+                             [&](int i, int j, float cc) { st<rp_t>(Ps + i * PF_LDR + j, cc); });
                 __syncthreads();
             }
             { /* dv = β P and ⟨P, v⟩: eight columns per thread, eight threads per row */
@@ -585,7 +605,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                     T *o8 = reinterpret_cast<T *>(&pk);
 #pragma unroll
                     for (int m = 0; m < 8; m++) {
-                        const float pv = Ps[i * PF_LDF + j + m];
+                        const float pv = ldf(Ps + i * PF_LDR + j + m);
                         st<T>(o8 + m, bs[i] * pv);
                         s += pv * ldf(Vs + i * PF_LDH + j + m);
                     }
@@ -599,11 +619,11 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             for (int e = tid; e < KS * PF_BV; e += PF_THREADS) /* ⟨S̄⁺, S_c⟩ for Ḡ_n */
                 lam += ldf(Scs + (e / PF_BV) * PF_LDH + e % PF_BV) * ldf(Sbs + (e / PF_BV) * PF_LDH + e % PF_BV);
             if (WY) {
-                pf_mma<NSN, true, true>(Dh, PF_BV, Xs, PF_LDF, 1, Vs, 1, PF_LDH, i0, jn);   /* R̄ Zᵀ (β_j later) */
-                pf_mma<NSK, true, true>(Bh, PF_BV, Xs, PF_LDF, 1, Scs, 1, PF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
+                pf_mma<NSN, true, true>(Dh, PF_BV, Xs, PF_LDR, 1, Vs, 1, PF_LDH, i0, jn);   /* R̄ Zᵀ (β_j later) */
+                pf_mma<NSK, true, true>(Bh, PF_BV, Xs, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
             } else {
-                pf_mma<NSN, true, true>(Dh, PF_BV, Ps, PF_LDF, 1, Rs, 1, PF_LDF, i0, jn);   /* P Rᵀ */
-                pf_mma_rows<NSK, true, true>(Bh, -gam_lo, -gam_hi, PF_BV, Ps, PF_LDF, 1, Scs, 1, PF_LDH, i0, jk);
+                pf_mma<NSN, true, true>(Dh, PF_BV, Ps, PF_LDR, 1, Rs, 1, PF_LDR, i0, jn);   /* P Rᵀ */
+                pf_mma_rows<NSK, true, true>(Bh, -gam_lo, -gam_hi, PF_BV, Ps, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);
             }
             if (one_early) {
                 __syncthreads(); /* B2: PR, V (and WY's P) are read no more in this slab */
@@ -611,9 +631,9 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                 cp_async_commit();
             }
             /* second half: R, Ō, S_c, S̄⁺ only */
-            pf_mma<NSN, true, true>(Hh, PF_BV, Os, PF_LDH, 1, Rs, 1, PF_LDF, i0, jn);       /* Ō Rᵀ */
+            pf_mma<NSN, true, true>(Hh, PF_BV, Os, PF_LDH, 1, Rs, 1, PF_LDR, i0, jn);       /* Ō Rᵀ */
             pf_mma_rows<NSK, true, true>(Qh, sc * gam_lo, sc * gam_hi, PF_BV, Os, PF_LDH, 1, Scs, 1, PF_LDH, i0, jk);
-            pf_mma_rows<NSK, true, true>(Fh, eF[i0 + g], eF[i0 + g + 8], PF_BV, Rs, PF_LDF, 1, Sbs, 1, PF_LDH, i0, jk);
+            pf_mma_rows<NSK, true, true>(Fh, eF[i0 + g], eF[i0 + g + 8], PF_BV, Rs, PF_LDR, 1, Sbs, 1, PF_LDH, i0, jk);
             __syncthreads(); /* B3: slab sl's buffers are free (the next top refills them) */
         }
         cp_async_wait_group<0>(); /* none in flight (the last slab issued none); Γ … go over region X below */
@@ -623,13 +643,13 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         auto decay = [&](int i, int j) { return (i < n && j <= i) ? expf(Gs[i] - Gs[j]) : 0.f; };
         pf_each<NSN>(i0, jn, Hh, [&](int i, int j, int s, int e) {
             const float x = sc * Hh[s][e] * decay(i, j);
-            Hm[i * PF_LDF + j] = x;
-            Ht[j * PF_LDF + i] = x;
+            st<GT>(Hm + i * LDG + j, x);
+            st<GT>(Ht + j * LDG + i, x);
         });
         auto put_gamma = [&](int i, int j, float d) {
             const float x = j < i ? d * decay(i, j) : 0.f;
-            Gm[i * PF_LDF + j] = x;
-            Gbt[j * PF_LDF + i] = bs[i] * x;
+            st<GT>(Gm + i * LDG + j, x);
+            st<GT>(Gbt + j * LDG + i, bs[i] * x);
         };
         if (!WY) {
             pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { put_gamma(i, j, -Dh[s][e]); });
@@ -654,10 +674,10 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         __syncthreads();
 
         /* ---- the K-side products (inner dimension: the chunk's tokens) ---- */
-        pf_mma<NSK, true, true>(Bh, MAXBT, Gm, PF_LDF, 1, Kt, 1, LDKT, i0, jk);   /* Γ K */
-        pf_mma<NSK, true, true>(Ch, MAXBT, Gbt, PF_LDF, 1, Kt, 1, LDKT, i0, jk);  /* Γ_βᵀ K */
-        pf_mma<NSK, true, true>(Ch, MAXBT, Ht, PF_LDF, 1, Qt, 1, LDKT, i0, jk);   /* Γ_H'ᵀ Q */
-        pf_mma<NSK, true, true>(Qh, MAXBT, Hm, PF_LDF, 1, Kt, 1, LDKT, i0, jk);   /* Γ_H' K */
+        pf_mma<NSK, true, true>(Bh, MAXBT, Gm, LDG, 1, Kt, 1, LDKT, i0, jk);   /* Γ K */
+        pf_mma<NSK, true, true>(Ch, MAXBT, Gbt, LDG, 1, Kt, 1, LDKT, i0, jk);  /* Γ_βᵀ K */
+        pf_mma<NSK, true, true>(Ch, MAXBT, Ht, LDG, 1, Qt, 1, LDKT, i0, jk);   /* Γ_H'ᵀ Q */
+        pf_mma<NSK, true, true>(Qh, MAXBT, Hm, LDG, 1, Kt, 1, LDKT, i0, jk);   /* Γ_H' K */
 
         /* ---- k̄, q̄ and the row terms of β̄, Ḡ from the registers ---- */
         float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f}, endp = 0.f;
@@ -762,15 +782,15 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
 
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
-                       const float *A, const void *do_, const state_t *Sc, const state_t *Sbar, const float *R,
-                       const float *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta,
+                       const float *A, const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R,
+                       const rp_t *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta,
                        float *dg, cudaStream_t s) {
     if constexpr (sizeof(T) == 2) {
         /* the fast path (see pullback_fast_kernel) where its tiles apply */
         const bool al = ((uintptr_t)dv & 15) == 0 && ((uintptr_t)dq & 3) == 0 && ((uintptr_t)dk & 3) == 0;
         /* the layout with the most double-buffered V-slab tiles that fits the device (none fits: general) */
         const PfLayout pl = (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al)
-                                ? pf_pick(p.K <= 64 ? 64 : 128, wy != 0, smem_optin())
+                                ? pf_pick(p.K <= 64 ? 64 : 128, wy != 0, (int)sizeof(pf_gam_t<T>), smem_optin())
                                 : PfLayout{};
         if (pl.total > 0) {
             auto go = [&](auto ks, auto wyc) {
@@ -803,7 +823,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
 
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                             const void *beta, const float *GB, const float *A, const void *do_,
-                            const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, int wy,
+                            const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,
                             float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, float *dg,
                             cudaStream_t s) {
     (void)beta; /* β comes from GB */

@@ -6,13 +6,13 @@ namespace rewy_cuda {
 template <class T, bool VEC, int KPC, int BVT>
 __global__ void __launch_bounds__(scan_threads<BVT>(), BVT == 64 ? 1 : 2) /* the registers must not decide it */
 state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *A, VecOps vo, const float *h0,
-                  float *ht, state_t *Sc, float *Rout) {
+                  float *ht, state_t *Sc, rp_t *Rout) {
     state_scan_block<T, VEC, KPC, BVT>(blockIdx.x, p, k, v, GB, A, vo, h0, ht, Sc, Rout);
 }
 
 template <class T, bool VEC, int KPC, int BVT>
 static cudaError_t run(const Prob &p, const void *k, const void *v, const float *GB, const float *A, const VecOps &vo,
-                       const float *h0, float *ht, state_t *Sc, float *R, cudaStream_t s) {
+                       const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
     const size_t smem = state_scan_smem<T, VEC, KPC, BVT>(p, vo);
     cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT>>(smem);
     if (e != cudaSuccess) return e;
@@ -23,7 +23,7 @@ static cudaError_t run(const Prob &p, const void *k, const void *v, const float 
 }
 
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
-                              const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, float *R,
+                              const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
                               cudaStream_t s) {
     const VecOps none = {};
     return with_dtype(dt, [&](auto t) {

@@ -25,7 +25,7 @@ namespace rewy_cuda {
 template <class T, bool VEC, int KPC, int BVT>
 __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, const T *k, const T *v, const float *GB,
                                                  const float *A, VecOps vo, const float *h0, float *ht, state_t *Sc,
-                                                 float *Rout) {
+                                                 rp_t *Rout) {
     using FT = factor_t<T>;
     constexpr int NT = scan_threads<BVT>(), NW = NT / 32;
     extern __shared__ __align__(16) float sm[];
@@ -141,9 +141,9 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         /* R = A X: stored as is (for the output and the pullback); kept on chip as diag(e^{G_n − G_j}) R
          * for scalar gates, the row scaling that turns Kᵀ into Fᵀ */
         const float gl = Gs[n - 1];
-        float *Rc = Rout ? Rout + ch * BT * p.V + v0 : nullptr;
+        rp_t *Rc = Rout ? Rout + ch * BT * p.V + v0 : nullptr;
         bgemm<NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
-            if (Rc && i < n && v0 + j < p.V) Rc[(size_t)i * p.V + j] = cc;
+            if (Rc && i < n && v0 + j < p.V) st<rp_t>(Rc + (size_t)i * p.V + j, cc);
             const float r = VEC ? cc : (i < n ? expf(gl - Gs[i]) * cc : 0.f);
             if constexpr (BF) st_hilo(Rh, scan_lo(Rl), j * LDX + i, r);
             else Rt[j * LDX + i] = r;

@@ -77,7 +77,7 @@ struct VectorGates {
     }
 
     static cudaError_t pullback(const Prob &p, const rewy_bwd_params *a, const float *Gc, const float *A,
-                                const state_t *Sc, const state_t *Sbar, const float *R, const float *PR, bool wy,
+                                const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, bool wy,
                                 float *Wbar, float *acc, cudaStream_t s) {
         return launch_vec_pullback(p, a->cfg.dtype, a->q, a->k, a->v, a->beta, a->b, a->w, Gc, A, a->do_, Sc, Sbar,
                                    R, PR, wy, Wbar, acc, a->dq, a->dk, a->dv, a->dbeta, a->db, a->dw, a->dg, s);

@@ -84,8 +84,8 @@ cudaError_t launch_vec_factors(const Prob &p, rewy_dtype dt, const void *q, cons
  * K-wide results in registers, W̄ in shared memory: Wbar unused); anything else the general kernel. */
 cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                                 const void *beta, const void *b, const void *w, const float *Gc, const float *A,
-                                const void *do_, const state_t *Sc, const state_t *Sbar, const float *R,
-                                const float *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv,
+                                const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R,
+                                const rp_t *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv,
                                 void *dbeta, void *db, void *dw, float *dg, cudaStream_t s);
 
 } // namespace rewy_cuda

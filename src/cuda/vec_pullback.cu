@@ -69,7 +69,7 @@ template <class T>
 __global__ void __launch_bounds__(VP_THREADS)
 vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const T *b, const T *w,
                     const float *Gc, const float *A, const T *do_, const state_t *Sc, const state_t *Sbar,
-                    const float *R, const float *PR, int wy, float *Wbar, float *acc, T *dq, T *dk, T *dv,
+                    const rp_t *R, const rp_t *PR, int wy, float *Wbar, float *acc, T *dq, T *dk, T *dv,
                     T *dbeta, T *db, T *dw, float *dg) {
     extern __shared__ __align__(16) float sm[];
     const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G, BT = p.BT, Kp = p.Kp, tid = threadIdx.x;
@@ -88,7 +88,8 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
 
     const size_t tok0 = (size_t)ci.tok0, ch = (size_t)c * p.HV + hv;
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
-    const float *Gch = Gc + ch * BT * Kp, *Rc = R + ch * BT * p.V, *PRc = PR + ch * BT * p.V;
+    const float *Gch = Gc + ch * BT * Kp;
+    const rp_t *Rc = R + ch * BT * p.V, *PRc = PR + ch * BT * p.V;
     const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
     const T *kc = k + (tok0 * p.H + h) * p.K, *qc = q + (tok0 * p.H + h) * p.K;
     const T *doc = do_ + tok0 * rsv + (size_t)hv * p.V, *vc = v + tok0 * rsv + (size_t)hv * p.V;
@@ -126,8 +127,8 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
     /* ---- pass A, over V slabs: P (WY: AᵀR̄), v̄, w̄, Σ_V W̄_e; D ← P Rᵀ (WY: Ā ← R̄ Zᵀ); H_q ← Ō Rᵀ ---- */
     for (int v0 = 0; v0 < p.V; v0 += VPV) {
         __syncthreads();
-        copy_tile<float>(Rv, VLDK, BT, VPV, Rc, p.V, n, v0, p.V);
-        copy_tile<float>(wy ? Bv : Pv, VLDK, BT, VPV, PRc, p.V, n, v0, p.V);
+        copy_tile_to(Rv, VLDK, BT, VPV, Rc, p.V, n, v0, p.V);
+        copy_tile_to(wy ? Bv : Pv, VLDK, BT, VPV, PRc, p.V, n, v0, p.V);
         for (int e = tid; e < BT * VPV; e += blockDim.x) {
             const int i = e / VPV, j = e - i * VPV, ve = v0 + j;
             const bool ok = i < n && ve < p.V;
@@ -167,7 +168,7 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
         for (int k0 = 0; k0 < Kp; k0 += VKB) {
             for (int v0 = 0; v0 < p.V; v0 += VPV) {
                 __syncthreads();
-                copy_tile<float>(Bv, VLDK, BT, VPV, PRc, p.V, n, v0, p.V);
+                copy_tile_to(Bv, VLDK, BT, VPV, PRc, p.V, n, v0, p.V);
                 copy_tile<state_t>(Scs, VLDS, VKB, VPV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
                 cp_async_wait();
                 __syncthreads();
@@ -209,8 +210,8 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
         /* Ē_dir (ReWY: −P S_cᵀ), Ō S_cᵀ, F̄ = R S̄⁺ᵀ, diag(S̄⁺ S_cᵀ) */
         for (int v0 = 0; v0 < p.V; v0 += VPV) {
             __syncthreads();
-            copy_tile<float>(Rv, VLDK, BT, VPV, Rc, p.V, n, v0, p.V);
-            if (!wy) copy_tile<float>(Pv, VLDK, BT, VPV, PRc, p.V, n, v0, p.V);
+            copy_tile_to(Rv, VLDK, BT, VPV, Rc, p.V, n, v0, p.V);
+            if (!wy) copy_tile_to(Pv, VLDK, BT, VPV, PRc, p.V, n, v0, p.V);
             copy_tile<state_t>(Scs, VLDS, VKB, VPV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
             copy_tile<state_t>(Sbs, VLDS, VKB, VPV, Sbc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
             for (int e = tid; e < BT * VPV; e += blockDim.x) {
@@ -414,15 +415,16 @@ __global__ void vec_gva_sum_kernel(Prob p, const float *acc, T *dq, T *dk) {
  * V-slab copies run one slab ahead of the math with the schedule and barriers of pullback_fast_kernel
  * (pullback.cu). The double-buffered set is fixed at compile time (vf_db): the block's size is set by the
  * K-side stage (Dm … Qa) and the G tile, so ReWY double-buffers all six tiles at no extra cost at K = 128
- * (224,896 B, as before; 166,016 B at K = 64); WY keeps A clear of the V slabs and of its W̄ stage, which
- * leaves room for two buffers of Ō, S_c, S̄⁺ only at K = 128 (230,016 B): R̄ and V take the next slab's copy
- * at the mid barrier B2, R at the top of its own slab (exposed, 17 KB of the slab's 88 KB); at K = 64 WY
- * double-buffers everything (219,264 B). */
+ * (224,896 B; 151,680 B at K = 64); WY keeps A clear of the V slabs and of its W̄ stage, which leaves room
+ * for two buffers of Ō, S_c, S̄⁺ only at K = 128 (224,896 B): R̄ and V take the next slab's copy at the mid
+ * barrier B2, R at the top of its own slab; at K = 64 WY double-buffers everything (178,304 B). P (or R̄) and
+ * R are bf16 tiles (rp_t), so the V-slab products run on bf_mma for bf16 inputs. */
 constexpr int VF_THREADS = 512;
 constexpr int VF_NW = VF_THREADS / 32;
 constexpr int VF_BV = 64;          /* V slab */
 constexpr int VF_LDF = VF_BV + 4;  /* fp32 V-slab tiles [64][68] */
 constexpr int VF_LDH = VF_BV + 8;  /* 16-bit and state V-slab tiles [rows][72] */
+constexpr int VF_LDR = sizeof(rp_t) == 2 ? VF_LDH : VF_LDF; /* rp_t V-slab tiles: P (or R̄), R */
 constexpr int VF_LN = MAXBT + 8;   /* n×n fp32 tiles and transposed K-side operands [KS][72] (≡ 8 mod 32 words) */
 
 /* byte offsets of the fast vector pullback's shared memory */
@@ -442,10 +444,11 @@ __host__ __device__ constexpr VfLayout vf_layout(int KS, bool wy, unsigned db) {
     L.kt = KS * VF_LN * 4;
     L.stg = MAXBT * (KS + 8) * 2;
     L.gt = MAXBT * (KS + 4) * 4;
-    const int sz[SL_NT] = {f, hh, f, hh, s, s};
+    const int r = MAXBT * VF_LDR * (int)sizeof(rp_t);
+    const int sz[SL_NT] = {r, hh, r, hh, s, s};
     L.db = (int)db;
     int o = place_slabs(L.slab, sz, db, 0);
-    L.Ps = o; o += wy ? f : 0; /* WY: P slab (ReWY: P is the PR tile) */
+    L.Ps = o; o += wy ? r : 0; /* WY: P slab (ReWY: P is the PR tile) */
     L.Zs = o; o += wy ? f : 0; /* WY: w⊙V slab */
     const int x1 = o;
     o = 0;
@@ -500,7 +503,7 @@ template <class T, int KS, bool WY>
 __global__ void __launch_bounds__(VF_THREADS)
 vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const T *b, const T *w,
                          const float *Gc, const float *A, const T *do_, const state_t *Sc, const state_t *Sbar,
-                         const float *R, const float *PR, float *acc, T *dq, T *dk, T *dv, T *dbeta, T *db, T *dw,
+                         const rp_t *R, const rp_t *PR, float *acc, T *dq, T *dk, T *dv, T *dbeta, T *db, T *dw,
                          float *dg) {
     extern __shared__ __align__(16) char smc[];
     constexpr int NSK = KS / 32;           /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
@@ -536,7 +539,8 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     const int i0 = rt * 16, jk = cq * (KS / 4), jn = cq * 16;
     const size_t ch = (size_t)c * p.HV + hv;
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V, rsb = (size_t)p.HV * p.K;
-    const float *Gch = Gc + ch * MAXBT * p.Kp, *Rc = R + ch * MAXBT * p.V, *PRc = PR + ch * MAXBT * p.V;
+    const float *Gch = Gc + ch * MAXBT * p.Kp;
+    const rp_t *Rc = R + ch * MAXBT * p.V, *PRc = PR + ch * MAXBT * p.V;
     const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
     const T *kc = k + ((size_t)tok0 * p.H + h) * p.K, *qc = q + ((size_t)tok0 * p.H + h) * p.K;
     const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
@@ -559,7 +563,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
     const int ns = ceil_div(p.V, VF_BV);
     auto issue = [&](unsigned set, int sl) {
-        copy_slab<T, VF_BV, VF_LDF, VF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
+        copy_slab<T, VF_BV, VF_LDR, VF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
     };
     constexpr unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
     issue(SL_ALL, 0); /* slab 0, in one group with the setup copies above; waited on at the top of slab 0 */
@@ -572,11 +576,11 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
         const int v0 = sl * VF_BV, b = sl & 1;
         slab_top(issue, (unsigned)L.db, sl, ns);
         const auto [Prs, Rs, Os, Vs, Scs, Sbs] = slab_tiles<T>(smc, L.slab, b); /* slab sl's tiles */
-        const float *Xs = Prs;                                               /* WY: R̄ */
-        float *Ps = WY ? reinterpret_cast<float *>(smc + L.Ps) : Prs;        /* P */
+        const rp_t *Xs = Prs;                                              /* WY: R̄ */
+        rp_t *Ps = WY ? reinterpret_cast<rp_t *>(smc + L.Ps) : Prs;        /* P */
         if (WY) { /* P = Aᵀ R̄,  Z = w⊙V */
-            bgemm<VF_NW>(MAXBT, VF_BV, MAXBT, As, 1, LN, Xs, VF_LDF, 1,
-                         [&](int i, int j, float cc) { Ps[i * VF_LDF + j] = cc; });
+            bgemm<VF_NW>(MAXBT, VF_BV, MAXBT, As, 1, LN, Xs, VF_LDR, 1,
+                         [&](int i, int j, float cc) { st<rp_t>(Ps + i * VF_LDR + j, cc); });
             for (int e = tid; e < MAXBT * VF_BV; e += VF_THREADS) {
                 const int i = e / VF_BV, j = e - i * VF_BV;
                 float z = 0.f;
@@ -594,7 +598,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
                 T *o8 = reinterpret_cast<T *>(&pk), *w8 = reinterpret_cast<T *>(&pw);
 #pragma unroll
                 for (int m = 0; m < 8; m++) {
-                    const float pv = Ps[i * VF_LDF + j + m], vv = ldf(Vs + i * VF_LDH + j + m);
+                    const float pv = ldf(Ps + i * VF_LDR + j + m), vv = ldf(Vs + i * VF_LDH + j + m);
                     const float wg = wc ? ld<T>(wc + i * rsv + v0 + j + m) : rowg[i];
                     st<T>(o8 + m, wg * pv);
                     st<T>(w8 + m, pv * vv);
@@ -616,11 +620,11 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
             for (int m = 0; m < LC; m++) lam += ldf(x + m) * ldf(y + m);
         }
         if (WY) {
-            pf_mma<NSN, true, true>(Dh, VF_BV, Xs, VF_LDF, 1, Zs, 1, VF_LDF, i0, jn);   /* R̄ Zᵀ */
-            pf_mma<NSK, true, true>(Eh, VF_BV, Xs, VF_LDF, 1, Scs, 1, VF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
+            pf_mma<NSN, true, true>(Dh, VF_BV, Xs, VF_LDR, 1, Zs, 1, VF_LDF, i0, jn);   /* R̄ Zᵀ */
+            pf_mma<NSK, true, true>(Eh, VF_BV, Xs, VF_LDR, 1, Scs, 1, VF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
         } else {
-            pf_mma<NSN, true, true>(Dh, VF_BV, Ps, VF_LDF, 1, Rs, 1, VF_LDF, i0, jn);   /* P Rᵀ */
-            pf_mma<NSK, true, true>(Eh, VF_BV, Ps, VF_LDF, 1, Scs, 1, VF_LDH, i0, jk);  /* P S_cᵀ = −Ē_dir */
+            pf_mma<NSN, true, true>(Dh, VF_BV, Ps, VF_LDR, 1, Rs, 1, VF_LDR, i0, jn);   /* P Rᵀ */
+            pf_mma<NSK, true, true>(Eh, VF_BV, Ps, VF_LDR, 1, Scs, 1, VF_LDH, i0, jk);  /* P S_cᵀ = −Ē_dir */
         }
         if constexpr (one_early != 0u) {
             __syncthreads(); /* B2: PR, V (and WY's P, Z) are read no more in this slab */
@@ -628,9 +632,9 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
             cp_async_commit();
         }
         /* second half: R, Ō, S_c, S̄⁺ only */
-        pf_mma<NSN, true, true>(Hh, VF_BV, Os, VF_LDH, 1, Rs, 1, VF_LDF, i0, jn);       /* Ō Rᵀ */
+        pf_mma<NSN, true, true>(Hh, VF_BV, Os, VF_LDH, 1, Rs, 1, VF_LDR, i0, jn);       /* Ō Rᵀ */
         pf_mma<NSK, true, true>(Qh, VF_BV, Os, VF_LDH, 1, Scs, 1, VF_LDH, i0, jk);      /* Ō S_cᵀ */
-        pf_mma<NSK, true, true>(Fh, VF_BV, Rs, VF_LDF, 1, Sbs, 1, VF_LDH, i0, jk);      /* F̄ = R S̄⁺ᵀ */
+        pf_mma<NSK, true, true>(Fh, VF_BV, Rs, VF_LDR, 1, Sbs, 1, VF_LDH, i0, jk);      /* F̄ = R S̄⁺ᵀ */
         __syncthreads(); /* B3: slab sl's buffers are free (the next top refills them) */
     }
     cp_async_wait_group<0>(); /* none in flight (the last slab issued none): the stages below go over the V slabs */
@@ -890,7 +894,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const void *v, const void *beta, const void *b,
                        const void *w, const float *Gc, const float *A, const void *do_, const state_t *Sc,
-                       const state_t *Sbar, const float *R, const float *PR, int wy, float *Wbar, float *acc, void *dq,
+                       const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy, float *Wbar, float *acc, void *dq,
                        void *dk, void *dv, void *dbeta, void *db, void *dw, float *dg, cudaStream_t s) {
     if constexpr (sizeof(T) == 2) {
         /* the fast path (see vec_pullback_fast_kernel) where its tiles apply and its shared memory fits */
@@ -937,8 +941,8 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
 
 cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                                 const void *beta, const void *b, const void *w, const float *Gc, const float *A,
-                                const void *do_, const state_t *Sc, const state_t *Sbar, const float *R,
-                                const float *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv,
+                                const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R,
+                                const rp_t *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv,
                                 void *dbeta, void *db, void *dw, float *dg, cudaStream_t s) {
     return with_dtype(dt, [&](auto t) {
         return run<decltype(t)>(p, q, k, v, beta, b, w, Gc, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta,

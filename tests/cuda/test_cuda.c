@@ -94,8 +94,10 @@ static void quick_matrix(case_list *l) {
     rewy_case c = base(REWY_OP_DELTANET); c.T = 20; c.K = 16; c.V = 24; c.dtype = REWY_F16; c.chunk_size = 16; add(l, c);
 }
 
-/* tf32 tensor-core products: WY and ReWY agree to about 1e-3, not to fp32 rounding (1e-5). */
-#define AGREE_TF32 3e-3
+/* fp32 inputs: WY and ReWY agree to a few 1e-3, not to fp32 rounding (1e-5): the products are tf32, and the
+ * chunk intermediates between the kernels (S_c, S̄⁺, R, and P under ReWY where WY stores R̄) are bf16, whose
+ * rounding (2⁻⁹ ≈ 2e-3 relative) the two algorithms take at different places (3.2e-3 measured, GDN2 β̄). */
+#define AGREE_TF32 5e-3
 
 static void run_case(test_counts *tc, rewy_case c, int verbose) {
     rewy_check_result r;
