@@ -243,8 +243,8 @@ def scan_bv(B, H, V, sms):
 
 
 def bytes_model(op, B, T, H, K, V, n=64, bv=None, bk=32):
-    """Approximate DRAM/L2 bytes moved by each kernel (bf16 inputs, fp32 A/C_q/R/P, bf16 chunk
-    states), counting each V-tile's reload of the K-side tiles (bv: the scans' value tile; None:
+    """Approximate DRAM/L2 bytes moved by each kernel (bf16 inputs, fp32 A/C_q, bf16 R/P (rp_t) and
+    chunk states), counting each V-tile's reload of the K-side tiles (bv: the scans' value tile; None:
     the library's choice on this GPU)."""
     if bv is None:
         bv = scan_bv(B, H, V, torch.cuda.get_device_properties(0).multi_processor_count)
@@ -253,10 +253,10 @@ def bytes_model(op, B, T, H, K, V, n=64, bv=None, bk=32):
     kt, nn = n * K * 2, n * n * 4
     return {
         "kkt_inverse / vec_intra (fwd: L, A, C_q)": NC * (2 * kt + 2 * nn + 2 * n * 4),
-        "state_scan (E S, A X, Fᵀ R)": NC * nvt * (kt + nn + n * bv * 2 + K * bv * 2 + n * bv * 4),
-        "output (Q_g S_c, C_q R)": NC * nvo * (kt + K * 64 * 2 + nn + n * 64 * 4 + n * 64 * 2),
-        "bwd_state_scan (F S̄⁺, C_qᵀŌ, AᵀR̄, Q_gᵀŌ, EᵀP)": NC * nvt * (2 * kt + 2 * nn + n * bv * 2 + K * bv * 2 + n * bv * 4),
-        "pullback(ReWY)": NC * ((1 + math.ceil(K / bk)) * (2 * n * V * 4 + n * V * 2) + 2 * K * V * 2) + B * T * H * (4 * K * 2 + 2 * V * 2 + 8),
+        "state_scan (E S, A X, Fᵀ R)": NC * nvt * (kt + nn + n * bv * 2 + K * bv * 2 + n * bv * 2),
+        "output (Q_g S_c, C_q R)": NC * nvo * (kt + K * 64 * 2 + nn + n * 64 * 2 + n * 64 * 2),
+        "bwd_state_scan (F S̄⁺, C_qᵀŌ, AᵀR̄, Q_gᵀŌ, EᵀP)": NC * nvt * (2 * kt + 2 * nn + n * bv * 2 + K * bv * 2 + n * bv * 2),
+        "pullback(ReWY)": NC * ((1 + math.ceil(K / bk)) * (2 * n * V * 2 + n * V * 2) + 2 * K * V * 2) + B * T * H * (4 * K * 2 + 2 * V * 2 + 8),
     }
 
 

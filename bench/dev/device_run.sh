@@ -34,9 +34,11 @@ for s in $steps; do
     timeout 400 $RB/tests/cuda/test_cuda > "$OUT/test_cuda.log" 2>&1
     rc=$?; log "test_cuda rc=$rc ($(($(date +%s)-t0)) s): $(tail -1 "$OUT/test_cuda.log")"
     grep -E "FAIL|graph|CUDA error" "$OUT/test_cuda.log" | head -40
-    for bv in 32 64; do # the scans' wider value tiles (the test shapes take 16 on their own)
-      REWY_CUDA_SCAN_BV=$bv timeout 400 $RB/tests/cuda/test_cuda > "$OUT/test_cuda_bv$bv.log" 2>&1
-      log "test_cuda REWY_CUDA_SCAN_BV=$bv rc=$?: $(tail -1 "$OUT/test_cuda_bv$bv.log")"
+    # the scans' wider value tiles (the test shapes take 16 on their own) and the forward scan's 8-warp blocks
+    for bv in 32 64 64w8; do
+      w8=0; [ $bv = 64w8 ] && w8=1
+      REWY_CUDA_SCAN_BV=${bv%w8} REWY_CUDA_SCAN_8W=$w8 timeout 400 $RB/tests/cuda/test_cuda > "$OUT/test_cuda_bv$bv.log" 2>&1
+      log "test_cuda REWY_CUDA_SCAN_BV=${bv%w8} REWY_CUDA_SCAN_8W=$w8 rc=$?: $(tail -1 "$OUT/test_cuda_bv$bv.log")"
       grep -E "FAIL|CUDA error" "$OUT/test_cuda_bv$bv.log" | head -20
     done ;;
   sanitize)
@@ -47,7 +49,10 @@ for s in $steps; do
     rc=$?; log "racecheck rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/racecheck.log" | tail -1)"
     t0=$(date +%s)
     REWY_CUDA_SCAN_BV=64 REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/racecheck64.log" 2>&1
-    rc=$?; log "racecheck (64-column scan tiles) rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck64.log" | tail -1)" ;;
+    rc=$?; log "racecheck (64-column scan tiles) rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck64.log" | tail -1)"
+    t0=$(date +%s)
+    REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1 REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/racecheck64w8.log" 2>&1
+    rc=$?; log "racecheck (64-column tiles, 8-warp forward scan) rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck64w8.log" | tail -1)" ;;
   bench-rewy)
     REWY_LIBRARY=$PWD/$RB/librewy.so timeout 300 python3 bench/bench_gpu.py --impl rewy --reps 30 ${BENCH_ARGS:-} \
       --json "$OUT/bench_rewy.jsonl" > "$OUT/bench_rewy.log" 2>&1

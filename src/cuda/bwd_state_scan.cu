@@ -29,7 +29,9 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
  * reads q, k, A, C_q and Ō, never S_c or R. On long sequences each grid is a few blocks per SM, each a chain of
  * chunks that leaves the SM mostly idle; launched together, the two chains of an SM overlap (the reverse
  * scan's blocks first: they are the longer). Tiles of 16 and 64 columns, whose register budgets the two
- * blocks share (at 32 the reverse scan takes up to 201 registers and runs alone). */
+ * blocks share (at 32 the reverse scan takes up to 201 registers and runs alone); not where the forward scan
+ * runs two 8-warp blocks per SM alone (fwd_scan_8w: a grid of two blocks per SM, which the pair would not
+ * overlap anyway). */
 template <class T, bool VEC, int KPC, int BVT>
 __global__ void __launch_bounds__(scan_threads<BVT>(), BVT == 64 ? 1 : 2)
 scan_pair_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const float *Cq, VecOps vo,
@@ -62,12 +64,11 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
                         Sbar, PR, wy, nb);
                     return cudaGetLastError();
                 };
-                return vo ? go(std::true_type{}) : go(std::false_type{});
-            } else {
-                cudaError_t e = launch_state_scan(p, dt, k, v, GB, A, vo, h0, nullptr, Sc, R, s);
-                if (e != cudaSuccess) return e;
-                return launch_bwd_state_scan(p, dt, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
+                if (!fwd_scan_8w<T, KPC, BVT>(p)) return vo ? go(std::true_type{}) : go(std::false_type{});
             }
+            cudaError_t e = launch_state_scan(p, dt, k, v, GB, A, vo, h0, nullptr, Sc, R, s);
+            if (e != cudaSuccess) return e;
+            return launch_bwd_state_scan(p, dt, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);
         });
     });
 }

@@ -45,7 +45,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
     using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, NW>;
     constexpr int NS = ST::NS;
     const ST tiles;
-    float Sf[4][4] = {};
+    typename ST::Frag Sf = {};
     /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ, Pst = Pᵀ (scaled by βγ for scalar
      * gates), Xo = (γ⊙Ō)ᵀ (Ōᵀ for vector gates) */
     float *Sbt = sm;                 /* [BVT][Kp+8] */
@@ -174,18 +174,18 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             /* S̄ ← Λ S̄⁺ + (scale·Q_g)ᵀ Ō − Eᵀ P, in the registers (Xo carries the scale, Pst the sign) */
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : gn, VEC ? lm[r + 8] : gn);
-            if constexpr (BF) {
-                bf_mma<NS, true, false, SCAN_KI<NS>>(Sf, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, tiles.i0, Xh, scan_lo(Xl), LDX,
-                                                     tiles.j0);
-                bf_mma<NS, true, false, SCAN_KI<NS>>(Sf, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, tiles.i0, Ph, scan_lo(Pl), LDX,
-                                                     tiles.j0);
-            } else if constexpr (VEC) {
-                pf_mma<NS, false, true>(Sf, BT, Qv, 1, ldfe, Xo, 1, LDX, tiles.i0, tiles.j0);
-                pf_mma<NS, false, true>(Sf, BT, Es, 1, ldfe, Pst, 1, LDX, tiles.i0, tiles.j0);
-            } else {
-                pf_mma<NS, false, true>(Sf, BT, Qs, 1, ldk, Xo, 1, LDX, tiles.i0, tiles.j0);
-                pf_mma<NS, false, true>(Sf, BT, Ks, 1, ldk, Pst, 1, LDX, tiles.i0, tiles.j0);
-            }
+            tiles.each(Sf, [&](float (&a)[4][4], int ti, int tj) {
+                if constexpr (BF) {
+                    bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, ti, Xh, scan_lo(Xl), LDX, tj);
+                    bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, ti, Ph, scan_lo(Pl), LDX, tj);
+                } else if constexpr (VEC) {
+                    pf_mma<NS, false, true>(a, BT, Qv, 1, ldfe, Xo, 1, LDX, ti, tj);
+                    pf_mma<NS, false, true>(a, BT, Es, 1, ldfe, Pst, 1, LDX, ti, tj);
+                } else {
+                    pf_mma<NS, false, true>(a, BT, Qs, 1, ldk, Xo, 1, LDX, ti, tj);
+                    pf_mma<NS, false, true>(a, BT, Ks, 1, ldk, Pst, 1, LDX, ti, tj);
+                }
+            });
             __syncthreads();
             if (has_next) {
                 if constexpr (VEC) {

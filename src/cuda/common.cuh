@@ -627,6 +627,14 @@ template <class T, class Fn> inline cudaError_t with_fast_kp(const Prob &p, Fn f
     return f(std::integral_constant<int, 0>{});
 }
 
+/* the current device's SM count (0 if it cannot be read) */
+inline int sm_count() {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 0;
+    return sms;
+}
+
 /* The scans' value-column tile. A scan block walks one sequence's chunks one after another, so its
  * time is a chain of small products per chunk, and every block of a (sequence, head) reads the same
  * K, A, C_q (factor) tiles: at 32 columns the scans were bound by L2 throughput (Nsight, H200: 83 %).
@@ -640,9 +648,8 @@ inline int scan_bv(const Prob &p) {
         const int f = atoi(e);
         if (f == 16 || f == 32 || f == 64) return f;
     }
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return BV;
+    const int sms = sm_count();
+    if (sms == 0) return BV;
     const long sh = (long)p.N * p.HV;
     if (4 * sh * ceil_div(p.V, 64) >= 3L * sms) return 64;
     return sh * ceil_div(p.V, BV) < sms ? 16 : BV;
@@ -797,57 +804,75 @@ __device__ __forceinline__ void state_to(const float *St, int lds, const Prob &p
 }
 
 /* ---- the scans' state tile in registers (fast path, K ≤ 128) ----
- * A K × BVT state tile held as warp fragments: warp w owns rows 16·(w % RT)… and column group w / RT
- * (RT = K/16 row tiles over NW warps). The products that update the state accumulate into these
- * registers; once per chunk the tile goes to shared memory (the B operand of the chunk's first
- * product, [column][k]) and, when dst is given, to the saved chunk states ([K][V], state_t). */
+ * A K × BVT state tile held as warp fragments: warp w owns rows 16·(w % RT)… (RT = K/16 row tiles over
+ * NW warps) and column group w / RT; a group wider than 32 columns is held as M tiles of 32 (M > 1
+ * with few warps: 8 warps on a 64-column tile at K = 128). The products that update the state
+ * accumulate into these registers (each(), one warp tile at a time); once per chunk the tile goes to
+ * shared memory (the B operand of the chunk's first product, [column][k]) and, when dst is given, to
+ * the saved chunk states ([K][V], state_t). */
 template <int KPC, int BVT, int NW> struct StateTiles {
-    static constexpr int RT = KPC / 16, CG = NW / RT, NS = BVT / CG / 8;
-    static_assert(NW % RT == 0 && NS >= 1 && NS <= 4, "state tile must split over the warps");
+    static constexpr int RT = KPC / 16, CG = NW / RT, CW = BVT / CG; /* column-group width */
+    static constexpr int NS = CW / 8 < 4 ? CW / 8 : 4, M = CW / (8 * NS);
+    static_assert(NW % RT == 0 && NS >= 1 && M * 8 * NS == CW, "state tile must split over the warps");
+    typedef float Frag[M][4][4];
     int i0, j0;
     __device__ StateTiles() {
         const int warp = threadIdx.x >> 5;
         i0 = (warp % RT) * 16;
-        j0 = (warp / RT) * (BVT / CG);
+        j0 = (warp / RT) * CW;
+    }
+    /* f(acc, i0, j0) for each of this warp's tiles (16 rows × 8·NS columns) */
+    template <class F> __device__ void each(Frag &Sf, F f) const {
+#pragma unroll
+        for (int m = 0; m < M; m++) f(Sf[m], i0, j0 + m * 8 * NS);
+    }
+    /* f(kk, j, x&) for every element this lane holds */
+    template <class F> __device__ void elems(Frag &Sf, F f) const {
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            pf_each<NS>(i0, j0 + m * 8 * NS, Sf[m], [&](int kk, int j, int s, int e) { f(kk, j, s, e, Sf[m]); });
     }
     /* Sf ← src[(kk, v0 + j)] (h0 or dht in the API layout; zero outside K × V or when src is NULL) */
-    __device__ void load(float (&Sf)[4][4], const Prob &p, const float *src, size_t sbase, int v0) const {
-        pf_each<NS>(i0, j0, Sf, [&](int kk, int j, int s, int e) {
-            Sf[s][e] = (src && kk < p.K && v0 + j < p.V) ? src[sbase + st_idx(p, kk, v0 + j)] : 0.f;
+    __device__ void load(Frag &Sf, const Prob &p, const float *src, size_t sbase, int v0) const {
+        elems(Sf, [&](int kk, int j, int s, int e, float (&a)[4][4]) {
+            a[s][e] = (src && kk < p.K && v0 + j < p.V) ? src[sbase + st_idx(p, kk, v0 + j)] : 0.f;
         });
     }
-    __device__ void save(const float (&Sf)[4][4], const Prob &p, float *dst, size_t sbase, int v0) const {
-        pf_each<NS>(i0, j0, const_cast<float (&)[4][4]>(Sf), [&](int kk, int j, int s, int e) {
-            if (kk < p.K && v0 + j < p.V) dst[sbase + st_idx(p, kk, v0 + j)] = Sf[s][e];
+    __device__ void save(const Frag &Sf, const Prob &p, float *dst, size_t sbase, int v0) const {
+        elems(const_cast<Frag &>(Sf), [&](int kk, int j, int s, int e, float (&a)[4][4]) {
+            if (kk < p.K && v0 + j < p.V) dst[sbase + st_idx(p, kk, v0 + j)] = a[s][e];
         });
     }
     /* St[j * lds + kk] = S, and dst[kk * V + j] (columns j, j+1 in one store where V allows) */
-    __device__ void spill(const float (&Sf)[4][4], float *St, int lds, state_t *dst, int K, int V, int v0) const {
+    __device__ void spill(const Frag &Sf, float *St, int lds, state_t *dst, int K, int V, int v0) const {
         spill_by(Sf, [&](int kk, int j, float x) { St[j * lds + kk] = x; }, dst, K, V, v0);
     }
     /* the same with the shared copy as bf16 hi/lo tiles (bf_mma's B operand) */
-    __device__ void spill(const float (&Sf)[4][4], __nv_bfloat16 *Sh, __nv_bfloat16 *Sl, int lds, state_t *dst, int K,
-                          int V, int v0) const {
+    __device__ void spill(const Frag &Sf, __nv_bfloat16 *Sh, __nv_bfloat16 *Sl, int lds, state_t *dst, int K, int V,
+                          int v0) const {
         spill_by(Sf, [&](int kk, int j, float x) { st_hilo(Sh, scan_lo(Sl), j * lds + kk, x); }, dst, K, V, v0);
     }
     template <class Put>
-    __device__ void spill_by(const float (&Sf)[4][4], Put put, state_t *dst, int K, int V, int v0) const {
-        pf_each<NS>(i0, j0, const_cast<float (&)[4][4]>(Sf), [&](int kk, int j, int s, int e) {
-            put(kk, j, Sf[s][e]);
+    __device__ void spill_by(const Frag &Sf, Put put, state_t *dst, int K, int V, int v0) const {
+        elems(const_cast<Frag &>(Sf), [&](int kk, int j, int s, int e, float (&a)[4][4]) {
+            put(kk, j, a[s][e]);
             if (!dst || (e & 1) || kk >= K) return;
             state_t *d = dst + (size_t)kk * V + v0 + j;
             if constexpr (sizeof(state_t) == 2) {
                 if ((V & 1) == 0 && v0 + j + 1 < V) {
-                    *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(Sf[s][e], Sf[s][e + 1]);
+                    *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(a[s][e], a[s][e + 1]);
                     return;
                 }
             }
-            if (v0 + j < V) st<state_t>(d, Sf[s][e]);
-            if (v0 + j + 1 < V) st<state_t>(d + 1, Sf[s][e + 1]);
+            if (v0 + j < V) st<state_t>(d, a[s][e]);
+            if (v0 + j + 1 < V) st<state_t>(d + 1, a[s][e + 1]);
         });
     }
     /* Sf ← diag(d) Sf with d_lo for rows g, d_hi for rows g + 8 of the warp's tile */
-    __device__ void scale_rows(float (&Sf)[4][4], float d_lo, float d_hi) const { pf_scale_rows<NS>(Sf, d_lo, d_hi); }
+    __device__ void scale_rows(Frag &Sf, float d_lo, float d_hi) const {
+#pragma unroll
+        for (int m = 0; m < M; m++) pf_scale_rows<NS>(Sf[m], d_lo, d_hi);
+    }
     __device__ int row_lo() const { return i0 + ((threadIdx.x & 31) >> 2); }
 };
 

@@ -22,12 +22,30 @@
 
 namespace rewy_cuda {
 
-template <class T, bool VEC, int KPC, int BVT>
+/* BF (below) without the lo tiles: the shared state and R tiles are bf16 only, half the words of their
+ * fp32 slots; a 64-column tile's block then takes 108 KB, and two of 8 warps fit an SM (fwd_scan_8w). */
+template <class T, int KPC> constexpr int fwd_scan_half() {
+    return (KPC == 64 || KPC == 128) && std::is_same<T, __nv_bfloat16>::value && !SCAN_LO ? 2 : 1;
+}
+/* Whether the forward scan runs its 64-column tiles as 8-warp blocks, two per SM: where the tiles are halved
+ * and the grid has at least two blocks per SM. Two chains per SM then share what one 16-warp chain had
+ * (GDN at (8,2048,32) on the H200: 0.727 → 0.636 ms); a smaller grid keeps 16 warps per chain, since 8 run
+ * one chain slower (0.671 → 0.764 ms at (4,4096,16), 128 blocks). */
+template <class T, int KPC, int BVT> inline bool fwd_scan_8w(const Prob &p) {
+    if constexpr (BVT == 64 && fwd_scan_half<T, KPC>() == 2) {
+        /* REWY_CUDA_SCAN_8W = 1 / 0 forces the choice (the tests' shapes are too small to take it) */
+        if (const char *e = getenv("REWY_CUDA_SCAN_8W")) return atoi(e) != 0;
+        return (long)scan_grid(p, BVT).x >= 2L * sm_count();
+    }
+    return false;
+}
+/* NT: the block's threads, scan_threads<BVT>(), or 256 for fwd_scan_8w */
+template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>()>
 __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, const T *k, const T *v, const float *GB,
                                                  const float *A, VecOps vo, const float *h0, float *ht, state_t *Sc,
                                                  rp_t *Rout) {
     using FT = factor_t<T>;
-    constexpr int NT = scan_threads<BVT>(), NW = NT / 32;
+    constexpr int NW = NT / 32;
     extern __shared__ __align__(16) float sm[];
     const ScanBlock blk = ScanBlock::get<BVT>(p, bid);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G;
@@ -38,11 +56,12 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     const T *wg = static_cast<const T *>(vo.w);
     /* Tiles that feed the B side of the products are stored transposed ([column][k]) so that both
      * operands are k-contiguous for the tensor-core loads: St = Sᵀ, Xt = Xᵀ, Rt = Rᵀ. */
+    constexpr int HALF = fwd_scan_half<T, KPC>(); /* 2: St and Rt hold one bf16 copy only (BF below) */
     float *St = sm;                                     /* [BVT][Kp+8] fp32 state tile, transposed */
-    float *As = St + BVT * lds;                          /* [64][LDA] */
+    float *As = St + BVT * lds / HALF;                  /* [64][LDA] */
     float *Xt = As + MAXBT * LDA;                       /* [BVT][LDX] */
     float *Rt = Xt + BVT * LDX;                          /* [BVT][LDX] */
-    float *GBs = Rt + BVT * LDX;                         /* [2 buffers][2][64]: G, β */
+    float *GBs = Rt + BVT * LDX / HALF;                 /* [2 buffers][2][64]: G, β */
     float *lam = GBs + 4 * MAXBT;                       /* VEC: [2 buffers][Kp] γ_n */
     T *K0 = reinterpret_cast<T *>(lam + (VEC ? 2 * Kp : 0)); /* scalar: two [64][ldk] K buffers */
     T *K1 = K0 + (VEC ? 0 : MAXBT * ldk);
@@ -64,7 +83,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, NW>;
     constexpr int NS = ST::NS;
     const ST tiles;
-    float Sf[4][4] = {};
+    typename ST::Frag Sf = {};
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     if constexpr (REG) tiles.load(Sf, p, h0, sbase, v0);
     else state_from<BVT>(St, lds, Kp, p, h0, sbase, v0);
@@ -159,8 +178,10 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : expf(gl), VEC ? lm[r + 8] : expf(gl));
             const T *FR = VEC ? Fs : Ks; /* on this path the factor type is T */
-            if constexpr (BF) bf_mma<NS, true, false, SCAN_KI<NS>>(Sf, MAXBT, FR, VEC ? ldfe : ldk, tiles.i0, Rh, scan_lo(Rl), LDX, tiles.j0);
-            else pf_mma<NS, false, true>(Sf, BT, FR, 1, VEC ? ldfe : ldk, Rt, 1, LDX, tiles.i0, tiles.j0);
+            tiles.each(Sf, [&](float (&a)[4][4], int ti, int tj) {
+                if constexpr (BF) bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, FR, VEC ? ldfe : ldk, ti, Rh, scan_lo(Rl), LDX, tj);
+                else pf_mma<NS, false, true>(a, BT, FR, 1, VEC ? ldfe : ldk, Rt, 1, LDX, ti, tj);
+            });
             if constexpr (VEC) {
                 __syncthreads();
                 if (has_next) issue_f(Fs, vo.F, c + 1);
@@ -191,7 +212,9 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
 
 template <class T, bool VEC, int KPC, int BVT> inline size_t state_scan_smem(const Prob &p, const VecOps &vo) {
     using FT = factor_t<T>;
-    size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) + (size_t)MAXBT * LDA + 2 * (size_t)BVT * LDX + 4 * MAXBT) +
+    constexpr int HALF = fwd_scan_half<T, KPC>();
+    size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) / HALF + (size_t)MAXBT * LDA + (size_t)BVT * LDX +
+                                   (size_t)BVT * LDX / HALF + 4 * MAXBT) +
                   sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);
     if (VEC)
         smem += sizeof(float) * 2 * p.Kp + sizeof(T) * (vo.w ? (size_t)MAXBT * scan_ldvt<T>(BVT) : 0) +
