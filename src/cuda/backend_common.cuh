@@ -19,7 +19,7 @@
  * workspace or saved buffer. Layouts (each region 256-B aligned; ⟨⟩: the operator's regions):
  *
  * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ | A fp32 [NC*HV][BT][BT]
- *          policy A: + C_q fp32 [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
+ *          policy A: + C_q cq_t [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
  * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved); at least 256 B
  * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
  *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩
@@ -66,7 +66,7 @@ template <class Op> Layout plan(const rewy_config *c) {
     const bool polA = c->policy == REWY_POLICY_A;
     size_t o = 0;
     auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R) { /* saved under policy A, else both workspaces */
-        Cq = o; o += al(sizeof(float) * chh * nn);
+        Cq = o; o += al(sizeof(cq_t) * chh * nn);
         Sc = o; o += al(st);
         R = o; o += al(rv);
     };
@@ -126,7 +126,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     const bool polA = c->policy == REWY_POLICY_A;
     float *Gc = at<float>(a->saved, L.G);
     float *A = at<float>(a->saved, L.A);
-    float *Cq = polA ? at<float>(a->saved, L.Cq) : at<float>(a->workspace, L.fCq);
+    cq_t *Cq = polA ? at<cq_t>(a->saved, L.Cq) : at<cq_t>(a->workspace, L.fCq);
     REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
     ScanGates sg;
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s));
@@ -146,7 +146,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
     const bool polA = c->policy == REWY_POLICY_A, wy = c->bwd_algo == REWY_BWD_WY;
     const float *Gc = at<const float>(a->saved, L.G);
     const float *A = at<const float>(a->saved, L.A);
-    const float *Cq;
+    const cq_t *Cq;
     const state_t *Sc;
     const rp_t *R;
     ScanGates sg;
@@ -154,13 +154,13 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
     rp_t *PR = at<rp_t>(a->workspace, L.PR);
     if (polA) {
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, nullptr, Gc, &sg, s));
-        Cq = at<const float>(a->saved, L.Cq);
+        Cq = at<const cq_t>(a->saved, L.Cq);
         Sc = at<const state_t>(a->saved, L.Sc);
         R = at<const rp_t>(a->saved, L.R);
         REWY_TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, sg.GB, A, Cq, sg.vo(), a->do_, a->dht, a->dh0, Sbar,
                                        PR, wy, s));
     } else {
-        float *cq = at<float>(a->workspace, L.bCq);
+        cq_t *cq = at<cq_t>(a->workspace, L.bCq);
         state_t *sc = at<state_t>(a->workspace, L.bSc);
         rp_t *r = at<rp_t>(a->workspace, L.bR);
         /* recompute: C_q only (G and A are saved), then S_c and R by one forward scan without output, paired

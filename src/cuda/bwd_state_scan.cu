@@ -5,36 +5,42 @@
 
 namespace rewy_cuda {
 
-template <class T, bool VEC, int KPC, int BVT>
-__global__ void __launch_bounds__(scan_threads<BVT>())
-bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const float *A, const float *Cq, VecOps vo,
+/* NT = 256 with 64-column tiles: two blocks per SM (scan_8w), whose registers must not decide it */
+template <class T, bool VEC, int KPC, int BVT, int NT>
+__global__ void __launch_bounds__(NT, BVT == 64 && NT == 256 ? 2 : 1)
+bwd_state_scan_kernel(Prob p, const T *q, const T *k, const float *GB, const float *A, const cq_t *Cq, VecOps vo,
                       const T *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy) {
-    bwd_state_scan_block<T, VEC, KPC, BVT>(blockIdx.x, p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy);
+    bwd_state_scan_block<T, VEC, KPC, BVT, NT>(blockIdx.x, p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy);
 }
 
 template <class T, bool VEC, int KPC, int BVT>
-static cudaError_t run(const Prob &p, const void *q, const void *k, const float *GB, const float *A, const float *Cq,
+static cudaError_t run(const Prob &p, const void *q, const void *k, const float *GB, const float *A, const cq_t *Cq,
                        const VecOps &vo, const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
                        cudaStream_t s) {
     const size_t smem = bwd_state_scan_smem<T, VEC, KPC, BVT>(p, vo);
-    cudaError_t e = ensure_smem<bwd_state_scan_kernel<T, VEC, KPC, BVT>>(smem);
-    if (e != cudaSuccess) return e;
-    const dim3 grid = scan_grid(p, BVT);
-    bwd_state_scan_kernel<T, VEC, KPC, BVT><<<grid, scan_threads<BVT>(), smem, s>>>(p, (const T *)q, (const T *)k, GB, A, Cq,
-                                                                              vo, (const T *)do_, dht, dh0, Sbar, PR, wy);
-    return cudaGetLastError();
+    auto go = [&](auto nt) {
+        constexpr int NT = decltype(nt)::value;
+        cudaError_t e = ensure_smem<bwd_state_scan_kernel<T, VEC, KPC, BVT, NT>>(smem);
+        if (e != cudaSuccess) return e;
+        bwd_state_scan_kernel<T, VEC, KPC, BVT, NT><<<scan_grid(p, BVT), NT, smem, s>>>(
+            p, (const T *)q, (const T *)k, GB, A, Cq, vo, (const T *)do_, dht, dh0, Sbar, PR, wy);
+        return cudaGetLastError();
+    };
+    if constexpr (BVT == 64 && scan_half<T, KPC>() == 2)
+        if (scan_8w<T, KPC, BVT>(p, smem)) return go(std::integral_constant<int, 256>{});
+    return go(std::integral_constant<int, scan_threads<BVT>()>{});
 }
 
 /* Policy R's recompute scan (S_c, R) and the reverse scan in one launch. They share no data: the reverse scan
  * reads q, k, A, C_q and Ō, never S_c or R. On long sequences each grid is a few blocks per SM, each a chain of
  * chunks that leaves the SM mostly idle; launched together, the two chains of an SM overlap (the reverse
  * scan's blocks first: they are the longer). Tiles of 16 and 64 columns, whose register budgets the two
- * blocks share (at 32 the reverse scan takes up to 201 registers and runs alone); not where the forward scan
- * runs two 8-warp blocks per SM alone (fwd_scan_8w: a grid of two blocks per SM, which the pair would not
- * overlap anyway). */
+ * blocks share (at 32 the reverse scan takes up to 201 registers and runs alone); not where either scan runs
+ * as 8-warp blocks, two per SM (scan_8w: a grid of two blocks per SM, which the pair would not overlap
+ * anyway). */
 template <class T, bool VEC, int KPC, int BVT>
 __global__ void __launch_bounds__(scan_threads<BVT>(), BVT == 64 ? 1 : 2)
-scan_pair_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const float *Cq, VecOps vo,
+scan_pair_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const cq_t *Cq, VecOps vo,
                  const float *h0, state_t *Sc, rp_t *R, const T *do_, const float *dht, float *dh0, state_t *Sbar,
                  rp_t *PR, int wy, int nb) {
     if ((int)blockIdx.x < nb) bwd_state_scan_block<T, VEC, KPC, BVT>(blockIdx.x, p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy);
@@ -42,7 +48,7 @@ scan_pair_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, co
 }
 
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
-                             const float *A, const float *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
+                             const float *A, const cq_t *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
                              const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
                              cudaStream_t s) {
     const VecOps none = {};
@@ -64,7 +70,13 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
                         Sbar, PR, wy, nb);
                     return cudaGetLastError();
                 };
-                if (!fwd_scan_8w<T, KPC, BVT>(p)) return vo ? go(std::true_type{}) : go(std::false_type{});
+                auto pair = [&](auto vc) {
+                    constexpr bool VEC = decltype(vc)::value;
+                    return !scan_8w<T, KPC, BVT>(p, state_scan_smem<T, VEC, KPC, BVT>(p, ops)) &&
+                           !scan_8w<T, KPC, BVT>(p, bwd_state_scan_smem<T, VEC, KPC, BVT>(p, ops));
+                };
+                if (vo ? pair(std::true_type{}) : pair(std::false_type{}))
+                    return vo ? go(std::true_type{}) : go(std::false_type{});
             }
             cudaError_t e = launch_state_scan(p, dt, k, v, GB, A, vo, h0, nullptr, Sc, R, s);
             if (e != cudaSuccess) return e;
@@ -74,7 +86,7 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
 }
 
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
-                                  const float *A, const float *Cq, const VecOps *vo, const void *do_,
+                                  const float *A, const cq_t *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s) {
     const VecOps none = {};
     return with_dtype(dt, [&](auto t) {

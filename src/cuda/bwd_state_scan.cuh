@@ -18,12 +18,13 @@ namespace rewy_cuda {
 
 constexpr size_t BSCAN_SHARE_KQ_BYTES = 512;
 
-template <class T, bool VEC, int KPC, int BVT>
+/* NT: the block's threads, scan_threads<BVT>(), or 256 where scan_8w */
+template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>()>
 __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &p, const T *q, const T *k, const float *GB,
-                                                     const float *A, const float *Cq, VecOps vo, const T *do_,
+                                                     const float *A, const cq_t *Cq, VecOps vo, const T *do_,
                                                      const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy) {
     using FT = factor_t<T>;
-    constexpr int NT = scan_threads<BVT>(), NW = NT / 32;
+    constexpr int NW = NT / 32;
     extern __shared__ __align__(16) float sm[];
     const ScanBlock blk = ScanBlock::get<BVT>(p, bid);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G;
@@ -48,13 +49,17 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
     typename ST::Frag Sf = {};
     /* B-side tiles transposed ([column][k]): Sbt = S̄ᵀ, Rbt = R̄ᵀ, Pst = Pᵀ (scaled by βγ for scalar
      * gates), Xo = (γ⊙Ō)ᵀ (Ōᵀ for vector gates) */
+    /* HALF = 2 (BF without hi/lo pairs): S̄⁺, R̄ and βγ⊙P are single bf16 tiles (half the words of the
+     * fp32 slots), and γ⊙Ō is formed in place in Os after C_qᵀ Ō (no Xo tile): 108 KB for a 64-column
+     * tile with scalar gates, so two 8-warp blocks fit an SM (scan_8w) */
+    constexpr int HALF = scan_half<T, KPC>();
     float *Sbt = sm;                 /* [BVT][Kp+8] */
-    float *As = Sbt + BVT * lds;      /* [64][LDA] */
-    float *Cs = As + MAXBT * LDA;
-    float *Rbt = Cs + MAXBT * LDA;   /* [BVT][LDX] */
-    float *Pst = Rbt + BVT * LDX;
-    float *Xo = Pst + BVT * LDX;
-    float *GBs = Xo + BVT * LDX;      /* [2][2][64] */
+    float *As = Sbt + BVT * lds / HALF; /* [64][LDA] */
+    cq_t *Cs = reinterpret_cast<cq_t *>(As + MAXBT * LDA);
+    float *Rbt = reinterpret_cast<float *>(Cs + MAXBT * LDA); /* [BVT][LDX] */
+    float *Pst = Rbt + BVT * LDX / HALF;
+    float *Xo = Pst + BVT * LDX / HALF;
+    float *GBs = Xo + (HALF == 2 ? 0 : BVT * LDX); /* [2][2][64] */
     float *lam = GBs + 4 * MAXBT;    /* VEC: [2][Kp] γ_n */
     T *KQ0 = reinterpret_cast<T *>(lam + (VEC ? 2 * Kp : 0)); /* scalar: [64][ldk] ×2 (×1 when sharing) */
     T *KQ1 = (VEC || share) ? KQ0 : KQ0 + MAXBT * ldk;
@@ -65,6 +70,8 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
     bf16 *Sh = reinterpret_cast<bf16 *>(Sbt), *Sl = Sh + BVT * lds; /* BF: hi/lo tiles */
     bf16 *Xh = reinterpret_cast<bf16 *>(Xo), *Xl = Xh + BVT * LDX;
     bf16 *Ph = reinterpret_cast<bf16 *>(Pst), *Pl = Ph + BVT * LDX;
+    using RB = typename std::conditional<HALF == 2, bf16, float>::type; /* R̄ᵀ's element type */
+    RB *Rb = reinterpret_cast<RB *>(Rbt);
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     if constexpr (REG) tiles.load(Sf, p, dht, sbase, v0);
@@ -81,7 +88,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         copy_tile_k<T, CR, CV, NT>(Os, ldvt, BT, BVT, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
                                               cj.n, v0, p.V);
     };
-    auto issue_nn = [&](float *dst, const float *src, int cj) { scan_copy_nn<CR, NT>(dst, src, p, hv, BT, cj); };
+    auto issue_nn = [&](auto *dst, const auto *src, int cj) { scan_copy_nn<CR, NT>(dst, src, p, hv, BT, cj); };
     auto issue_gb = [&](int buf, int cj) {
         scan_copy_gates<VEC>(GBs + buf * 2 * MAXBT, lam + buf * Kp, GB, vo.lam, p, hv, BT, Kp, cj);
     };
@@ -122,13 +129,18 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         if (has_next) issue_gb(cur ^ 1, c - 1);
         if constexpr (!REG) store_state_tile<BVT>(Sbar + ch * p.K * p.V, Sbt, lds, p.K, p.V, v0);
         const float gl = Gs[n - 1];
-        { /* one row per thread (blockDim is a multiple of BT): one exponential per thread */
+        /* γ⊙Ō (scale too on the REG path; Ō for vector gates): one row per thread (blockDim is a multiple of
+         * BT), one exponential per thread; into Xo, or (HALF) in place in Os once C_qᵀ Ō has read it */
+        auto scale_o = [&](auto put) {
             const int i = threadIdx.x % BT;
             const float gi = (VEC ? 1.f : expf(Gs[i])) * (REG ? p.scale : 1.f);
-            for (int j = threadIdx.x / BT; j < BVT; j += NT / BT) {
-                if constexpr (BF) st_hilo(Xh, scan_lo(Xl), j * LDX + i, gi * ldf(Os + i * ldvt + j));
-                else Xo[j * LDX + i] = gi * ldf(Os + i * ldvt + j);
-            }
+            for (int j = threadIdx.x / BT; j < BVT; j += NT / BT) put(i, j, gi * ldf(Os + i * ldvt + j));
+        };
+        if constexpr (HALF == 1) {
+            scale_o([&](int i, int j, float x) {
+                if constexpr (BF) st_hilo(Xh, scan_lo(Xl), j * LDX + i, x);
+                else Xo[j * LDX + i] = x;
+            });
         }
         /* R̄ = F S̄⁺ + C_qᵀ Ō: two products of one shape, so each thread adds to what it wrote */
         if constexpr (BF) {
@@ -142,7 +154,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
                 pf_scale_rows<NSX>(acc, r < n ? expf(gl - Gs[r]) : 0.f, r + 8 < n ? expf(gl - Gs[r + 8]) : 0.f);
             }
             pf_mma<NSX, false, false>(acc, BT, Cs, 1, LDA, Os, ldvt, 1, xi0, xj0);
-            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) { Rbt[j * LDX + i] = acc[s2][e]; });
+            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) { st<RB>(Rb + j * LDX + i, acc[s2][e]); });
         } else if (VEC) {
             bgemm<NW>(BT, BVT, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
         } else {
@@ -156,12 +168,13 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         if (has_next) {
             if (VEC) issue_f(Fs, vo.F, c - 1);
             issue_nn(Cs, Cq, c - 1);
-            issue_o(cn);
+            if (HALF == 1) issue_o(cn); /* HALF: Os is read to the end of the chunk */
         }
+        if constexpr (HALF == 2) scale_o([&](int i, int j, float x) { st<T>(Os + i * ldvt + j, x); });
         /* P = Aᵀ R̄; stored as P (ReWY) or R̄ (WY) for the pullback, kept as βγ⊙P for Eᵀ P (scalar gates) */
         rp_t *PRc = PR + ch * BT * p.V + v0;
-        bgemm<NW>(BT, BVT, BT, As, 1, LDA, Rbt, 1, LDX, [&](int i, int j, float cc) {
-            if (i < n && v0 + j < p.V) st<rp_t>(PRc + (size_t)i * p.V + j, wy ? Rbt[j * LDX + i] : cc);
+        bgemm<NW>(BT, BVT, BT, As, 1, LDA, Rb, 1, LDX, [&](int i, int j, float cc) {
+            if (i < n && v0 + j < p.V) st<rp_t>(PRc + (size_t)i * p.V + j, wy ? ldf(Rb + j * LDX + i) : cc);
             const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * expf(Gs[i]) * cc);
             if constexpr (BF) st_hilo(Ph, scan_lo(Pl), j * LDX + i, pv);
             else Pst[j * LDX + i] = pv;
@@ -175,7 +188,10 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : gn, VEC ? lm[r + 8] : gn);
             tiles.each(Sf, [&](float (&a)[4][4], int ti, int tj) {
-                if constexpr (BF) {
+                if constexpr (HALF == 2) { /* γ⊙Ō in Os ([token][column]: k-major B, ldmatrix.trans) */
+                    bf_mma<NS, true, true, SCAN_KI<NS>>(a, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, ti, Os, nullptr, ldvt, tj);
+                    bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, ti, Ph, nullptr, LDX, tj);
+                } else if constexpr (BF) {
                     bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, ti, Xh, scan_lo(Xl), LDX, tj);
                     bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, ti, Ph, scan_lo(Pl), LDX, tj);
                 } else if constexpr (VEC) {
@@ -195,6 +211,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
                     issue_k(Qs, cn);
                     issue_q(Ks, cn);
                 }
+                if (HALF == 2) issue_o(cn);
             }
             kb ^= 1;
         } else if (VEC) {
@@ -238,9 +255,10 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
 
 template <class T, bool VEC, int KPC, int BVT> inline size_t bwd_state_scan_smem(const Prob &p, const VecOps &vo) {
     using FT = factor_t<T>;
-    size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) + 2 * (size_t)MAXBT * LDA + 3 * (size_t)BVT * LDX +
-                                   4 * MAXBT) +
-                  sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);
+    constexpr int HALF = scan_half<T, KPC>();
+    size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) / HALF + (size_t)MAXBT * LDA +
+                                   2 * (size_t)BVT * LDX / HALF + (HALF == 2 ? 0 : (size_t)BVT * LDX) + 4 * MAXBT) +
+                  sizeof(cq_t) * (size_t)MAXBT * LDA + sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);
     if (VEC)
         smem += sizeof(float) * 2 * p.Kp + sizeof(FT) * 3 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
     else

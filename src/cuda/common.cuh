@@ -85,6 +85,10 @@ typedef float state_t;
  * products with them then run on bf_mma (bf16 operands, fp32 accumulation) and read half the bytes.
  * They were fp32 before; the scans already rounded them to bf16 for their own products. */
 typedef state_t rp_t;
+/* Storage type of C_q (MATH §2: the masked, decayed scale·Q Kᵀ of a chunk), the operand of the output's
+ * C_q R and the reverse scan's C_qᵀ Ō: bf16, as FLA rounds its A_qk to the input type before those
+ * products; with bf16 R and Ō both then run on bf_mma, and C_q takes half the bytes and shared memory. */
+typedef state_t cq_t;
 
 __device__ __forceinline__ uint32_t to_tf32(float x) {
     uint32_t r;
@@ -654,8 +658,14 @@ inline int scan_bv(const Prob &p) {
     if (4 * sh * ceil_div(p.V, 64) >= 3L * sms) return 64;
     return sh * ceil_div(p.V, BV) < sms ? 16 : BV;
 }
-/* threads of a scan block: 8 warps for 16- and 32-column tiles (two blocks per SM), 16 for 64 (one) */
+/* threads of a scan block: 8 warps for 16- and 32-column tiles (two blocks per SM), 16 for 64 (one; or 8,
+ * two per SM: scan_8w) */
 template <int BVT> __host__ __device__ constexpr int scan_threads() { return BVT == 64 ? 512 : 256; }
+/* 2 on the scans' bf16 fast path without hi/lo pairs (K of 64 or 128, bf16 inputs): their bf16 tiles of
+ * fp32 values (state, R, P, R̄) take half the words of the fp32 slots they replace; else 1 */
+template <class T, int KPC> constexpr int scan_half() {
+    return (KPC == 64 || KPC == 128) && std::is_same<T, __nv_bfloat16>::value && !SCAN_LO ? 2 : 1;
+}
 
 /* A scan block's place: blocks are numbered with the value tile fastest, so the V / BVT blocks of one
  * (sequence, value head), and the G value heads of one key head, run at the same time and read their
@@ -669,11 +679,11 @@ struct ScanBlock {
     }
 };
 /* The copies of chunk cj's tiles that both scans take (cp.async; CR > 0: the fast path's compile-time
- * shapes): an n×n tile (A or C_q), the G/β table and, for vector gates (VEC), Λ = γ_n, a factor tile
+ * shapes): an n×n tile (A fp32 or C_q cq_t, row stride LDA), the G/β table and, for vector gates (VEC), Λ = γ_n, a factor tile
  * (E, F or Q_g) */
-template <int CR, int NT>
-__device__ __forceinline__ void scan_copy_nn(float *dst, const float *src, const Prob &p, int hv, int BT, int cj) {
-    copy_tile_k<float, CR, CR, NT>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
+template <int CR, int NT, class E>
+__device__ __forceinline__ void scan_copy_nn(E *dst, const E *src, const Prob &p, int hv, int BT, int cj) {
+    copy_tile_k<E, CR, CR, NT>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
 }
 template <bool VEC>
 __device__ __forceinline__ void scan_copy_gates(float *gb, float *lam, const float *GB, const float *vlam, const Prob &p,
@@ -688,6 +698,24 @@ __device__ __forceinline__ void scan_copy_factor(FT *dst, int ldfe, const void *
                                 BT, 0, Kp);
 }
 inline dim3 scan_grid(const Prob &p, int bvt) { return dim3((unsigned)p.N * p.HV * ceil_div(p.V, bvt)); }
+
+/* Whether a scan of 64-column tiles whose block takes smem bytes runs as 8-warp blocks, two per SM, instead
+ * of one 16-warp block per SM: where two such blocks fit an SM's shared memory and the grid has at least two
+ * blocks per SM. Two chains per SM then share what one 16-warp chain had (GDN forward scan at (8,2048,32),
+ * H200: 0.727 → 0.636 ms); a smaller grid keeps 16 warps per chain, since 8 run one chain slower (0.671 →
+ * 0.764 ms at (4,4096,16), 128 blocks). REWY_CUDA_SCAN_8W = 1 / 0 forces it where it fits (the tests'
+ * shapes are too small to take it). Only 64-column tiles on the halved bf16 path (scan_half) have it. */
+template <class T, int KPC, int BVT> inline bool scan_8w(const Prob &p, size_t smem) {
+    if constexpr (BVT != 64 || scan_half<T, KPC>() != 2) return false;
+    int dev = 0, per_sm = 0, rsv = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&rsv, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+        return false;
+    if (2 * (smem + (size_t)rsv) > (size_t)per_sm) return false;
+    if (const char *e = getenv("REWY_CUDA_SCAN_8W")) return atoi(e) != 0;
+    return (long)scan_grid(p, 64).x >= 2L * sm_count();
+}
 
 /* Calls f(KPC, BVT) (integral constants) with the scans' fast-path K (with_fast_kp) and value tile
  * (scan_bv); the 16- and 64-column tiles are instantiated on the fast path with K ≤ 128 only. */

@@ -40,7 +40,7 @@ struct ScalarGates {
     /* kkt_inverse.cu: GB (G, β), A, C_q (any NULL skipped; all NULL: no launch). The scans read the
      * saved GB table; E, F, Q_g are formed per row inside them. */
     template <class Args>
-    static cudaError_t gates(const Prob &p, const Args *a, const Layout &, float *Gout, float *A, float *Cq,
+    static cudaError_t gates(const Prob &p, const Args *a, const Layout &, float *Gout, float *A, cq_t *Cq,
                              const float *GB, ScanGates *sg, cudaStream_t s) {
         sg->GB = GB;
         if (!Gout && !A && !Cq) return cudaSuccess;

@@ -15,7 +15,7 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
  * GB: per chunk and value head, [2][BT] fp32 = G then β (the gather every later stage reads with one
  * 16-B copy). Any output pointer may be NULL (skipped); A NULL also skips L and the inverse. */
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                               const void *beta, float *GB, float *A, float *Cq, cudaStream_t s);
+                               const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s);
 
 /* state_scan.cu: forward chunk scan: store S_c; R = A(Z − E S) (stored); S ← Λ S + Fᵀ R; ht at the end.
  * Sc / R / ht NULL: not stored. vo NULL: scalar gates (E, F from k and GB); else the vector-gate
@@ -26,20 +26,20 @@ cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const
 
 /* output.cu: O = Q_g S_c + C_q R per chunk, in parallel (after the scan stored S_c and R).
  * vo NULL: scalar gates (Q_g from q and GB); else Q_g from the vector-gate operands. */
-cudaError_t launch_output(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const float *Cq,
+cudaError_t launch_output(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const cq_t *Cq,
                           const state_t *Sc, const rp_t *R, const VecOps *vo, void *o, cudaStream_t s);
 
 /* bwd_state_scan.cu: reverse scan: R̄ = C_qᵀŌ + F S̄⁺, P = AᵀR̄, S̄ = Q_gᵀŌ + ΛS̄⁺ − EᵀP.
  * Stores S̄⁺ per chunk, and P (ReWY) or R̄ (WY) per chunk; dh0 when not NULL.
  * vo NULL: scalar gates (F, Q_g, E from k, q and GB); else the vector-gate operands. */
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
-                                  const float *A, const float *Cq, const VecOps *vo, const void *do_,
+                                  const float *A, const cq_t *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s);
 
 /* bwd_state_scan.cu: policy R's recompute scan (launch_state_scan with ht NULL) and the reverse scan
  * (launch_bwd_state_scan), in one launch where their tiles allow it, else one after the other. */
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
-                             const float *A, const float *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
+                             const float *A, const cq_t *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
                              const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
                              cudaStream_t s);
 

@@ -35,7 +35,7 @@ __device__ __forceinline__ float2 chunk_gate_cumsum(const Prob &p, const float *
 
 template <class T>
 __global__ void __launch_bounds__(KKT_THREADS)
-kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, float *Cq) {
+kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, cq_t *Cq) {
     extern __shared__ float sm[];
     const ChunkInfo ci = p.ctab[blockIdx.x];
     const int n = ci.n;
@@ -72,9 +72,9 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
 
     const size_t nn = (size_t)BT * BT, base = ((size_t)blockIdx.x * p.HV + hv) * nn;
     if (Cq) {
-        float *dst = Cq + base;
+        cq_t *dst = Cq + base;
         bgemm<KKT_THREADS / 32>(BT, BT, p.Kp, Qs, ldk, 1, Ks, 1, ldk, [&](int i, int j, float c) {
-            dst[i * BT + j] = (i < n && j <= i) ? p.scale * c * expf(Gs[i] - Gs[j]) : 0.f;
+            st<cq_t>(dst + i * BT + j, (i < n && j <= i) ? p.scale * c * expf(Gs[i] - Gs[j]) : 0.f);
         });
     }
     if (!needA) return;
@@ -113,7 +113,7 @@ __host__ __device__ constexpr int kkt_fast_region() {
 
 template <class T, int KS>
 __global__ void __launch_bounds__(KKT_THREADS)
-kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, float *Cq) {
+kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, cq_t *Cq) {
     extern __shared__ __align__(16) char smc[];
     constexpr int LDK = KS + 8;
     constexpr int REG = kkt_fast_region<KS, T>();
@@ -156,7 +156,7 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
 
     /* tasks w, w+8, …, w+32 of [L tiles 0..19 | C_q tiles 0..19] (A NULL: C_q tiles only) */
     const int nL = needA ? TRI_TILES : 0, nT = nL + (Cq ? TRI_TILES : 0);
-    float *cqd = Cq ? Cq + ch * MAXBT * MAXBT : nullptr;
+    cq_t *cqd = Cq ? Cq + ch * MAXBT * MAXBT : nullptr;
     float accL[3][4][4];
     tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
         float acc[4][4] = {};
@@ -182,7 +182,7 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
 
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const float *g, const void *beta, float *GB,
-                       float *A, float *Cq, cudaStream_t s) {
+                       float *A, cq_t *Cq, cudaStream_t s) {
     if constexpr (sizeof(T) == 2) {
         if (p.BT == MAXBT && (p.Kp == 64 || p.Kp == 128 || p.Kp == 256)) {
             auto go = [&](auto ks) -> cudaError_t {
@@ -210,7 +210,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
 }
 
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                               const void *beta, float *GB, float *A, float *Cq, cudaStream_t s) {
+                               const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s) {
     return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, g, beta, GB, A, Cq, s); });
 }
 

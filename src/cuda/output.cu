@@ -21,7 +21,7 @@ constexpr int OLDS = OBV + 8; /* state_t [Kp][OLDS] tile */
 
 template <class T, bool VEC>
 __global__ void __launch_bounds__(OUT_THREADS)
-output_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_t *Sc, const rp_t *R,
+output_kernel(Prob p, const T *q, const float *GB, const cq_t *Cq, const state_t *Sc, const rp_t *R,
               const factor_t<T> *Qg, T *o) {
     using QT = typename std::conditional<VEC, factor_t<T>, T>::type;
     extern __shared__ __align__(16) float sm[];
@@ -44,7 +44,7 @@ output_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_
         copy_tile<QT>(Qs, ldq, BT, Kp, reinterpret_cast<const QT *>(q) + ((size_t)ci.tok0 * p.H + h) * p.K,
                       (size_t)p.H * p.K, n, 0, p.K);
     copy_tile<state_t>(Ss, OLDS, Kp, OBV, Sc + ch * p.K * p.V, p.V, p.K, v0, p.V);
-    copy_tile<float>(Cs, LDA, BT, BT, Cq + ch * BT * BT, BT, BT, 0, BT);
+    copy_tile_to(Cs, LDA, BT, BT, Cq + ch * BT * BT, BT, BT, 0, BT);
     copy_tile_to(Rs, OLD, BT, OBV, R + ch * BT * p.V, p.V, n, v0, p.V);
     if (!VEC) copy_tile<float>(Gs, 2 * BT, 1, 2 * BT, GB + ch * 2 * BT, 2 * BT, 1, 0, 2 * BT);
     cp_async_wait();
@@ -61,7 +61,7 @@ output_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_
 }
 
 /* ==== The fast path: 2-byte inputs, chunk 64, K ≤ 128 (KS = 64 or 128), V a multiple of 8 ====
- * One block of 8 warps per (chunk, value head). Q_g ([64][KS], input type) and C_q ([64][64] fp32)
+ * One block of 8 warps per (chunk, value head). Q_g ([64][KS], input type) and C_q ([64][64] cq_t)
  * are loaded once; S_c ([KS][64] state_t) and R ([64][64] rp_t) come in 64-column V slabs,
  * double-buffered (slab s+1 is copied with cp.async while slab s is computed). Per slab, warp w
  * owns the 16×32 tile of O at rows 16(w%4)…, columns 32(w/4)… and accumulates it in registers:
@@ -69,10 +69,8 @@ output_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_
  *   acc += diag(scale·γ_i) (Q S_c)                (pf_mma_rows; vector gates: Q = Q_g, diag(scale))
  * then stores o (input type) straight from the fragments, rows < n and columns < V only.
  * Operands: A = Q (k = feature contiguous), C_q (k = token contiguous); B = S_c stored [K][V] and
- * R stored [token][V], both read with k strided (ld_pair's two loads per k pair). A k-contiguous
- * copy of S_c would need a transpose through registers every slab, which takes the slab copy off
- * cp.async (no overlap with the previous slab's products) and adds a barrier; the strided reads are
- * bank-conflict-free with the paddings below and cost one extra shared load per B pair. */
+ * R stored [token][V], k strided: with bf16 inputs every operand is bf16 and both products run on
+ * bf_mma (ldmatrix.trans reads the strided B tiles); otherwise tf32 with ld_pair's two loads per k pair. */
 constexpr int OF_THREADS = 256;
 constexpr int OF_NW = OF_THREADS / 32;
 constexpr int OF_BV = 64;                /* V slab */
@@ -90,7 +88,7 @@ __host__ __device__ inline OfLayout of_layout(int KS) {
     OfLayout L = {};
     int o = 0;
     L.Qs = o; o += MAXBT * (KS + 8) * 2;           /* Q_g or q [64][KS+8], 2-byte */
-    L.Cs = o; o += MAXBT * LDA * 4;                /* C_q [64][72] fp32 */
+    L.Cs = o; o += MAXBT * LDA * (int)sizeof(cq_t); /* C_q [64][72] cq_t */
     L.Ss = o; o += KS * OF_LDS * (int)sizeof(state_t);  /* S_c slab [KS][OF_LDS] state_t */
     L.Rs = o; o += MAXBT * OF_LDR * (int)sizeof(rp_t); /* R slab [64][OF_LDR] rp_t */
     L.buf = o - L.Ss;
@@ -101,7 +99,7 @@ __host__ __device__ inline OfLayout of_layout(int KS) {
 
 template <class T, bool VEC, int KS>
 __global__ void __launch_bounds__(OF_THREADS)
-output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const state_t *Sc, const rp_t *R,
+output_fast_kernel(Prob p, const T *q, const float *GB, const cq_t *Cq, const state_t *Sc, const rp_t *R,
                    const T *Qg, T *o) {
     static_assert(sizeof(T) == 2 && (KS == 64 || KS == 128), "fast output: 2-byte inputs, KS = 64 or 128");
     extern __shared__ __align__(16) char smc[];
@@ -113,7 +111,7 @@ output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const s
     if (n == 0) return; /* block-uniform, before any barrier */
     const size_t ch = (size_t)c * p.HV + hv, rsv = (size_t)p.HV * p.V;
     T *Qs = reinterpret_cast<T *>(smc + L.Qs);
-    float *Cs = reinterpret_cast<float *>(smc + L.Cs);
+    cq_t *Cs = reinterpret_cast<cq_t *>(smc + L.Cs);
     const state_t *Scc = Sc + ch * p.K * p.V;
     const rp_t *Rc = R + ch * MAXBT * p.V;
 
@@ -128,7 +126,7 @@ output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const s
         copy_tile<T>(Qs, LDQ, MAXBT, KS, Qg + ch * MAXBT * p.Kp, p.Kp, MAXBT, 0, p.Kp);
     else
         copy_tile<T>(Qs, LDQ, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, (size_t)p.H * p.K, n, 0, p.K);
-    copy_tile<float>(Cs, LDA, MAXBT, MAXBT, Cq + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
+    copy_tile<cq_t>(Cs, LDA, MAXBT, MAXBT, Cq + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
     load_slab(0, 0);
 
     const int i0 = (warp & 3) * 16, j0 = (warp >> 2) * (OF_BV / 2);
@@ -180,7 +178,7 @@ output_fast_kernel(Prob p, const T *q, const float *GB, const float *Cq, const s
 }
 
 template <class T, bool VEC>
-static cudaError_t run(const Prob &p, const void *q, const float *GB, const float *Cq, const state_t *Sc,
+static cudaError_t run(const Prob &p, const void *q, const float *GB, const cq_t *Cq, const state_t *Sc,
                        const rp_t *R, const void *Qg, void *o, cudaStream_t s) {
     using QT = typename std::conditional<VEC, factor_t<T>, T>::type;
     if constexpr (sizeof(T) == 2) {
@@ -210,7 +208,7 @@ static cudaError_t run(const Prob &p, const void *q, const float *GB, const floa
     return cudaGetLastError();
 }
 
-cudaError_t launch_output(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const float *Cq,
+cudaError_t launch_output(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const cq_t *Cq,
                           const state_t *Sc, const rp_t *R, const VecOps *vo, void *o, cudaStream_t s) {
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);

@@ -13,17 +13,17 @@ state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *
 template <class T, bool VEC, int KPC, int BVT>
 static cudaError_t run(const Prob &p, const void *k, const void *v, const float *GB, const float *A, const VecOps &vo,
                        const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
+    const size_t smem = state_scan_smem<T, VEC, KPC, BVT>(p, vo);
     auto go = [&](auto nt) {
         constexpr int NT = decltype(nt)::value;
-        const size_t smem = state_scan_smem<T, VEC, KPC, BVT>(p, vo);
         cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT, NT>>(smem);
         if (e != cudaSuccess) return e;
         state_scan_kernel<T, VEC, KPC, BVT, NT><<<scan_grid(p, BVT), NT, smem, s>>>(p, (const T *)k, (const T *)v, GB, A,
                                                                                   vo, h0, ht, Sc, R);
         return cudaGetLastError();
     };
-    if constexpr (BVT == 64 && fwd_scan_half<T, KPC>() == 2)
-        if (fwd_scan_8w<T, KPC, BVT>(p)) return go(std::integral_constant<int, 256>{});
+    if constexpr (BVT == 64 && scan_half<T, KPC>() == 2)
+        if (scan_8w<T, KPC, BVT>(p, smem)) return go(std::integral_constant<int, 256>{});
     return go(std::integral_constant<int, scan_threads<BVT>()>{});
 }
 

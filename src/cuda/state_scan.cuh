@@ -22,24 +22,7 @@
 
 namespace rewy_cuda {
 
-/* BF (below) without the lo tiles: the shared state and R tiles are bf16 only, half the words of their
- * fp32 slots; a 64-column tile's block then takes 108 KB, and two of 8 warps fit an SM (fwd_scan_8w). */
-template <class T, int KPC> constexpr int fwd_scan_half() {
-    return (KPC == 64 || KPC == 128) && std::is_same<T, __nv_bfloat16>::value && !SCAN_LO ? 2 : 1;
-}
-/* Whether the forward scan runs its 64-column tiles as 8-warp blocks, two per SM: where the tiles are halved
- * and the grid has at least two blocks per SM. Two chains per SM then share what one 16-warp chain had
- * (GDN at (8,2048,32) on the H200: 0.727 → 0.636 ms); a smaller grid keeps 16 warps per chain, since 8 run
- * one chain slower (0.671 → 0.764 ms at (4,4096,16), 128 blocks). */
-template <class T, int KPC, int BVT> inline bool fwd_scan_8w(const Prob &p) {
-    if constexpr (BVT == 64 && fwd_scan_half<T, KPC>() == 2) {
-        /* REWY_CUDA_SCAN_8W = 1 / 0 forces the choice (the tests' shapes are too small to take it) */
-        if (const char *e = getenv("REWY_CUDA_SCAN_8W")) return atoi(e) != 0;
-        return (long)scan_grid(p, BVT).x >= 2L * sm_count();
-    }
-    return false;
-}
-/* NT: the block's threads, scan_threads<BVT>(), or 256 for fwd_scan_8w */
+/* NT: the block's threads, scan_threads<BVT>(), or 256 where scan_8w */
 template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>()>
 __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, const T *k, const T *v, const float *GB,
                                                  const float *A, VecOps vo, const float *h0, float *ht, state_t *Sc,
@@ -56,7 +39,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     const T *wg = static_cast<const T *>(vo.w);
     /* Tiles that feed the B side of the products are stored transposed ([column][k]) so that both
      * operands are k-contiguous for the tensor-core loads: St = Sᵀ, Xt = Xᵀ, Rt = Rᵀ. */
-    constexpr int HALF = fwd_scan_half<T, KPC>(); /* 2: St and Rt hold one bf16 copy only (BF below) */
+    constexpr int HALF = scan_half<T, KPC>(); /* 2: St and Rt hold one bf16 copy only (BF below) */
     float *St = sm;                                     /* [BVT][Kp+8] fp32 state tile, transposed */
     float *As = St + BVT * lds / HALF;                  /* [64][LDA] */
     float *Xt = As + MAXBT * LDA;                       /* [BVT][LDX] */
@@ -212,7 +195,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
 
 template <class T, bool VEC, int KPC, int BVT> inline size_t state_scan_smem(const Prob &p, const VecOps &vo) {
     using FT = factor_t<T>;
-    constexpr int HALF = fwd_scan_half<T, KPC>();
+    constexpr int HALF = scan_half<T, KPC>();
     size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) / HALF + (size_t)MAXBT * LDA + (size_t)BVT * LDX +
                                    (size_t)BVT * LDX / HALF + 4 * MAXBT) +
                   sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);

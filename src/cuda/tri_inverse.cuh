@@ -75,6 +75,12 @@ __device__ __forceinline__ void tri_put_tile(float *dst, int i0, int j0, const f
     *reinterpret_cast<float2 *>(dst + (i0 + g) * ld + j0 + 2 * t) = make_float2(acc[0][0], acc[0][1]);
     *reinterpret_cast<float2 *>(dst + (i0 + g + 8) * ld + j0 + 2 * t) = make_float2(acc[0][2], acc[0][3]);
 }
+/* the same into a bf16 matrix (C_q as cq_t) */
+__device__ __forceinline__ void tri_put_tile(__nv_bfloat16 *dst, int i0, int j0, const float (&acc)[4][4], int ld) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    *reinterpret_cast<__nv_bfloat162 *>(dst + (i0 + g) * ld + j0 + 2 * t) = __floats2bfloat162_rn(acc[0][0], acc[0][1]);
+    *reinterpret_cast<__nv_bfloat162 *>(dst + (i0 + g + 8) * ld + j0 + 2 * t) = __floats2bfloat162_rn(acc[0][2], acc[0][3]);
+}
 
 /* A = (I + L)⁻¹ (see the header). Call with blockDim.x == 256 after a barrier that completes Ls;
  * returns after a barrier. Ls needs L only at j < i of the lower blocks (what tri_tile covers). */
@@ -178,10 +184,11 @@ __device__ __forceinline__ void tri_finish_A(float *dst, float *Ls, float *As, i
 }
 
 /* zeros of a [64][64] lower-triangular output right of the tri_tile tiles (columns ≥ 16r + 16) */
-__device__ __forceinline__ void tri_store_upper_zeros(float *dst) {
-    for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += blockDim.x) {
-        const int i = e >> 4, j = (e & 15) << 2;
-        if (j >= (i & ~15) + 16) reinterpret_cast<float4 *>(dst)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+template <class E> __device__ __forceinline__ void tri_store_upper_zeros(E *dst) {
+    constexpr int EPV = 16 / sizeof(E); /* elements per 16-B store */
+    for (int e = threadIdx.x; e < MAXBT * MAXBT / EPV; e += blockDim.x) {
+        const int i = e / (MAXBT / EPV), j = (e % (MAXBT / EPV)) * EPV;
+        if (j >= (i & ~15) + 16) reinterpret_cast<uint4 *>(dst)[e] = make_uint4(0u, 0u, 0u, 0u);
     }
 }
 

@@ -59,7 +59,7 @@ struct VectorGates {
      * and the β table GB into the workspace head: by vec_intra itself on its fast path when it runs
      * (it holds G, k, q, b already), else by vec_factors.cu from the saved Gc */
     template <class Args>
-    static cudaError_t gates(const Prob &p, const Args *a, const Layout &L, float *Gout, float *A, float *Cq,
+    static cudaError_t gates(const Prob &p, const Args *a, const Layout &L, float *Gout, float *A, cq_t *Cq,
                              const float *Gc, ScanGates *sg, cudaStream_t s) {
         const Factors f = factor_plan(L);
         const FactorOut fo = {at<void>(a->workspace, f.E), at<void>(a->workspace, f.F), at<void>(a->workspace, f.Q),

@@ -21,7 +21,7 @@ constexpr int VI_NW = VI_THREADS / 32;
 template <class T>
 __global__ void __launch_bounds__(VI_THREADS)
 vec_intra_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, const T *b, float *Gout,
-                 float *Aout, float *Cq) {
+                 float *Aout, cq_t *Cq) {
     extern __shared__ __align__(16) float sm[];
     const ChunkInfo ci = p.ctab[blockIdx.x];
     const int n = ci.n;
@@ -118,10 +118,10 @@ vec_intra_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, 
     }
     const size_t nn = (size_t)BT * BT, base = ((size_t)blockIdx.x * p.HV + hv) * nn;
     if (Cq) {
-        float *dst = Cq + base;
+        cq_t *dst = Cq + base;
         for (int e = tid; e < BT * BT; e += blockDim.x) {
             const int i = e / BT, j = e - i * BT;
-            dst[e] = (i < n && j <= i) ? Cs[i * LDN + j] : 0.f;
+            st<cq_t>(dst + e, (i < n && j <= i) ? Cs[i * LDN + j] : 0.f);
         }
     }
     if (!needA) return;
@@ -203,7 +203,7 @@ __device__ __forceinline__ float vif_el(uint2 v, int e) {
 template <class T, int KS>
 __global__ void __launch_bounds__(VI_THREADS, 3)
 vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, const T *b, float *Gout,
-                      float *Aout, float *Cq, FactorOut fo) {
+                      float *Aout, cq_t *Cq, FactorOut fo) {
     extern __shared__ __align__(16) char smc[];
     using L = VifLayout<KS>;
     constexpr int LDG = L::LDG, LDO = VIF_LDO, SL = VIF_SL;
@@ -379,7 +379,7 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
     }
 
     /* masks; C_q out from the fragments, L kept for the inverse */
-    float *cqd = wantC ? Cq + ch * MAXBT * MAXBT : nullptr;
+    cq_t *cqd = wantC ? Cq + ch * MAXBT * MAXBT : nullptr;
     tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
         pf_each<1>(i0, j0, acc[m], [&](int i, int j, int s, int e) {
             if (!(i < n && (isL ? j < i : j <= i))) acc[m][s][e] = 0.f;
@@ -400,7 +400,7 @@ bool vec_intra_fuses_factors(const Prob &p, rewy_dtype dt) { return fast_path(p,
 
 template <class T>
 static cudaError_t run(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g, const void *beta,
-                       const void *b, float *Gc, float *A, float *Cq, const FactorOut *fo, cudaStream_t s) {
+                       const void *b, float *Gc, float *A, cq_t *Cq, const FactorOut *fo, cudaStream_t s) {
     if (fo && !fast_path(p, dt)) return cudaErrorInvalidValue; /* vec_factors' job (vec_intra_fuses_factors) */
     if constexpr (sizeof(T) == 2) {
         if (fast_path(p, dt)) {
@@ -429,7 +429,7 @@ static cudaError_t run(const Prob &p, rewy_dtype dt, const void *q, const void *
 }
 
 cudaError_t launch_vec_intra(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                             const void *beta, const void *b, float *Gc, float *A, float *Cq,
+                             const void *beta, const void *b, float *Gc, float *A, cq_t *Cq,
                              const FactorOut *fo, cudaStream_t s) {
     return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, dt, q, k, g, beta, b, Gc, A, Cq, fo, s); });
 }

@@ -59,7 +59,7 @@ __device__ __forceinline__ FactorEl factor_el(float k, float b, float q, float G
  * when not NULL); L = 𝓛_<((b⊙k⊙α)(k⊙ζ)ᵀ), A = (I+L)⁻¹ (when A is not NULL); C_q = 𝓛_≤((Q⊙α)(k⊙ζ)ᵀ)
  * (when Cq is not NULL); pairwise exponents instead when the chunk's gate range is too wide. */
 cudaError_t launch_vec_intra(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                             const void *beta, const void *b, float *Gc, float *A, float *Cq,
+                             const void *beta, const void *b, float *Gc, float *A, cq_t *Cq,
                              const FactorOut *fo, cudaStream_t s);
 
 /* Whether launch_vec_intra takes this problem on its fast path, which can also write the scans'
