@@ -417,7 +417,7 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
  * B1 that follows the wait on its group. The last slab issues nothing, so no copy is in flight when Γ …
  * (and W̄, Ā, T in WY) go over region X after the loop's final B3. With bf16 P (or R̄) and R (rp_t) and
  * bf16 Γ tiles, both algorithms double-buffer all six tiles at K = 128 on an H200 (232,448 B): ReWY
- * 188,544 B, WY 215,168 B (with the extra R̄ → P tile and A); at K = 64 133,248 and 159,872 B. A device
+ * 186,496 B, WY 213,120 B (with the extra R̄ → P tile and A); at K = 64 133,248 and 159,872 B. A device
  * with less shared memory (A100: 166,912 B) takes a smaller set or single buffers.
  * Operand types: every V-slab product but WY's R̄ Zᵀ (β_j scaling later) has bf16 operands for bf16 inputs
  * (P, R: rp_t; Ō, V, S_c, S̄⁺) and runs on bf_mma; so do the four K-side products with bf16 Γ tiles
@@ -441,7 +441,7 @@ template <class T>
 using pf_gam_t = typename std::conditional<PB_GAMMA_BF16 && std::is_same<T, __nv_bfloat16>::value, __nv_bfloat16, float>::type;
 template <class T> constexpr int pf_ldg() { return sizeof(pf_gam_t<T>) == 2 ? PF_LDH : PF_LDF; }
 
-constexpr int PF_LDKT = MAXBT + 8; /* Kᵀ, Qᵀ [KS][72] */
+template <int KS> constexpr int pf_ldk() { return KS + 8; } /* K, Q [64][KS+8]: conflict-free epilogue reads */
 
 /* byte offsets of the fast pullback's shared memory. The six V-slab tiles (SL_PR … SL_SB, common.cuh)
  * have two buffers each where `db` has their bit (slab s uses buffer s & 1), else one (both entries equal). */
@@ -450,7 +450,7 @@ struct PfLayout {
     int db;                                  /* double-buffered tiles (bit set over SL_*) */
     int Ps;                                  /* WY: P = Aᵀ R̄ of the slab (computed; region X) */
     int Gm, Gbt, Hm, Ht, Ab, Tm, Wb;         /* after the V loop, over region X */
-    int Kt, Qt, As, sf, total;               /* resident */
+    int Ks, Qs, As, sf, total;               /* resident */
 };
 __host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db, int gsz) {
     PfLayout L = {};
@@ -471,8 +471,8 @@ __host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db, int 
     L.Tm = o; o += wy ? f : 0;
     L.Wb = o; o += wy ? MAXBT * (KS + 4) * 4 : 0;
     o = x > o ? x : o;
-    L.Kt = o; o += KS * PF_LDKT * 2;
-    L.Qt = o; o += KS * PF_LDKT * 2;
+    L.Ks = o; o += MAXBT * (KS + 8) * 2;
+    L.Qs = o; o += MAXBT * (KS + 8) * 2;
     L.As = o; o += wy ? f : 0;
     L.sf = o; o += 4 * (8 * MAXBT + 2 * 4 * MAXBT + 2 * PF_NW);
     L.total = o;
@@ -496,7 +496,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     extern __shared__ __align__(16) char smc[];
     constexpr int NSK = KS / 32;     /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
     constexpr int NSN = 2;           /* … in the 64×64 results (16 columns) */
-    constexpr int LDKT = PF_LDKT;
+    constexpr int LDK = pf_ldk<KS>();
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const ChunkInfo ci = p.ctab[c];
@@ -508,7 +508,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     GT *Hm = reinterpret_cast<GT *>(smc + L.Hm), *Ht = reinterpret_cast<GT *>(smc + L.Ht);
     float *Ab = reinterpret_cast<float *>(smc + L.Ab), *Tm = reinterpret_cast<float *>(smc + L.Tm);
     float *Wb = reinterpret_cast<float *>(smc + L.Wb);
-    T *Kt = reinterpret_cast<T *>(smc + L.Kt), *Qt = reinterpret_cast<T *>(smc + L.Qt);
+    T *Ks = reinterpret_cast<T *>(smc + L.Ks), *Qs = reinterpret_cast<T *>(smc + L.Qs);
     float *As = reinterpret_cast<float *>(smc + L.As);
     float *Gs = reinterpret_cast<float *>(smc + L.sf); /* [2][64]: G then β */
     float *bs = Gs + MAXBT, *gam = Gs + 2 * MAXBT, *eF = gam + MAXBT, *rdb = eF + MAXBT;
@@ -527,25 +527,10 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         copy_tile<float>(Gs, 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1, 0, 2 * MAXBT);
         if (WY) copy_tile<float>(As, PF_LDF, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
     };
-    /* K and Q of the chunk, transposed once ([feature][token]: k-contiguous B operands), both staged in
-     * region X at once, with the first value head's G, β: one exposed load */
-    {
-        copy_gates((size_t)c * p.HV + h * p.G);
-        constexpr int LDS_ = KS + 8;
-        T *stg = reinterpret_cast<T *>(smc);
-        for (int w = 0; w < 2; w++)
-            copy_tile<T>(stg + w * MAXBT * LDS_, LDS_, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K, rsk, n,
-                         0, p.K);
-        cp_async_wait();
-        __syncthreads();
-        for (int e = tid; e < 2 * MAXBT * KS; e += PF_THREADS) {
-            const int i = e % MAXBT, cc = (e / MAXBT) % KS, w = e / (MAXBT * KS);
-            (w ? Qt : Kt)[cc * LDKT + i] = stg[(w * MAXBT + i) * LDS_ + cc];
-        }
-        __syncthreads();
-    }
-    auto kv = [&](int i, int cc) { return ldf(Kt + cc * LDKT + i); };
-    auto qv = [&](int i, int cc) { return ldf(Qt + cc * LDKT + i); };
+    /* K and Q of the chunk ([token][feature]; the K-side products read them as k-major B operands through
+     * ldmatrix.trans), copied with the first value head's G, β in one cp.async group: one exposed load */
+    auto kv = [&](int i, int cc) { return ldf(Ks + i * LDK + cc); };
+    auto qv = [&](int i, int cc) { return ldf(Qs + i * LDK + cc); };
 
     for (int r = 0; r < p.G; r++) {
         const int hv = h * p.G + r;
@@ -560,13 +545,16 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         };
         const unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
 
-        if (r > 0) copy_gates(ch); /* value head 0's came with K and Q */
+        copy_gates(ch);
+        if (r == 0)
+            for (int w = 0; w < 2; w++)
+                copy_tile<T>(w ? Qs : Ks, LDK, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
         cp_async_commit();
         /* slab 0, all tiles (region X is free: the previous value head's last reads of Γ … ended before its
          * closing barriers); waited on at the top of slab 0 */
         issue(SL_ALL, 0);
         cp_async_commit();
-        cp_async_wait_group<1>(); /* G, β (and A) */
+        cp_async_wait_group<1>(); /* G, β (and A; K and Q with value head 0) */
         __syncthreads();
         const float gl = Gs[n - 1];
         if (tid < MAXBT) {
@@ -658,7 +646,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { Ab[i * PF_LDF + j] = bs[j] * Dh[s][e]; });
             pf_each<NSK>(i0, jk, Bh, [&](int i, int j, int s, int e) { Wb[i * ldw + j] = -Bh[s][e]; });
             __syncthreads();
-            bgemm<PF_NW>(MAXBT, MAXBT, KS, Wb, ldw, 1, Kt, LDKT, 1,
+            bgemm<PF_NW>(MAXBT, MAXBT, KS, Wb, ldw, 1, Ks, 1, LDK,
                          [&](int i, int j, float cc) { Ab[i * PF_LDF + j] += bs[j] * gam[j] * cc; });
             __syncthreads();
             bgemm<PF_NW>(MAXBT, MAXBT, MAXBT, As, 1, PF_LDF, Ab, PF_LDF, 1,
@@ -674,10 +662,10 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         __syncthreads();
 
         /* ---- the K-side products (inner dimension: the chunk's tokens) ---- */
-        pf_mma<NSK, true, true>(Bh, MAXBT, Gm, LDG, 1, Kt, 1, LDKT, i0, jk);   /* Γ K */
-        pf_mma<NSK, true, true>(Ch, MAXBT, Gbt, LDG, 1, Kt, 1, LDKT, i0, jk);  /* Γ_βᵀ K */
-        pf_mma<NSK, true, true>(Ch, MAXBT, Ht, LDG, 1, Qt, 1, LDKT, i0, jk);   /* Γ_H'ᵀ Q */
-        pf_mma<NSK, true, true>(Qh, MAXBT, Hm, LDG, 1, Kt, 1, LDKT, i0, jk);   /* Γ_H' K */
+        pf_mma<NSK, true, false>(Bh, MAXBT, Gm, LDG, 1, Ks, LDK, 1, i0, jk);   /* Γ K */
+        pf_mma<NSK, true, false>(Ch, MAXBT, Gbt, LDG, 1, Ks, LDK, 1, i0, jk);  /* Γ_βᵀ K */
+        pf_mma<NSK, true, false>(Ch, MAXBT, Ht, LDG, 1, Qs, LDK, 1, i0, jk);   /* Γ_H'ᵀ Q */
+        pf_mma<NSK, true, false>(Qh, MAXBT, Hm, LDG, 1, Ks, LDK, 1, i0, jk);   /* Γ_H' K */
 
         /* ---- k̄, q̄ and the row terms of β̄, Ḡ from the registers ---- */
         float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f}, endp = 0.f;
