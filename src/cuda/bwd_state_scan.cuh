@@ -96,28 +96,30 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         scan_copy_factor<FT, CR, CK, NT>(dst, ldfe, src, p, hv, BT, Kp, cj);
     };
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
+    /* this chunk's and the next one's (in this reverse walk: c − 1) table entries in registers, c − 2's
+     * loaded an iteration ahead (as in state_scan_block) */
+    ChunkInfo ci = {}, cn = {};
     if (c_last >= c_begin) {
-        const ChunkInfo cl = p.ctab[c_last];
+        ci = p.ctab[c_last];
+        cn = c_last - 1 >= c_begin ? p.ctab[c_last - 1] : ci;
         if (VEC) {
             issue_f(Fs, vo.F, c_last);
             issue_f(Qv, vo.Qg, c_last);
             issue_f(Es, vo.E, c_last);
         } else {
-            issue_k(KQ0, cl);
-            if (!share) issue_q(KQ1, cl);
+            issue_k(KQ0, ci);
+            if (!share) issue_q(KQ1, ci);
         }
-        issue_o(cl);
+        issue_o(ci);
         issue_nn(As, A, c_last);
         issue_nn(Cs, Cq, c_last);
         issue_gb(0, c_last);
     }
     int kb = 0, cur = 0;
     for (int c = c_last; c >= c_begin; c--) {
-        const ChunkInfo ci = p.ctab[c];
         const int n = ci.n;
         const bool has_next = c - 1 >= c_begin;
-        ChunkInfo cn = ci;
-        if (has_next) cn = p.ctab[c - 1];
+        const ChunkInfo cnn = c - 2 >= c_begin ? p.ctab[c - 2] : cn;
         const size_t ch = (size_t)c * p.HV + hv;
         T *Ks = kb ? KQ1 : KQ0, *Qs = kb ? KQ0 : KQ1;
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
@@ -248,6 +250,8 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             if (has_next) issue_k(Ks, cn);
         }
         cur ^= 1;
+        ci = cn;
+        cn = cnn;
     }
     if (REG && dh0) tiles.save(Sf, p, dh0, sbase, v0);
     else if (dh0) state_to<BVT>(Sbt, lds, p, dh0, sbase, v0);
