@@ -40,7 +40,8 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
      * copy per chunk, the B operand of F S̄⁺ */
     constexpr bool REG = KPC == 64 || KPC == 128;
     /* BF (REG with bf16 inputs): F S̄⁺, Q_gᵀ Ō and Eᵀ P run as bf16 products (bf_mma) with S̄⁺, γ⊙Ō
-     * and P as bf16 tiles (hi/lo pairs with REWY_CUDA_SCAN_HILO) in the space of Sbt, Xo, Pst; C_qᵀ Ō and Aᵀ R̄ stay tf32 (C_q, A fp32) */
+     * and P as bf16 tiles (hi/lo pairs with REWY_CUDA_SCAN_HILO) in the space of Sbt, Xo, Pst; so does C_qᵀ Ō
+     * (C_q is cq_t); Aᵀ R̄ stays tf32 (A fp32) */
     constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
     using bf16 = __nv_bfloat16;
     using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, NW>;

@@ -3,7 +3,7 @@
  *   L   = 𝓛_<(E Yᵀ),  L_ij = β_i (k_i·k_j) e^{G_i − G_j}     (tensor cores, tf32)
  *   A   = (I + L)⁻¹  by forward substitution, fp32
  *   C_q = 𝓛_≤(Q_g Yᵀ), (C_q)_ij = (scale q_i·k_j) e^{G_i − G_j}
- * Grid (NC, HV), 256 threads. Outputs A, C_q are [chunk][hv][BT][BT] fp32 (zero outside the valid rows);
+ * Grid (NC, HV), 256 threads. Outputs A (fp32) and C_q (cq_t, bf16) are [chunk][hv][BT][BT] (zero outside the valid rows);
  * GB [chunk][hv][2][BT] holds G (rows ≥ n repeat G_{n-1}) and β as fp32 (0 on rows ≥ n) for the later stages.
  * kkt_inverse_kernel is the general path (fp32 inputs, other chunk sizes and K); kkt_fast_kernel below is the
  * 2-byte, chunk-64, Kp ∈ {64, 128, 256} path. */
@@ -102,7 +102,7 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
  * registers over the whole K (pf_mma, bf16/fp16 exact in tf32, fp32 accumulation); the masks, β_i and
  * e^{G_i − G_j} are applied per fragment element (the exponent is ≤ 0 on the kept elements, so −1000
  * resets stay finite; the rest are selected away). C_q goes from the fragments straight to global
- * memory (full 32-B sectors), its upper zeros by float4. L stays in registers over one barrier and
+ * memory (bf16 pairs), its upper zeros by 16-B stores. L stays in registers over one barrier and
  * then goes over the dead K/Q tiles; A = (I + L)⁻¹ by blocks (tri_inverse.cuh: five barriers instead
  * of 63), fp32 throughout. Shared memory: max(K and Q tiles, two 64×68 fp32 tiles) + G, β. */
 template <int KS, class T>
