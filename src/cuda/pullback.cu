@@ -441,7 +441,7 @@ template <class T>
 using pf_gam_t = typename std::conditional<PB_GAMMA_BF16 && std::is_same<T, __nv_bfloat16>::value, __nv_bfloat16, float>::type;
 template <class T> constexpr int pf_ldg() { return sizeof(pf_gam_t<T>) == 2 ? PF_LDH : PF_LDF; }
 
-template <int KS> constexpr int pf_ldk() { return KS + 8; } /* K, Q [64][KS+8]: conflict-free epilogue reads */
+__host__ __device__ constexpr int pf_ldk(int KS) { return KS + 8; } /* K, Q [64][KS+8]: conflict-free epilogue reads */
 
 /* byte offsets of the fast pullback's shared memory. The six V-slab tiles (SL_PR … SL_SB, common.cuh)
  * have two buffers each where `db` has their bit (slab s uses buffer s & 1), else one (both entries equal). */
@@ -471,8 +471,8 @@ __host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db, int 
     L.Tm = o; o += wy ? f : 0;
     L.Wb = o; o += wy ? MAXBT * (KS + 4) * 4 : 0;
     o = x > o ? x : o;
-    L.Ks = o; o += MAXBT * (KS + 8) * 2;
-    L.Qs = o; o += MAXBT * (KS + 8) * 2;
+    L.Ks = o; o += MAXBT * pf_ldk(KS) * 2;
+    L.Qs = o; o += MAXBT * pf_ldk(KS) * 2;
     L.As = o; o += wy ? f : 0;
     L.sf = o; o += 4 * (8 * MAXBT + 2 * 4 * MAXBT + 2 * PF_NW);
     L.total = o;
@@ -496,7 +496,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     extern __shared__ __align__(16) char smc[];
     constexpr int NSK = KS / 32;     /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
     constexpr int NSN = 2;           /* … in the 64×64 results (16 columns) */
-    constexpr int LDK = pf_ldk<KS>();
+    constexpr int LDK = pf_ldk(KS);
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const ChunkInfo ci = p.ctab[c];
