@@ -57,7 +57,10 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
         using T = decltype(t);
         return with_scan_tiles<T>(p, [&](auto kp, auto bv) -> cudaError_t {
             constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
-            if constexpr (BVT != BV) {
+            /* the wgmma forward scan runs alone (REWY_CUDA_SCAN_PAIR_WG = 1 keeps the pair instead) */
+            const char *pw = getenv("REWY_CUDA_SCAN_PAIR_WG");
+            const bool wg = state_scan_wg_ok(p, dt, k, v, vo) && !(pw && atoi(pw));
+            if constexpr (BVT != BV) if (!wg) {
                 auto go = [&](auto vc) {
                     constexpr bool VEC = decltype(vc)::value;
                     const size_t sf = state_scan_smem<T, VEC, KPC, BVT>(p, ops), sb = bwd_state_scan_smem<T, VEC, KPC, BVT>(p, ops);

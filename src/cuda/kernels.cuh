@@ -24,6 +24,13 @@ cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
                               cudaStream_t s);
 
+/* state_scan_wg.cu: the same forward scan on Hopper's warpgroup products (wgmma), where state_scan_wg_ok
+ * says it applies (bf16, scalar gates, chunk 64, K of 64 or 128, an sm_90a binary); launch_state_scan and
+ * launch_scan_pair take it there. */
+bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo);
+cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
+                                 const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s);
+
 /* output.cu: O = Q_g S_c + C_q R per chunk, in parallel (after the scan stored S_c and R).
  * vo NULL: scalar gates (Q_g from q and GB); else Q_g from the vector-gate operands. */
 cudaError_t launch_output(const Prob &p, rewy_dtype dt, const void *q, const float *GB, const cq_t *Cq,

@@ -30,6 +30,7 @@ static cudaError_t run(const Prob &p, const void *k, const void *v, const float 
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
                               cudaStream_t s) {
+    if (state_scan_wg_ok(p, dt, k, v, vo)) return launch_state_scan_wg(p, k, v, GB, A, h0, ht, Sc, R, s);
     const VecOps none = {};
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);

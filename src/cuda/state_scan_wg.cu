@@ -1,0 +1,264 @@
+/* state_scan_wg.cu: the forward chunk scan (MATH §2; the stage: state_scan.cuh) on Hopper's warpgroup
+ * products, for scalar gates (DeltaNet, GDN), bf16 inputs, chunk 64, K of 64 or 128 (K % 8 == 0):
+ *   store S_c;   X = Z − E S = diag(β) (V − diag(e^{G}) K S);   R = A X (stored);
+ *   S ← e^{G_n} S + Kᵀ diag(e^{G_n − G_j}) R
+ * One warpgroup (4 warps) per (sequence, value head, tile of BVT value columns), the state's KPC × BVT
+ * fp32 tile in its registers as the accumulator of the third product, the other two in registers too.
+ * Why: the mma.sync scans are chains of dependent products whose warps issue ~0.4 instructions per cycle
+ * (Nsight); one wgmma instruction does a warpgroup's 64 × BVT × 16 step, and its chain step measured
+ * half as long as mma.sync's (bench/dev/wgmma_probe.cu: 0.31 against 0.62 µs for a 64³ product).
+ * Shared memory is small enough (67 KB at K = 128, 64 columns) for three chains per SM.
+ *
+ * Operands in shared memory (wgmma.cuh's layouts):
+ *   K   [token][feature] K-major, two buffers: A of K S (k = feature) and, read MN-major, of Kᵀ R̃ (k = token)
+ *   S   bf16 [feature][column] MN-major: B of K S (the once-per-chunk copy of the register state)
+ *   X   tf32 [column][token] K-major: B of A X (A is fp32 by contract, so this product is tf32), in S's space
+ *   A   tf32 [token][token] K-major
+ *   R̃   bf16 [token][column] MN-major: B of Kᵀ R̃
+ * V, G, β are read by the epilogues. Each chunk: five barriers of 128 threads, three product groups. */
+#include "kernels.cuh"
+#include "wgmma.cuh"
+
+namespace rewy_cuda {
+
+template <int KPC, int BVT> struct WgScanLayout { /* byte offsets in dynamic shared memory */
+    static constexpr int KT = MAXBT * KPC * 2, LDV = BVT + 8;
+    static constexpr int SXB = KPC * BVT * 2 > BVT * MAXBT * 4 ? KPC * BVT * 2 : BVT * MAXBT * 4;
+    static constexpr int K0 = 0, V = 2 * KT, A = V + MAXBT * LDV * 2, SX = A + MAXBT * MAXBT * 4, R = SX + SXB,
+                         GB = R + MAXBT * BVT * 2, BYTES = GB + 4 * MAXBT * 4;
+};
+
+template <int KPC, int BVT>
+__global__ void __launch_bounds__(128) state_scan_wg_kernel(Prob p, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                                            const float *GB, const float *A, const float *h0,
+                                                            float *ht, state_t *Sc, rp_t *Rout) {
+#if REWY_WGMMA
+    using T = __nv_bfloat16;
+    using L = WgScanLayout<KPC, BVT>;
+    constexpr int MB = KPC / 64, NA = BVT / 2; /* state: MB row blocks of 64 features; NA registers each */
+    extern __shared__ __align__(128) char smc[];
+    T *const Kb0 = reinterpret_cast<T *>(smc + L::K0), *const Kb1 = Kb0 + MAXBT * KPC;
+    T *const Vs = reinterpret_cast<T *>(smc + L::V);
+    float *const As = reinterpret_cast<float *>(smc + L::A);
+    T *const Ss = reinterpret_cast<T *>(smc + L::SX);
+    float *const Xs = reinterpret_cast<float *>(smc + L::SX);
+    T *const Rs = reinterpret_cast<T *>(smc + L::R);
+    float *const GBs = reinterpret_cast<float *>(smc + L::GB);
+
+    const ScanBlock blk = ScanBlock::get<BVT>(p, blockIdx.x);
+    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G, tid = threadIdx.x;
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+
+    /* cp.async copies of chunk cj's tiles, zero outside the valid rows / columns */
+    auto issue_k = [&](T *dst, const ChunkInfo &cj) {
+        const T *src = k + (size_t)cj.tok0 * rsk + (size_t)h * p.K;
+#pragma unroll
+        for (int m = 0; m < MAXBT * KPC / 8 / 128; m++) {
+            const int q = tid + 128 * m, r = q / (KPC / 8), f = (q % (KPC / 8)) * 8;
+            const bool ok = r < cj.n && f < p.K;
+            cp_async16(dst + cm_k<KPC>(r, f), ok ? src + (size_t)r * rsk + f : k, ok);
+        }
+    };
+    auto issue_v = [&](const ChunkInfo &cj) {
+        const T *src = v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0;
+#pragma unroll
+        for (int m = 0; m < (MAXBT * BVT / 8 + 127) / 128; m++) {
+            const int q = tid + 128 * m, r = q / (BVT / 8), c = (q % (BVT / 8)) * 8;
+            if (MAXBT * BVT / 8 % 128 != 0 && q >= MAXBT * BVT / 8) break;
+            const bool ok = r < cj.n && v0 + c < p.V;
+            cp_async16(Vs + r * L::LDV + c, ok ? src + (size_t)r * rsv + c : v, ok);
+        }
+    };
+    auto issue_a = [&](int cj) {
+        const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
+#pragma unroll
+        for (int m = 0; m < MAXBT * MAXBT / 4 / 128; m++) {
+            const int q = tid + 128 * m, r = q / 16, c = (q % 16) * 4;
+            cp_async16(As + cm_t<MAXBT>(r, c), src + r * MAXBT + c, true);
+        }
+    };
+    auto issue_gb = [&](float *dst, int cj) {
+        if (tid < 2 * MAXBT / 4) cp_async16(dst + 4 * tid, GB + ((size_t)cj * p.HV + hv) * 2 * MAXBT + 4 * tid, true);
+    };
+
+    /* the state: feature 64·mb + wg_row(e), column wg_col(e) */
+    float s[MB][NA];
+    const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int e = 0; e < NA; e++) {
+            const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
+            s[mb][e] = (h0 && kk < p.K && j < p.V) ? h0[sbase + st_idx(p, kk, j)] : 0.f;
+        }
+
+    const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
+    ChunkInfo ci = {}, cn = {};
+    if (c_begin < c_end) {
+        ci = p.ctab[c_begin];
+        cn = c_begin + 1 < c_end ? p.ctab[c_begin + 1] : ci;
+        issue_k(Kb0, ci);
+        issue_v(ci);
+        issue_a(c_begin);
+        issue_gb(GBs, c_begin);
+        cp_async_commit();
+    }
+    /* descriptors' strides (wgmma.cuh): K-major K tile, MN-major Kᵀ / S / R̃, K-major tf32 A and X */
+    constexpr int K_LBO = 128, K_SBO = KPC / 8 * 128, KT_LBO = KPC / 8 * 128, KT_SBO = 128;
+    constexpr int N_LBO = BVT / 8 * 128, N_SBO = 128, T_LBO = 128, T_SBO = MAXBT / 4 * 128;
+    int kb = 0, cur = 0;
+    for (int c = c_begin; c < c_end; c++) {
+        const int n = ci.n;
+        const bool has_next = c + 1 < c_end;
+        const ChunkInfo cnn = c + 2 < c_end ? p.ctab[c + 2] : cn;
+        const size_t ch = (size_t)c * p.HV + hv;
+        T *const Kc = kb ? Kb1 : Kb0;
+        const float *const Gs = GBs + cur * 2 * MAXBT, *const bs = Gs + MAXBT;
+        cp_async_wait_group<0>();
+        __syncthreads(); /* chunk c's tiles are in; the previous chunk's products are complete in every warp */
+        if (has_next) {
+            issue_k(kb ? Kb0 : Kb1, cn);
+            issue_gb(GBs + (cur ^ 1) * 2 * MAXBT, c + 1);
+            cp_async_commit();
+        }
+        /* S_c: to the saved states ([K][V], two columns per store) and, in bf16, to the B operand of K S */
+        state_t *const Sd = Sc ? Sc + ch * p.K * p.V : nullptr;
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int e = 0; e < NA; e += 2) {
+                const int kk = 64 * mb + wg_row(e), j = wg_col(e);
+                *reinterpret_cast<__nv_bfloat162 *>(Ss + cm_mn<BVT>(j, kk)) = __floats2bfloat162_rn(s[mb][e], s[mb][e + 1]);
+                if (Sd && kk < p.K && v0 + j < p.V) {
+                    state_t *d = Sd + (size_t)kk * p.V + v0 + j;
+                    if constexpr (sizeof(state_t) == 2) {
+                        *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(s[mb][e], s[mb][e + 1]);
+                    } else {
+                        d[0] = s[mb][e];
+                        d[1] = s[mb][e + 1];
+                    }
+                }
+            }
+        wg_proxy_fence();
+        __syncthreads();
+        /* X' = K S (64 tokens × BVT, k over the features) */
+        float x[NA];
+        wg_arrive();
+#pragma unroll
+        for (int k0 = 0; k0 < KPC; k0 += 16)
+            wg_mma<T, BVT, 0, 1>(x, wg_desc(Kc + cm_k<KPC>(0, k0), K_LBO, K_SBO), wg_desc(Ss + cm_mn<BVT>(0, k0), N_LBO, N_SBO), k0);
+        wg_commit();
+        wg_wait();
+        __syncthreads(); /* every warp is done reading S before X overwrites it */
+        /* X = diag(β) (V − diag(e^{G}) X') as tf32, the B operand of A X */
+#pragma unroll
+        for (int e = 0; e < NA; e += 2) {
+            const int i = wg_row(e), j = wg_col(e);
+            const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vs + i * L::LDV + j));
+            const float gi = expf(Gs[i]), bi = bs[i];
+            Xs[cm_t<MAXBT>(j, i)] = __uint_as_float(to_tf32(bi * (vv.x - gi * x[e])));
+            Xs[cm_t<MAXBT>(j + 1, i)] = __uint_as_float(to_tf32(bi * (vv.y - gi * x[e + 1])));
+        }
+        wg_proxy_fence();
+        __syncthreads(); /* X is in; V is consumed */
+        if (has_next) {
+            issue_v(cn);
+            cp_async_commit();
+        }
+        /* R = A X (tf32, k over the tokens) */
+        wg_arrive();
+#pragma unroll
+        for (int k0 = 0; k0 < MAXBT; k0 += 8)
+            wg_mma_tf32<BVT>(x, wg_desc(As + cm_t<MAXBT>(0, k0), T_LBO, T_SBO), wg_desc(Xs + cm_t<MAXBT>(0, k0), T_LBO, T_SBO), k0);
+        wg_commit();
+        wg_wait();
+        /* R to its store; R̃ = diag(e^{G_n − G_j}) R (zero on rows ≥ n) as the B operand of Kᵀ R̃ */
+        const float gl = Gs[n - 1];
+        rp_t *const Rc = Rout ? Rout + ch * MAXBT * p.V + v0 : nullptr;
+#pragma unroll
+        for (int e = 0; e < NA; e += 2) {
+            const int i = wg_row(e), j = wg_col(e);
+            if (Rc && i < n && v0 + j < p.V) {
+                rp_t *d = Rc + (size_t)i * p.V + j;
+                if constexpr (sizeof(rp_t) == 2) {
+                    *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(x[e], x[e + 1]);
+                } else {
+                    d[0] = x[e];
+                    d[1] = x[e + 1];
+                }
+            }
+            const float f = i < n ? expf(gl - Gs[i]) : 0.f;
+            *reinterpret_cast<__nv_bfloat162 *>(Rs + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(f * x[e], f * x[e + 1]);
+        }
+        wg_proxy_fence();
+        __syncthreads(); /* R̃ is in; A is consumed */
+        if (has_next) {
+            issue_a(c + 1);
+            cp_async_commit();
+        }
+        /* S ← e^{G_n} S + Kᵀ R̃ (MB row blocks of 64 features, k over the tokens) */
+        const float gn = expf(gl);
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int e = 0; e < NA; e++) s[mb][e] *= gn;
+        wg_arrive();
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int k0 = 0; k0 < MAXBT; k0 += 16)
+                wg_mma<T, BVT, 1, 1>(s[mb], wg_desc(Kc + cm_k<KPC>(k0, 64 * mb), KT_LBO, KT_SBO),
+                                     wg_desc(Rs + cm_mn<BVT>(0, k0), N_LBO, N_SBO), 1);
+        wg_commit();
+        wg_wait();
+        kb ^= 1;
+        cur ^= 1;
+        ci = cn;
+        cn = cnn;
+    }
+    if (ht) {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int e = 0; e < NA; e++) {
+                const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
+                if (kk < p.K && j < p.V) ht[sbase + st_idx(p, kk, j)] = s[mb][e];
+            }
+    }
+#else
+    (void)p, (void)k, (void)v, (void)GB, (void)A, (void)h0, (void)ht, (void)Sc, (void)Rout;
+#endif
+}
+
+/* Whether the wgmma scan takes this problem: bf16, scalar gates, chunk 64, K padded to 64 or 128 with
+ * K % 8 == 0 and V % 8 == 0 (16-byte row copies), 16-byte aligned k and v, and a binary with sm_90a code.
+ * REWY_CUDA_SCAN_WG = 0 keeps the mma.sync scan (the tests run both). */
+bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo) {
+    if (vo || dt != REWY_BF16 || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128) || p.K % 8 || p.V % 8) return false;
+    if ((reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) return false;
+    if (const char *e = getenv("REWY_CUDA_SCAN_WG"))
+        if (atoi(e) == 0) return false;
+    return wg_kernel_ok<state_scan_wg_kernel<128, 64>>();
+}
+
+cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
+                                 const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
+    auto go = [&](auto kp, auto bv) {
+        constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
+        constexpr size_t smem = WgScanLayout<KPC, BVT>::BYTES;
+        cudaError_t e = ensure_smem<state_scan_wg_kernel<KPC, BVT>>(smem);
+        if (e != cudaSuccess) return e;
+        state_scan_wg_kernel<KPC, BVT><<<scan_grid(p, BVT), 128, smem, s>>>(
+            p, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, A, h0, ht, Sc, R);
+        return cudaGetLastError();
+    };
+    const int bv = scan_bv(p);
+    auto with_bv = [&](auto kp) {
+        if (bv == 16) return go(kp, std::integral_constant<int, 16>{});
+        if (bv == 32) return go(kp, std::integral_constant<int, 32>{});
+        return go(kp, std::integral_constant<int, 64>{});
+    };
+    return p.Kp == 64 ? with_bv(std::integral_constant<int, 64>{}) : with_bv(std::integral_constant<int, 128>{});
+}
+
+} // namespace rewy_cuda

@@ -1,0 +1,142 @@
+/* wgmma.cuh: Hopper warpgroup products (sm_90a) for the scans, and the shared-memory layouts they read.
+ *
+ * One warpgroup (4 warps, 128 threads) computes D[64][N] (+)= A[64][k] · B[k][N] per instruction, A and B
+ * read from shared memory through 64-bit descriptors, D in registers. Layouts here are the no-swizzle
+ * "core matrix" ones: 8 rows × 16 bytes per 128-byte core matrix. An operand is K-major when each 16-byte
+ * row runs along k, MN-major (the instruction's transpose bit; 2-byte types only) when it runs along m or n.
+ * In both, the descriptor's leading byte offset (LBO) is the stride between core matrices adjacent in k and
+ * the stride byte offset (SBO) between those adjacent in m / n (checked on the H200 by
+ * bench/dev/wgmma_layout_probe.cu, against a CPU product, for both majors and for tf32).
+ *
+ * Accumulator ownership (m64nN, fp32): thread t of the warpgroup holds element e ∈ [0, N/2) at
+ *   row 16·(t/32) + (t%32)/4 + 8·((e/2)%2),  column 8·(e/4) + 2·(t%4) + e%2,
+ * the layout of mma.sync's m16n8 fragments stacked over the four warps.
+ *
+ * Everything here exists only where the compiler targets sm_90a (REWY_WGMMA); elsewhere the kernels that
+ * use it compile to an empty body and their launchers never run them (wg_kernel_ok). */
+#ifndef REWY_CUDA_WGMMA_CUH
+#define REWY_CUDA_WGMMA_CUH
+
+#include "common.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define REWY_WGMMA 1
+#else
+#define REWY_WGMMA 0
+#endif
+
+namespace rewy_cuda {
+
+/* ---- layouts: element offsets inside a tile of core matrices ----
+ * Two-byte operand X[mn][k] with KD columns of k, K-major: core (mn/8, k/8) at ((mn/8)·(KD/8) + k/8)·64
+ * elements, row mn%8, element k%8. LBO = 128 B, SBO = (KD/8)·128 B. */
+template <int KD> __host__ __device__ constexpr int cm_k(int mn, int k) {
+    return ((mn >> 3) * (KD >> 3) + (k >> 3)) * 64 + (mn & 7) * 8 + (k & 7);
+}
+/* Two-byte operand X[mn][k] with MD values of mn, MN-major: core (k/8, mn/8) at ((k/8)·(MD/8) + mn/8)·64,
+ * row k%8, element mn%8. LBO = (MD/8)·128 B, SBO = 128 B. The K-major tile cm_k<KD> read with m and k
+ * exchanged is exactly this layout with MD = KD: one K tile in shared memory is both K (k = feature) and
+ * Kᵀ (k = token). */
+template <int MD> __host__ __device__ constexpr int cm_mn(int mn, int k) {
+    return ((k >> 3) * (MD >> 3) + (mn >> 3)) * 64 + (k & 7) * 8 + (mn & 7);
+}
+/* tf32 operand X[mn][k] with KD columns of k, K-major (the only major tf32 takes): core (mn/8, k/4) at
+ * ((mn/8)·(KD/4) + k/4)·32 floats. LBO = 128 B, SBO = (KD/4)·128 B. */
+template <int KD> __host__ __device__ constexpr int cm_t(int mn, int k) {
+    return ((mn >> 3) * (KD >> 2) + (k >> 2)) * 32 + (mn & 7) * 4 + (k & 3);
+}
+
+__device__ __forceinline__ uint64_t wg_desc(const void *p, int lbo, int sbo) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
+}
+
+/* Shared-memory writes by ordinary stores become visible to wgmma (the async proxy) only after this fence,
+ * then the block barrier. */
+__device__ __forceinline__ void wg_proxy_fence() {
+#if REWY_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+/* wg_arrive before a product group (orders the accumulator registers' earlier writes), wg_commit after it,
+ * wg_wait() until this warpgroup's products are complete (registers and shared operands free). */
+__device__ __forceinline__ void wg_arrive() {
+#if REWY_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit() {
+#if REWY_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_wait() {
+#if REWY_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+
+/* the accumulator element e of this thread: row and column (layout above) */
+__device__ __forceinline__ int wg_row(int e) { return 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2) + ((e & 2) ? 8 : 0); }
+__device__ __forceinline__ int wg_col(int e) { return 8 * (e >> 2) + 2 * (threadIdx.x & 3) + (e & 1); }
+
+/* D[64][N] (+)= A · B, one k step: k16 for two-byte types (TA, TB: the transpose bits, 1 = MN-major), k8 for
+ * tf32 (both K-major). acc = 0 overwrites D. N ∈ {16, 32, 64}. */
+#define REWY_WG_D8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define REWY_WG_D16 REWY_WG_D8, "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define REWY_WG_D32 REWY_WG_D16, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
+    "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define REWY_WG_R8 "%0,%1,%2,%3,%4,%5,%6,%7"
+#define REWY_WG_R16 REWY_WG_R8 ",%8,%9,%10,%11,%12,%13,%14,%15"
+#define REWY_WG_R32 REWY_WG_R16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+/* the two-byte product: ty = bf16 or f16; a, b, acc, TA, TB are operands A … A+4 (A = N/2: after the D registers) */
+#define REWY_WG_2B(N, ty, A, A1, A2, A3, A4, DREGS, RLIST)                                                         \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #A2 ", 0;\n"                                               \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." ty "." ty " {" RLIST "}, %" #A ", %" #A1         \
+                 ", p, 1, 1, %" #A3 ", %" #A4 ";\n}\n"                                                             \
+                 : DREGS : "l"(a), "l"(b), "r"(acc), "n"(TA), "n"(TB))
+#define REWY_WG_TF(N, A, A1, A2, DREGS, RLIST)                                                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #A2 ", 0;\n"                                               \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" RLIST "}, %" #A ", %" #A1 ", p, 1, 1;\n}\n" \
+                 : DREGS : "l"(a), "l"(b), "r"(acc))
+
+template <class T, int N, int TA, int TB>
+__device__ __forceinline__ void wg_mma(float (&d)[N / 2], uint64_t a, uint64_t b, int acc) {
+#if REWY_WGMMA
+    static_assert(N == 16 || N == 32 || N == 64, "wg_mma: N of 16, 32 or 64");
+    constexpr bool BF = std::is_same<T, __nv_bfloat16>::value;
+    static_assert(BF || std::is_same<T, __half>::value, "wg_mma: bf16 or f16 operands");
+    if constexpr (BF) {
+        if constexpr (N == 16) REWY_WG_2B(16, "bf16", 8, 9, 10, 11, 12, REWY_WG_D8, REWY_WG_R8);
+        else if constexpr (N == 32) REWY_WG_2B(32, "bf16", 16, 17, 18, 19, 20, REWY_WG_D16, REWY_WG_R16);
+        else REWY_WG_2B(64, "bf16", 32, 33, 34, 35, 36, REWY_WG_D32, REWY_WG_R32);
+    } else {
+        if constexpr (N == 16) REWY_WG_2B(16, "f16", 8, 9, 10, 11, 12, REWY_WG_D8, REWY_WG_R8);
+        else if constexpr (N == 32) REWY_WG_2B(32, "f16", 16, 17, 18, 19, 20, REWY_WG_D16, REWY_WG_R16);
+        else REWY_WG_2B(64, "f16", 32, 33, 34, 35, 36, REWY_WG_D32, REWY_WG_R32);
+    }
+#else
+    (void)d, (void)a, (void)b, (void)acc;
+#endif
+}
+template <int N> __device__ __forceinline__ void wg_mma_tf32(float (&d)[N / 2], uint64_t a, uint64_t b, int acc) {
+#if REWY_WGMMA
+    static_assert(N == 16 || N == 32 || N == 64, "wg_mma_tf32: N of 16, 32 or 64");
+    if constexpr (N == 16) REWY_WG_TF(16, 8, 9, 10, REWY_WG_D8, REWY_WG_R8);
+    else if constexpr (N == 32) REWY_WG_TF(32, 16, 17, 18, REWY_WG_D16, REWY_WG_R16);
+    else REWY_WG_TF(64, 32, 33, 34, REWY_WG_D32, REWY_WG_R32);
+#else
+    (void)d, (void)a, (void)b, (void)acc;
+#endif
+}
+
+/* Whether kern's loaded binary carries the wgmma code: SASS for sm_90 compiled from a ≥ 9.0 virtual
+ * architecture (the Makefile's sm_90a). On an A100, or from a JIT of sm_80 PTX, it does not. */
+template <auto kern> inline bool wg_kernel_ok() {
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, kern) != cudaSuccess) return false;
+    return a.binaryVersion >= 90 && a.binaryVersion < 100 && a.ptxVersion >= 90;
+}
+
+} // namespace rewy_cuda
+#endif
