@@ -35,10 +35,14 @@ for s in $steps; do
     rc=$?; log "test_cuda rc=$rc ($(($(date +%s)-t0)) s): $(tail -1 "$OUT/test_cuda.log")"
     grep -E "FAIL|graph|CUDA error" "$OUT/test_cuda.log" | head -40
     # the scans' wider value tiles (the test shapes take 16 on their own) and the forward scan's 8-warp blocks
-    for bv in 32 64 64w8; do
+    # and the wgmma scans (REWY_CUDA_SCAN_WG=1; 64 columns as two warpgroups per block, or one with WG2=0)
+    for bv in 32 64 64w8 wg16 wg32 wg64 wg64x1; do
       w8=0; [ $bv = 64w8 ] && w8=1
-      REWY_CUDA_SCAN_BV=${bv%w8} REWY_CUDA_SCAN_8W=$w8 timeout 400 $RB/tests/cuda/test_cuda > "$OUT/test_cuda_bv$bv.log" 2>&1
-      log "test_cuda REWY_CUDA_SCAN_BV=${bv%w8} REWY_CUDA_SCAN_8W=$w8 rc=$?: $(tail -1 "$OUT/test_cuda_bv$bv.log")"
+      wg=0; case $bv in wg*) wg=1;; esac
+      wg2=1; [ $bv = wg64x1 ] && wg2=0
+      b=${bv%w8}; b=${b#wg}; b=${b%x1}
+      REWY_CUDA_SCAN_BV=$b REWY_CUDA_SCAN_8W=$w8 REWY_CUDA_SCAN_WG=$wg REWY_CUDA_SCAN_WG2=$wg2 timeout 400 $RB/tests/cuda/test_cuda > "$OUT/test_cuda_bv$bv.log" 2>&1
+      log "test_cuda REWY_CUDA_SCAN_BV=$b REWY_CUDA_SCAN_8W=$w8 REWY_CUDA_SCAN_WG=$wg REWY_CUDA_SCAN_WG2=$wg2 rc=$?: $(tail -1 "$OUT/test_cuda_bv$bv.log")"
       grep -E "FAIL|CUDA error" "$OUT/test_cuda_bv$bv.log" | head -20
     done ;;
   sanitize)
@@ -52,7 +56,10 @@ for s in $steps; do
     rc=$?; log "racecheck (64-column scan tiles) rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck64.log" | tail -1)"
     t0=$(date +%s)
     REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1 REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/racecheck64w8.log" 2>&1
-    rc=$?; log "racecheck (64-column tiles, 8-warp forward scan) rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck64w8.log" | tail -1)" ;;
+    rc=$?; log "racecheck (64-column tiles, 8-warp forward scan) rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck64w8.log" | tail -1)"
+    t0=$(date +%s)
+    REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/racecheckwg.log" 2>&1
+    rc=$?; log "racecheck (wgmma scans, 64-column tiles) rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "RACECHECK SUMMARY" "$OUT/racecheckwg.log" | tail -1)" ;;
   bench-rewy)
     REWY_LIBRARY=$PWD/$RB/librewy.so timeout 300 python3 bench/bench_gpu.py --impl rewy --reps 30 ${BENCH_ARGS:-} \
       --json "$OUT/bench_rewy.jsonl" > "$OUT/bench_rewy.log" 2>&1

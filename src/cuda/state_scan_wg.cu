@@ -21,59 +21,63 @@
 
 namespace rewy_cuda {
 
-template <int KPC, int BVT> struct WgScanLayout { /* byte offsets in dynamic shared memory */
-    static constexpr int KT = MAXBT * KPC * 2, LDV = BVT + 8;
+/* Byte offsets in dynamic shared memory. NWG warpgroups share the K, A and gate tiles of their (sequence,
+ * head); each has its own V tile and one S / X / R̃ region (S, then X once K S is read, then R̃ once A X is). */
+template <int KPC, int BVT, int NWG> struct WgScanLayout {
+    static constexpr int KT = MAXBT * KPC * 2;
     static constexpr int SXB = KPC * BVT * 2 > BVT * MAXBT * 4 ? KPC * BVT * 2 : BVT * MAXBT * 4;
-    static constexpr int K0 = 0, V = 2 * KT, A = V + MAXBT * LDV * 2, SX = A + MAXBT * MAXBT * 4, R = SX + SXB,
-                         GB = R + MAXBT * BVT * 2, BYTES = GB + 4 * MAXBT * 4;
+    static constexpr int WGB = MAXBT * BVT * 2 + SXB;  /* one warpgroup's V and S / X / R̃ */
+    static constexpr int K0 = 0, A = 2 * KT, GB = A + MAXBT * MAXBT * 4, WG = GB + 4 * MAXBT * 4, BYTES = WG + NWG * WGB;
+    static constexpr int V = 0, SX = MAXBT * BVT * 2;   /* inside a warpgroup's part */
 };
 
-template <int KPC, int BVT>
-__global__ void __launch_bounds__(128) state_scan_wg_kernel(Prob p, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+template <int KPC, int BVT, int NWG>
+__global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_kernel(Prob p, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                                             const float *GB, const float *A, const float *h0,
                                                             float *ht, state_t *Sc, rp_t *Rout) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
-    using L = WgScanLayout<KPC, BVT>;
+    using L = WgScanLayout<KPC, BVT, NWG>;
+    constexpr int NT = 128 * NWG;
     constexpr int MB = KPC / 64, NA = BVT / 2; /* state: MB row blocks of 64 features; NA registers each */
     extern __shared__ __align__(128) char smc[];
     T *const Kb0 = reinterpret_cast<T *>(smc + L::K0), *const Kb1 = Kb0 + MAXBT * KPC;
-    T *const Vs = reinterpret_cast<T *>(smc + L::V);
     float *const As = reinterpret_cast<float *>(smc + L::A);
-    T *const Ss = reinterpret_cast<T *>(smc + L::SX);
-    float *const Xs = reinterpret_cast<float *>(smc + L::SX);
-    T *const Rs = reinterpret_cast<T *>(smc + L::R);
     float *const GBs = reinterpret_cast<float *>(smc + L::GB);
+    const int wgi = threadIdx.x >> 7; /* this thread's warpgroup */
+    char *const wgs = smc + L::WG + wgi * L::WGB;
+    T *const Vs = reinterpret_cast<T *>(wgs + L::V);
+    T *const Ss = reinterpret_cast<T *>(wgs + L::SX), *const Rs = Ss;
+    float *const Xs = reinterpret_cast<float *>(wgs + L::SX);
 
-    const ScanBlock blk = ScanBlock::get<BVT>(p, blockIdx.x);
-    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0, h = hv / p.G, tid = threadIdx.x;
+    const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, blockIdx.x);
+    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G, tid = threadIdx.x;
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
 
     /* cp.async copies of chunk cj's tiles, zero outside the valid rows / columns */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
         const T *src = k + (size_t)cj.tok0 * rsk + (size_t)h * p.K;
-#pragma unroll
-        for (int m = 0; m < MAXBT * KPC / 8 / 128; m++) {
-            const int q = tid + 128 * m, r = q / (KPC / 8), f = (q % (KPC / 8)) * 8;
+#pragma unroll 1 /* unrolled, the copies' addresses were kept in registers across the chunk loop */
+        for (int m = 0; m < MAXBT * KPC / 8 / NT; m++) {
+            const int q = tid + NT * m, r = q / (KPC / 8), f = (q % (KPC / 8)) * 8;
             const bool ok = r < cj.n && f < p.K;
             cp_async16(dst + cm_k<KPC>(r, f), ok ? src + (size_t)r * rsk + f : k, ok);
         }
     };
     auto issue_v = [&](const ChunkInfo &cj) {
         const T *src = v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0;
-#pragma unroll
-        for (int m = 0; m < (MAXBT * BVT / 8 + 127) / 128; m++) {
-            const int q = tid + 128 * m, r = q / (BVT / 8), c = (q % (BVT / 8)) * 8;
-            if (MAXBT * BVT / 8 % 128 != 0 && q >= MAXBT * BVT / 8) break;
+#pragma unroll 1
+        for (int m = 0; m < MAXBT * BVT / 8 / 128; m++) {
+            const int q = (tid & 127) + 128 * m, r = q / (BVT / 8), c = (q % (BVT / 8)) * 8;
             const bool ok = r < cj.n && v0 + c < p.V;
-            cp_async16(Vs + r * L::LDV + c, ok ? src + (size_t)r * rsv + c : v, ok);
+            cp_async16(Vs + cm_mn<BVT>(c, r), ok ? src + (size_t)r * rsv + c : v, ok);
         }
     };
     auto issue_a = [&](int cj) {
         const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
-#pragma unroll
-        for (int m = 0; m < MAXBT * MAXBT / 4 / 128; m++) {
-            const int q = tid + 128 * m, r = q / 16, c = (q % 16) * 4;
+#pragma unroll 1
+        for (int m = 0; m < MAXBT * MAXBT / 4 / NT; m++) {
+            const int q = tid + NT * m, r = q / 16, c = (q % 16) * 4;
             cp_async16(As + cm_t<MAXBT>(r, c), src + r * MAXBT + c, true);
         }
     };
@@ -143,10 +147,12 @@ __global__ void __launch_bounds__(128) state_scan_wg_kernel(Prob p, const __nv_b
         __syncthreads();
         /* X' = K S (64 tokens × BVT, k over the features) */
         float x[NA];
+        const uint32_t klo = wg_lo<K_LBO>(Kc), ktlo = wg_lo<KT_LBO>(Kc), slo = wg_lo<N_LBO>(Ss);
         wg_arrive();
-#pragma unroll
-        for (int k0 = 0; k0 < KPC; k0 += 16)
-            wg_mma<T, BVT, 0, 1>(x, wg_desc(Kc + cm_k<KPC>(0, k0), K_LBO, K_SBO), wg_desc(Ss + cm_mn<BVT>(0, k0), N_LBO, N_SBO), k0);
+        static_for<0, KPC / 16>([&](auto ks) {
+            constexpr int k0 = 16 * decltype(ks)::value;
+            wg_mma<T, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), K_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(x, klo, slo, k0);
+        });
         wg_commit();
         wg_wait();
         __syncthreads(); /* every warp is done reading S before X overwrites it */
@@ -154,7 +160,7 @@ __global__ void __launch_bounds__(128) state_scan_wg_kernel(Prob p, const __nv_b
 #pragma unroll
         for (int e = 0; e < NA; e += 2) {
             const int i = wg_row(e), j = wg_col(e);
-            const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vs + i * L::LDV + j));
+            const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vs + cm_mn<BVT>(j, i)));
             const float gi = expf(Gs[i]), bi = bs[i];
             Xs[cm_t<MAXBT>(j, i)] = __uint_as_float(to_tf32(bi * (vv.x - gi * x[e])));
             Xs[cm_t<MAXBT>(j + 1, i)] = __uint_as_float(to_tf32(bi * (vv.y - gi * x[e + 1])));
@@ -166,12 +172,15 @@ __global__ void __launch_bounds__(128) state_scan_wg_kernel(Prob p, const __nv_b
             cp_async_commit();
         }
         /* R = A X (tf32, k over the tokens) */
+        const uint32_t alo = wg_lo<T_LBO>(As), xlo = wg_lo<T_LBO>(Xs);
         wg_arrive();
-#pragma unroll
-        for (int k0 = 0; k0 < MAXBT; k0 += 8)
-            wg_mma_tf32<BVT>(x, wg_desc(As + cm_t<MAXBT>(0, k0), T_LBO, T_SBO), wg_desc(Xs + cm_t<MAXBT>(0, k0), T_LBO, T_SBO), k0);
+        static_for<0, MAXBT / 8>([&](auto ks) {
+            constexpr int k0 = 8 * decltype(ks)::value;
+            wg_mma_tf32<BVT, 4 * cm_t<MAXBT>(0, k0), T_SBO, 4 * cm_t<MAXBT>(0, k0), T_SBO>(x, alo, xlo, k0);
+        });
         wg_commit();
         wg_wait();
+        __syncthreads(); /* every warp is done reading X before R̃ overwrites it */
         /* R to its store; R̃ = diag(e^{G_n − G_j}) R (zero on rows ≥ n) as the B operand of Kᵀ R̃ */
         const float gl = Gs[n - 1];
         rp_t *const Rc = Rout ? Rout + ch * MAXBT * p.V + v0 : nullptr;
@@ -202,13 +211,15 @@ __global__ void __launch_bounds__(128) state_scan_wg_kernel(Prob p, const __nv_b
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int e = 0; e < NA; e++) s[mb][e] *= gn;
+        const uint32_t rlo = wg_lo<N_LBO>(Rs);
         wg_arrive();
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int k0 = 0; k0 < MAXBT; k0 += 16)
-                wg_mma<T, BVT, 1, 1>(s[mb], wg_desc(Kc + cm_k<KPC>(k0, 64 * mb), KT_LBO, KT_SBO),
-                                     wg_desc(Rs + cm_mn<BVT>(0, k0), N_LBO, N_SBO), 1);
+        static_for<0, MB>([&](auto mbc) {
+            constexpr int mb = decltype(mbc)::value;
+            static_for<0, MAXBT / 16>([&](auto ks) {
+                constexpr int k0 = 16 * decltype(ks)::value;
+                wg_mma<T, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), KT_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(s[mb], ktlo, rlo, 1);
+            });
+        });
         wg_commit();
         wg_wait();
         kb ^= 1;
@@ -231,32 +242,44 @@ __global__ void __launch_bounds__(128) state_scan_wg_kernel(Prob p, const __nv_b
 }
 
 /* Whether the wgmma scan takes this problem: bf16, scalar gates, chunk 64, K padded to 64 or 128 with
- * K % 8 == 0 and V % 8 == 0 (16-byte row copies), 16-byte aligned k and v, and a binary with sm_90a code.
- * REWY_CUDA_SCAN_WG = 0 keeps the mma.sync scan (the tests run both). */
+ * K % 8 == 0 and V % 8 == 0 (16-byte row copies), 16-byte aligned k and v, a binary with sm_90a code, and
+ * a grid of at least 1.5 two-warpgroup blocks per SM. On smaller grids a scan is a few long chains and one
+ * warpgroup runs a chain slower than the 8- and 16-warp mma.sync blocks do (H200, forward at (4,4096,16):
+ * 0.97 against 0.65 ms; (2,16384,8): 1.24 against 0.93), while at (8,2048,32), four chains per SM, it runs
+ * the forward in 1.06 against 1.17 ms. REWY_CUDA_SCAN_WG = 0 / 1 forces the mma.sync / the wgmma scan (the
+ * tests run the matrix with both). */
 bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo) {
     if (vo || dt != REWY_BF16 || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128) || p.K % 8 || p.V % 8) return false;
     if ((reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) return false;
-    if (const char *e = getenv("REWY_CUDA_SCAN_WG"))
-        if (atoi(e) == 0) return false;
-    return wg_kernel_ok<state_scan_wg_kernel<128, 64>>();
+    if (!wg_kernel_ok<state_scan_wg_kernel<128, 64, 1>>()) return false;
+    if (const char *e = getenv("REWY_CUDA_SCAN_WG")) return atoi(e) != 0;
+    return 2L * p.N * p.HV * ceil_div(p.V, 128) >= 3L * sm_count();
 }
 
+/* 64-column tiles run as two warpgroups per block (one per 64 columns: the block shares one copy of K, A
+ * and the gates, and two blocks fit an SM's registers and shared memory: four chains per SM) where V is a
+ * multiple of 128 and the grid fills the SMs; REWY_CUDA_SCAN_WG2 = 0 / 1 forces it off / on. */
 cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                  const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
-    auto go = [&](auto kp, auto bv) {
-        constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
-        constexpr size_t smem = WgScanLayout<KPC, BVT>::BYTES;
-        cudaError_t e = ensure_smem<state_scan_wg_kernel<KPC, BVT>>(smem);
+    auto go = [&](auto kp, auto bv, auto nwg) {
+        constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value, NWG = decltype(nwg)::value;
+        constexpr size_t smem = WgScanLayout<KPC, BVT, NWG>::BYTES;
+        cudaError_t e = ensure_smem<state_scan_wg_kernel<KPC, BVT, NWG>>(smem);
         if (e != cudaSuccess) return e;
-        state_scan_wg_kernel<KPC, BVT><<<scan_grid(p, BVT), 128, smem, s>>>(
+        state_scan_wg_kernel<KPC, BVT, NWG><<<scan_grid(p, BVT * NWG), 128 * NWG, smem, s>>>(
             p, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, A, h0, ht, Sc, R);
         return cudaGetLastError();
     };
     const int bv = scan_bv(p);
+    bool two = bv == 64 && p.V % 128 == 0;
+    if (const char *e = getenv("REWY_CUDA_SCAN_WG2")) two = two && atoi(e) != 0;
+    using I1 = std::integral_constant<int, 1>;
+    using I2 = std::integral_constant<int, 2>;
     auto with_bv = [&](auto kp) {
-        if (bv == 16) return go(kp, std::integral_constant<int, 16>{});
-        if (bv == 32) return go(kp, std::integral_constant<int, 32>{});
-        return go(kp, std::integral_constant<int, 64>{});
+        if (bv == 16) return go(kp, std::integral_constant<int, 16>{}, I1{});
+        if (bv == 32) return go(kp, std::integral_constant<int, 32>{}, I1{});
+        if (two) return go(kp, std::integral_constant<int, 64>{}, I2{});
+        return go(kp, std::integral_constant<int, 64>{}, I1{});
     };
     return p.Kp == 64 ? with_bv(std::integral_constant<int, 64>{}) : with_bv(std::integral_constant<int, 128>{});
 }

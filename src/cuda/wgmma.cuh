@@ -46,9 +46,20 @@ template <int KD> __host__ __device__ constexpr int cm_t(int mn, int k) {
     return ((mn >> 3) * (KD >> 2) + (k >> 2)) * 32 + (mn & 7) * 4 + (k & 3);
 }
 
-__device__ __forceinline__ uint64_t wg_desc(const void *p, int lbo, int sbo) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
+/* A descriptor is 64 bits: the start address / 16 (bits 0–13), LBO / 16 (16–29), SBO / 16 (32–45), no swizzle.
+ * The products below take its low word for a tile's start (wg_lo: one register per tile) and add the step's
+ * offset and the high word as immediates inside the asm: descriptors formed in C++ were hoisted out of the
+ * chunk loop by the compiler, two registers each, dozens of them (188–255 registers, spills at 128). */
+template <int LBO> __device__ __forceinline__ uint32_t wg_lo(const void *p) {
+    return (((uint32_t)__cvta_generic_to_shared(p) & 0x3FFFF) >> 4) | ((uint32_t)(LBO >> 4) << 16);
+}
+
+/* for (i = 0; i < N; i++) f(integral_constant<i>): compile-time step offsets for the products */
+template <int I, int N, class F> __device__ __forceinline__ void static_for(F &&f) {
+    if constexpr (I < N) {
+        f(std::integral_constant<int, I>{});
+        static_for<I + 1, N>(f);
+    }
 }
 
 /* Shared-memory writes by ordinary stores become visible to wgmma (the async proxy) only after this fence,
@@ -81,7 +92,8 @@ __device__ __forceinline__ int wg_row(int e) { return 16 * ((threadIdx.x >> 5) &
 __device__ __forceinline__ int wg_col(int e) { return 8 * (e >> 2) + 2 * (threadIdx.x & 3) + (e & 1); }
 
 /* D[64][N] (+)= A · B, one k step: k16 for two-byte types (TA, TB: the transpose bits, 1 = MN-major), k8 for
- * tf32 (both K-major). acc = 0 overwrites D. N ∈ {16, 32, 64}. */
+ * tf32 (both K-major). alo, blo: wg_lo of the operand tiles; AOFF, BOFF: this step's start offset in bytes
+ * from them; ASBO, BSBO: the tiles' SBO in bytes. acc = 0 overwrites D. N ∈ {16, 32, 64}. */
 #define REWY_WG_D8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 #define REWY_WG_D16 REWY_WG_D8, "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define REWY_WG_D32 REWY_WG_D16, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
@@ -89,44 +101,50 @@ __device__ __forceinline__ int wg_col(int e) { return 8 * (e >> 2) + 2 * (thread
 #define REWY_WG_R8 "%0,%1,%2,%3,%4,%5,%6,%7"
 #define REWY_WG_R16 REWY_WG_R8 ",%8,%9,%10,%11,%12,%13,%14,%15"
 #define REWY_WG_R32 REWY_WG_R16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-/* the two-byte product: ty = bf16 or f16; a, b, acc, TA, TB are operands A … A+4 (A = N/2: after the D registers) */
-#define REWY_WG_2B(N, ty, A, A1, A2, A3, A4, DREGS, RLIST)                                                         \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #A2 ", 0;\n"                                               \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." ty "." ty " {" RLIST "}, %" #A ", %" #A1         \
-                 ", p, 1, 1, %" #A3 ", %" #A4 ";\n}\n"                                                             \
-                 : DREGS : "l"(a), "l"(b), "r"(acc), "n"(TA), "n"(TB))
-#define REWY_WG_TF(N, A, A1, A2, DREGS, RLIST)                                                                     \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #A2 ", 0;\n"                                               \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" RLIST "}, %" #A ", %" #A1 ", p, 1, 1;\n}\n" \
-                 : DREGS : "l"(a), "l"(b), "r"(acc))
+/* the descriptors from the operands after the D registers: alo, blo, acc, AOFF/16, ASBO/16, BOFF/16, BSBO/16 */
+#define REWY_WG_DESC(A0, A1, A2, A3, A4, A5, A6)                                                                   \
+    "{\n.reg .pred p;\n.reg .b32 la, lb, ha, hb;\n.reg .b64 da, db;\nsetp.ne.b32 p, %" #A2 ", 0;\n"                \
+    "add.s32 la, %" #A0 ", %" #A3 ";\nmov.b32 ha, %" #A4 ";\nmov.b64 da, {la, ha};\n"                               \
+    "add.s32 lb, %" #A1 ", %" #A5 ";\nmov.b32 hb, %" #A6 ";\nmov.b64 db, {lb, hb};\n"
+#define REWY_WG_IN "r"(alo), "r"(blo), "r"(acc), "n"(AOFF >> 4), "n"(ASBO >> 4), "n"(BOFF >> 4), "n"(BSBO >> 4)
+#define REWY_WG_2B(N, ty, DREGS, RLIST, A0, A1, A2, A3, A4, A5, A6, A7, A8)                                        \
+    asm volatile(REWY_WG_DESC(A0, A1, A2, A3, A4, A5, A6)                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." ty "." ty " {" RLIST "}, da, db, p, 1, 1, %" #A7 \
+                 ", %" #A8 ";\n}\n"                                                                                \
+                 : DREGS : REWY_WG_IN, "n"(TA), "n"(TB))
+#define REWY_WG_TF(N, DREGS, RLIST, A0, A1, A2, A3, A4, A5, A6)                                                    \
+    asm volatile(REWY_WG_DESC(A0, A1, A2, A3, A4, A5, A6)                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" RLIST "}, da, db, p, 1, 1;\n}\n"      \
+                 : DREGS : REWY_WG_IN)
 
-template <class T, int N, int TA, int TB>
-__device__ __forceinline__ void wg_mma(float (&d)[N / 2], uint64_t a, uint64_t b, int acc) {
+template <class T, int N, int TA, int TB, int AOFF, int ASBO, int BOFF, int BSBO>
+__device__ __forceinline__ void wg_mma(float (&d)[N / 2], uint32_t alo, uint32_t blo, int acc) {
 #if REWY_WGMMA
     static_assert(N == 16 || N == 32 || N == 64, "wg_mma: N of 16, 32 or 64");
     constexpr bool BF = std::is_same<T, __nv_bfloat16>::value;
     static_assert(BF || std::is_same<T, __half>::value, "wg_mma: bf16 or f16 operands");
     if constexpr (BF) {
-        if constexpr (N == 16) REWY_WG_2B(16, "bf16", 8, 9, 10, 11, 12, REWY_WG_D8, REWY_WG_R8);
-        else if constexpr (N == 32) REWY_WG_2B(32, "bf16", 16, 17, 18, 19, 20, REWY_WG_D16, REWY_WG_R16);
-        else REWY_WG_2B(64, "bf16", 32, 33, 34, 35, 36, REWY_WG_D32, REWY_WG_R32);
+        if constexpr (N == 16) REWY_WG_2B(16, "bf16", REWY_WG_D8, REWY_WG_R8, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+        else if constexpr (N == 32) REWY_WG_2B(32, "bf16", REWY_WG_D16, REWY_WG_R16, 16, 17, 18, 19, 20, 21, 22, 23, 24);
+        else REWY_WG_2B(64, "bf16", REWY_WG_D32, REWY_WG_R32, 32, 33, 34, 35, 36, 37, 38, 39, 40);
     } else {
-        if constexpr (N == 16) REWY_WG_2B(16, "f16", 8, 9, 10, 11, 12, REWY_WG_D8, REWY_WG_R8);
-        else if constexpr (N == 32) REWY_WG_2B(32, "f16", 16, 17, 18, 19, 20, REWY_WG_D16, REWY_WG_R16);
-        else REWY_WG_2B(64, "f16", 32, 33, 34, 35, 36, REWY_WG_D32, REWY_WG_R32);
+        if constexpr (N == 16) REWY_WG_2B(16, "f16", REWY_WG_D8, REWY_WG_R8, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+        else if constexpr (N == 32) REWY_WG_2B(32, "f16", REWY_WG_D16, REWY_WG_R16, 16, 17, 18, 19, 20, 21, 22, 23, 24);
+        else REWY_WG_2B(64, "f16", REWY_WG_D32, REWY_WG_R32, 32, 33, 34, 35, 36, 37, 38, 39, 40);
     }
 #else
-    (void)d, (void)a, (void)b, (void)acc;
+    (void)d, (void)alo, (void)blo, (void)acc;
 #endif
 }
-template <int N> __device__ __forceinline__ void wg_mma_tf32(float (&d)[N / 2], uint64_t a, uint64_t b, int acc) {
+template <int N, int AOFF, int ASBO, int BOFF, int BSBO>
+__device__ __forceinline__ void wg_mma_tf32(float (&d)[N / 2], uint32_t alo, uint32_t blo, int acc) {
 #if REWY_WGMMA
     static_assert(N == 16 || N == 32 || N == 64, "wg_mma_tf32: N of 16, 32 or 64");
-    if constexpr (N == 16) REWY_WG_TF(16, 8, 9, 10, REWY_WG_D8, REWY_WG_R8);
-    else if constexpr (N == 32) REWY_WG_TF(32, 16, 17, 18, REWY_WG_D16, REWY_WG_R16);
-    else REWY_WG_TF(64, 32, 33, 34, REWY_WG_D32, REWY_WG_R32);
+    if constexpr (N == 16) REWY_WG_TF(16, REWY_WG_D8, REWY_WG_R8, 8, 9, 10, 11, 12, 13, 14);
+    else if constexpr (N == 32) REWY_WG_TF(32, REWY_WG_D16, REWY_WG_R16, 16, 17, 18, 19, 20, 21, 22);
+    else REWY_WG_TF(64, REWY_WG_D32, REWY_WG_R32, 32, 33, 34, 35, 36, 37, 38);
 #else
-    (void)d, (void)a, (void)b, (void)acc;
+    (void)d, (void)alo, (void)blo, (void)acc;
 #endif
 }
 
