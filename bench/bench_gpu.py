@@ -11,7 +11,8 @@ its saved buffer and workspace allocated through PyTorch; FLA: the autograd call
 Backward = everything that produces dq, dk, dv, dg, dbeta, dh0 from (do, dht): rewy_backward with
 its workspace and gradient tensors allocated through PyTorch (policy R includes the recompute);
 FLA: torch.autograd.grad of (o, ht). Peak backward memory = max allocated during one backward minus
-allocated before it. Times: median of --reps CUDA-event timings after warm-up.
+allocated before it. Times: median of --reps CUDA-event timings after warm-up; with --graph also the
+median of --reps timed replays of the call captured as a CUDA graph (GPU time without host launch cost).
 
 Environment: REWY_LIBRARY (default build/cuda-on/librewy.so); FLA from PYTHONPATH with
 FLA_DISABLE_BACKEND_DISPATCH=1 (set here). Output: a table on stdout and JSON lines (--json).
@@ -94,6 +95,7 @@ class Rewy:
         ws = torch.empty(self.size("rewy_fwd_workspace_size", c), dtype=torch.uint8, device=dev)
         o = torch.empty_like(x["v"])
         ht = torch.empty_like(x["h0"])
+        c.stream = torch.cuda.current_stream().cuda_stream  # the stream at call time (graph capture uses a side stream)
         p = Fwd()
         p.cfg = c
         p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x.get("beta")), ptr(x["h0"])
@@ -110,6 +112,7 @@ class Rewy:
         dg = torch.empty_like(x["g"]) if x.get("g") is not None else None
         like = lambda n: torch.empty_like(x[n]) if x.get(n) is not None else None
         dbeta, db, dw, dh0 = like("beta"), like("b"), like("w"), torch.empty_like(x["h0"])
+        c.stream = torch.cuda.current_stream().cuda_stream
         p = Bwd()
         p.cfg = c
         p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x.get("beta")), ptr(x["h0"])
@@ -155,6 +158,41 @@ def cuda_time(fn, reps, warmup=3):
         b.record()
         b.synchronize()
         ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def graph_time(fn, reps, warmup=3):
+    """Median of reps CUDA-event timings of one replay of fn captured as a CUDA graph: GPU time without the
+    host's launch overhead (Python, ctypes, Triton's launcher), the same for both sides. None if fn cannot
+    be captured."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = fn()
+    except Exception as e:  # noqa: BLE001 (report, do not stop the benchmark)
+        print(f"# graph capture failed: {type(e).__name__}: {str(e)[:120]}")
+        torch.cuda.synchronize()
+        return None
+    for _ in range(warmup):
+        g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    del out, g
     return statistics.median(ts)
 
 
@@ -297,6 +335,8 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", default="8x2048x32", help="shape for the per-kernel profile ('' = none)")
     ap.add_argument("--time-limit", type=float, default=1e9, help="stop starting new shapes after this many seconds")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time forward and backward R as CUDA-graph replays (both sides; *_graph columns)")
     a = ap.parse_args()
     t_start = time.time()
     K = V = 128
@@ -341,6 +381,12 @@ def main():
                             r[f"rewy_wy_vs_rewy_{pol}"] = max(((a_ - b_).float().norm() / b_.float().norm().clamp_min(1e-30)).item()
                                                               for a_, b_ in zip(gr, gw) if a_ is not None)
                         del sv
+                if a.graph:
+                    r["rewy_fwd_graph"] = graph_time(lambda: rw.forward(c, x), a.reps)
+                    cb = rw.cfg(op, B, T, H, K, V, "R", "rewy")
+                    _, _, sv = rw.forward(cb, x)
+                    r["rewy_bwd_R_graph"] = graph_time(lambda: rw.backward(cb, x, sv, do, dht), a.reps)
+                    del sv
                 cA = rw.cfg(op, B, T, H, K, V, "A", "rewy")
                 r["rewy_fwd_A"] = cuda_time(lambda: rw.forward(cA, x), a.reps)
                 r["rewy_o"] = o.float()
@@ -358,6 +404,10 @@ def main():
                 prep()
                 r["fla_bwd"] = cuda_time(bwd, a.reps)
                 r["fla_peak"] = peak_mib(bwd)
+                if a.graph:
+                    r["fla_fwd_graph"] = graph_time(fwd, a.reps)
+                    prep()
+                    r["fla_bwd_graph"] = graph_time(bwd, a.reps)
                 if op in VEC:   # FLA's policy A: disable_recompute=True (same kernels, already tuned)
                     fwdA, prepA, bwdA, _, xgA = fla_fns(op, x, do, dht, disable_recompute=True)
                     r["fla_fwd_A"] = cuda_time(fwdA, a.reps)
@@ -395,6 +445,17 @@ def main():
               f"{f('fla_bwd_A'):.3f} | {bxa:.2f} | "
               f"{f('rewy_bwd_R_wy'):.3f} | {gain:.2f} | {f('rewy_peak_R'):.1f} | {f('rewy_peak_A'):.1f} | "
               f"{f('fla_peak'):.1f} | {f('fla_peak_A'):.1f} |")
+    if a.graph:
+        print()
+        print("| op | B,T,H | rewy fwd (graph) | FLA fwd (graph) | fwd × | rewy bwd R (graph) | FLA bwd (graph) | bwd × (R) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            f = lambda k: r.get(k) if r.get(k) is not None else float("nan")
+            fx, bx = f("fla_fwd_graph") / f("rewy_fwd_graph"), f("fla_bwd_graph") / f("rewy_bwd_R_graph")
+            geo.setdefault(("graph", r["op"]), []).append((fx, bx))
+            print(f"| {r['op']} | {r['B']},{r['T']},{r['H']} | {f('rewy_fwd_graph'):.3f} | {f('fla_fwd_graph'):.3f} | {fx:.2f} | "
+                  f"{f('rewy_bwd_R_graph'):.3f} | {f('fla_bwd_graph'):.3f} | {bx:.2f} |")
+
     def gmean(xs):
         """geometric mean, lowest value and count of the finite ratios (a shape without FLA has none)"""
         xs = [x for x in xs if x == x and x > 0]
@@ -403,6 +464,9 @@ def main():
         return f"{math.exp(sum(map(math.log, xs)) / len(xs)):.3f} (n={len(xs)}, lowest {min(xs):.2f})"
 
     for op, v in geo.items():
+        if isinstance(op, tuple):
+            print(f"geomean {op[1]} (graph replay): fwd FLA/rewy {gmean([t[0] for t in v])}, bwd(R) FLA/rewy {gmean([t[1] for t in v])}")
+            continue
         gm = [gmean([t[i] for t in v]) for i in range(4)]
         print(f"geomean {op}: fwd FLA/rewy {gm[0]}, bwd(R) FLA/rewy {gm[1]}, bwd(A) FLA/rewy {gm[3]}, WY/ReWY {gm[2]}")
     if a.profile:

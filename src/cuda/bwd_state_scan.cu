@@ -57,9 +57,9 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
         using T = decltype(t);
         return with_scan_tiles<T>(p, [&](auto kp, auto bv) -> cudaError_t {
             constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
-            /* the wgmma forward scan runs alone (REWY_CUDA_SCAN_PAIR_WG = 1 keeps the pair instead) */
+            /* the wgmma scans run alone (REWY_CUDA_SCAN_PAIR_WG = 1 keeps the pair instead) */
             const char *pw = getenv("REWY_CUDA_SCAN_PAIR_WG");
-            const bool wg = state_scan_wg_ok(p, dt, k, v, vo) && !(pw && atoi(pw));
+            const bool wg = (state_scan_wg_ok(p, dt, k, v, vo) || bwd_state_scan_wg_ok(p, dt, q, k, do_, vo)) && !(pw && atoi(pw));
             if constexpr (BVT != BV) if (!wg) {
                 auto go = [&](auto vc) {
                     constexpr bool VEC = decltype(vc)::value;
@@ -91,6 +91,8 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
                                   const float *A, const cq_t *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s) {
+    if (Cq && bwd_state_scan_wg_ok(p, dt, q, k, do_, vo))
+        return launch_bwd_state_scan_wg(p, q, k, GB, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
     const VecOps none = {};
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);

@@ -43,6 +43,13 @@ cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, c
                                   const float *A, const cq_t *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s);
 
+/* bwd_state_scan_wg.cu: the same reverse scan on wgmma, where bwd_state_scan_wg_ok says it applies (as
+ * state_scan_wg_ok); launch_bwd_state_scan and launch_scan_pair take it there. */
+bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, const VecOps *vo);
+cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
+                                     const cq_t *Cq, const void *do_, const float *dht, float *dh0, state_t *Sbar,
+                                     rp_t *PR, int wy, cudaStream_t s);
+
 /* bwd_state_scan.cu: policy R's recompute scan (launch_state_scan with ht NULL) and the reverse scan
  * (launch_bwd_state_scan), in one launch where their tiles allow it, else one after the other. */
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
             issue_gb(GBs + (cur ^ 1) * 2 * MAXBT, c + 1);
             cp_async_commit();
         }
-        /* S_c: to the saved states ([K][V], two columns per store) and, in bf16, to the B operand of K S */
+        /* S_c in bf16: the B operand of K S, and from there the saved states (wg_store_state) */
         state_t *const Sd = Sc ? Sc + ch * p.K * p.V : nullptr;
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
@@ -133,15 +133,6 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
             for (int e = 0; e < NA; e += 2) {
                 const int kk = 64 * mb + wg_row(e), j = wg_col(e);
                 *reinterpret_cast<__nv_bfloat162 *>(Ss + cm_mn<BVT>(j, kk)) = __floats2bfloat162_rn(s[mb][e], s[mb][e + 1]);
-                if (Sd && kk < p.K && v0 + j < p.V) {
-                    state_t *d = Sd + (size_t)kk * p.V + v0 + j;
-                    if constexpr (sizeof(state_t) == 2) {
-                        *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(s[mb][e], s[mb][e + 1]);
-                    } else {
-                        d[0] = s[mb][e];
-                        d[1] = s[mb][e + 1];
-                    }
-                }
             }
         wg_proxy_fence();
         __syncthreads();
@@ -153,6 +144,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
             constexpr int k0 = 16 * decltype(ks)::value;
             wg_mma<T, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), K_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(x, klo, slo, k0);
         });
+        if (Sd) wg_store_state<KPC, BVT>(Sd, Ss, p, v0); /* while the product runs */
         wg_commit();
         wg_wait();
         __syncthreads(); /* every warp is done reading S before X overwrites it */
@@ -249,16 +241,13 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
  * the forward in 1.06 against 1.17 ms. REWY_CUDA_SCAN_WG = 0 / 1 forces the mma.sync / the wgmma scan (the
  * tests run the matrix with both). */
 bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo) {
-    if (vo || dt != REWY_BF16 || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128) || p.K % 8 || p.V % 8) return false;
+    if (vo || sizeof(state_t) != 2 || dt != REWY_BF16 || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128) || p.K % 8 || p.V % 8) return false;
     if ((reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) return false;
     if (!wg_kernel_ok<state_scan_wg_kernel<128, 64, 1>>()) return false;
     if (const char *e = getenv("REWY_CUDA_SCAN_WG")) return atoi(e) != 0;
     return 2L * p.N * p.HV * ceil_div(p.V, 128) >= 3L * sm_count();
 }
 
-/* 64-column tiles run as two warpgroups per block (one per 64 columns: the block shares one copy of K, A
- * and the gates, and two blocks fit an SM's registers and shared memory: four chains per SM) where V is a
- * multiple of 128 and the grid fills the SMs; REWY_CUDA_SCAN_WG2 = 0 / 1 forces it off / on. */
 cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                  const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
     auto go = [&](auto kp, auto bv, auto nwg) {
@@ -270,18 +259,7 @@ cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, co
             p, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, A, h0, ht, Sc, R);
         return cudaGetLastError();
     };
-    const int bv = scan_bv(p);
-    bool two = bv == 64 && p.V % 128 == 0;
-    if (const char *e = getenv("REWY_CUDA_SCAN_WG2")) two = two && atoi(e) != 0;
-    using I1 = std::integral_constant<int, 1>;
-    using I2 = std::integral_constant<int, 2>;
-    auto with_bv = [&](auto kp) {
-        if (bv == 16) return go(kp, std::integral_constant<int, 16>{}, I1{});
-        if (bv == 32) return go(kp, std::integral_constant<int, 32>{}, I1{});
-        if (two) return go(kp, std::integral_constant<int, 64>{}, I2{});
-        return go(kp, std::integral_constant<int, 64>{}, I1{});
-    };
-    return p.Kp == 64 ? with_bv(std::integral_constant<int, 64>{}) : with_bv(std::integral_constant<int, 128>{});
+    return with_wg_tiles(p, go);
 }
 
 } // namespace rewy_cuda

@@ -156,5 +156,40 @@ template <auto kern> inline bool wg_kernel_ok() {
     return a.binaryVersion >= 90 && a.binaryVersion < 100 && a.ptxVersion >= 90;
 }
 
+/* A warpgroup's KD × BVT state tile, held in shared memory as the MN-major bf16 operand cm_mn<BVT>(column,
+ * feature), to the [K][V] chunk-state matrix dst at column v0: one 16-byte core row (a feature, 8 columns) per
+ * store. The scans store S_c / S̄⁺ from this copy while their first product reads it, instead of from the
+ * registers (two columns per store: half-used sectors, and 64-bit addresses that spilled at 128 registers). */
+template <int KD, int BVT>
+__device__ __forceinline__ void wg_store_state(state_t *dst, const __nv_bfloat16 *Ss, const Prob &p, int v0) {
+    static_assert(sizeof(state_t) == 2, "the wgmma scans store bf16 chunk states");
+#pragma unroll 1
+    for (int m = 0; m < KD * BVT / 8 / 128; m++) {
+        const int qq = (threadIdx.x & 127) + 128 * m, core = qq >> 3;
+        const int kk = core / (BVT / 8) * 8 + (qq & 7), c8 = core % (BVT / 8) * 8;
+        if (kk < p.K && v0 + c8 < p.V)
+            *reinterpret_cast<uint4 *>(dst + (size_t)kk * p.V + v0 + c8) = *reinterpret_cast<const uint4 *>(Ss + 8 * qq);
+    }
+}
+
+/* Calls go(KPC, BVT, NWG) (integral constants) with the wgmma scans' tiles: K padded to 64 or 128, the
+ * value tile of scan_bv, and NWG = 2 warpgroups per block (one per 64 columns, sharing the (sequence, head)'s
+ * K-side tiles: four chains per SM) at 64 columns where V is a multiple of 128; REWY_CUDA_SCAN_WG2 = 0
+ * keeps one warpgroup per block. */
+template <class Go> inline cudaError_t with_wg_tiles(const Prob &p, Go go) {
+    using I1 = std::integral_constant<int, 1>;
+    using I2 = std::integral_constant<int, 2>;
+    const int bv = scan_bv(p);
+    bool two = bv == 64 && p.V % 128 == 0;
+    if (const char *e = getenv("REWY_CUDA_SCAN_WG2")) two = two && atoi(e) != 0;
+    auto with_bv = [&](auto kp) {
+        if (bv == 16) return go(kp, std::integral_constant<int, 16>{}, I1{});
+        if (bv == 32) return go(kp, std::integral_constant<int, 32>{}, I1{});
+        if (two) return go(kp, std::integral_constant<int, 64>{}, I2{});
+        return go(kp, std::integral_constant<int, 64>{}, I1{});
+    };
+    return p.Kp == 64 ? with_bv(std::integral_constant<int, 64>{}) : with_bv(std::integral_constant<int, 128>{});
+}
+
 } // namespace rewy_cuda
 #endif

@@ -1,0 +1,300 @@
+/* bwd_state_scan_wg.cu: the reverse chunk scan (MATH §3, §4b (1), §5; the stage: bwd_state_scan.cuh) on
+ * Hopper's warpgroup products, for scalar gates (DeltaNet, GDN), bf16 inputs, chunk 64, K of 64 or 128.
+ * Chunks in reverse order, S̄ (KPC × BVT, fp32) in the registers of one warpgroup:
+ *   store S̄⁺;   R̄ = diag(f) K S̄⁺ + C_qᵀ Ō   (f_j = e^{G_n − G_j}: F = diag(f) K);   P = Aᵀ R̄ (stored, or R̄ for WY)
+ *   S̄ ← e^{G_n} S̄⁺ + Q_gᵀ Ō − Eᵀ P,  with Q_gᵀ Ō = Qᵀ (scale·e^{G}⊙Ō) and Eᵀ P = Kᵀ (β e^{G}⊙P)
+ * As in state_scan_wg.cu: NWG warpgroups per block (two at 64 columns) share the K, Q, Aᵀ, C_q and gate
+ * tiles of their (sequence, head); each keeps its Ō tile and one region for S̄⁺ (bf16, B of K S̄⁺), then R̄
+ * (tf32, B of Aᵀ R̄), then −βe^{G}⊙P (bf16, B of Kᵀ P'). Ō is rescaled in place to scale·e^{G}⊙Ō once
+ * C_qᵀ Ō has read it. A is copied transposed (tf32 operands must be K-major: Aᵀ[j][i] with i contiguous).
+ * Qᵀ Ō' is issued before Aᵀ R̄ so that the two run together. K and Q have one buffer each (two would not
+ * leave room for two blocks per SM): K's copy for the next chunk starts after the chunk's last product. */
+#include "kernels.cuh"
+#include "wgmma.cuh"
+
+namespace rewy_cuda {
+
+template <int KPC, int BVT, int NWG> struct WgBscanLayout { /* byte offsets in dynamic shared memory */
+    static constexpr int KT = MAXBT * KPC * 2;
+    static constexpr int SRB = KPC * BVT * 2 > BVT * MAXBT * 4 ? KPC * BVT * 2 : BVT * MAXBT * 4;
+    static constexpr int WGB = MAXBT * BVT * 2 + SRB; /* one warpgroup's Ō and S̄⁺ / R̄ / P' */
+    static constexpr int K = 0, Q = KT, AT = 2 * KT, CQ = AT + MAXBT * MAXBT * 4, GB = CQ + MAXBT * MAXBT * 2,
+                         WG = GB + 4 * MAXBT * 4, BYTES = WG + NWG * WGB;
+    static constexpr int O = 0, SR = MAXBT * BVT * 2; /* inside a warpgroup's part */
+};
+
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
+
+template <int KPC, int BVT, int NWG>
+__global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
+bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *GB, const float *A,
+                         const cq_t *Cq, const __nv_bfloat16 *do_, const float *dht, float *dh0, state_t *Sbar,
+                         rp_t *PR, int wy) {
+#if REWY_WGMMA
+    using T = __nv_bfloat16;
+    using L = WgBscanLayout<KPC, BVT, NWG>;
+    constexpr int NT = 128 * NWG, MB = KPC / 64, NA = BVT / 2;
+    extern __shared__ __align__(128) char smc[];
+    T *const Ks = reinterpret_cast<T *>(smc + L::K), *const Qs = reinterpret_cast<T *>(smc + L::Q);
+    float *const Ats = reinterpret_cast<float *>(smc + L::AT);
+    T *const Cs = reinterpret_cast<T *>(smc + L::CQ);
+    float *const GBs = reinterpret_cast<float *>(smc + L::GB);
+    const int wgi = threadIdx.x >> 7;
+    char *const wgs = smc + L::WG + wgi * L::WGB;
+    T *const Os = reinterpret_cast<T *>(wgs + L::O);
+    T *const Ss = reinterpret_cast<T *>(wgs + L::SR), *const Ps = Ss;
+    float *const Rs = reinterpret_cast<float *>(wgs + L::SR);
+
+    const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, blockIdx.x);
+    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G, tid = threadIdx.x;
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+
+    auto issue_kq = [&](T *dst, const T *x, const ChunkInfo &cj) { /* K or Q, [token][feature] K-major */
+        const T *src = x + (size_t)cj.tok0 * rsk + (size_t)h * p.K;
+#pragma unroll 1 /* unrolled, the copies' addresses were kept in registers across the chunk loop */
+        for (int m = 0; m < MAXBT * KPC / 8 / NT; m++) {
+            const int qq = tid + NT * m, r = qq / (KPC / 8), f = (qq % (KPC / 8)) * 8;
+            const bool ok = r < cj.n && f < p.K;
+            cp_async16(dst + cm_k<KPC>(r, f), ok ? src + (size_t)r * rsk + f : x, ok);
+        }
+    };
+    auto issue_o = [&](const ChunkInfo &cj) { /* this warpgroup's Ō columns, [token][column] MN-major */
+        const T *src = do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0;
+#pragma unroll 1
+        for (int m = 0; m < MAXBT * BVT / 8 / 128; m++) {
+            const int qq = (tid & 127) + 128 * m, r = qq / (BVT / 8), c = (qq % (BVT / 8)) * 8;
+            const bool ok = r < cj.n && v0 + c < p.V;
+            cp_async16(Os + cm_mn<BVT>(c, r), ok ? src + (size_t)r * rsv + c : do_, ok);
+        }
+    };
+    auto issue_at = [&](int cj) { /* Aᵀ as tf32 K-major: element (j, i) = A[i][j], one 4-byte copy each */
+        const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
+#pragma unroll 1
+        for (int m = 0; m < MAXBT * MAXBT / NT; m++) {
+            const int qq = tid + NT * m, i = qq / MAXBT, j = qq % MAXBT;
+            cp_async4(Ats + cm_t<MAXBT>(j, i), src + qq);
+        }
+    };
+    auto issue_cq = [&](int cj) { /* C_q [i][j] as cm_k<64>(i, j): read MN-major as C_qᵀ */
+        const cq_t *src = Cq + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
+#pragma unroll 1
+        for (int m = 0; m < MAXBT * MAXBT / 8 / NT; m++) {
+            const int qq = tid + NT * m, i = qq / 8, j = (qq % 8) * 8;
+            cp_async16(Cs + cm_k<MAXBT>(i, j), src + i * MAXBT + j, true);
+        }
+    };
+    auto issue_gb = [&](float *dst, int cj) {
+        if (tid < 2 * MAXBT / 4) cp_async16(dst + 4 * tid, GB + ((size_t)cj * p.HV + hv) * 2 * MAXBT + 4 * tid, true);
+    };
+
+    /* S̄: feature 64·mb + wg_row(e), column wg_col(e); from dht */
+    float s[MB][NA];
+    const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int e = 0; e < NA; e++) {
+            const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
+            s[mb][e] = (dht && kk < p.K && j < p.V) ? dht[sbase + st_idx(p, kk, j)] : 0.f;
+        }
+
+    const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
+    ChunkInfo ci = {}, cn = {};
+    if (c_last >= c_begin) {
+        ci = p.ctab[c_last];
+        cn = c_last - 1 >= c_begin ? p.ctab[c_last - 1] : ci;
+        issue_kq(Ks, k, ci);
+        issue_kq(Qs, q, ci);
+        issue_o(ci);
+        issue_at(c_last);
+        issue_cq(c_last);
+        issue_gb(GBs, c_last);
+        cp_async_commit();
+    }
+    constexpr int K_LBO = 128, K_SBO = KPC / 8 * 128, KT_LBO = KPC / 8 * 128, KT_SBO = 128;
+    constexpr int N_LBO = BVT / 8 * 128, N_SBO = 128, T_LBO = 128, T_SBO = MAXBT / 4 * 128;
+    constexpr int C_LBO = MAXBT / 8 * 128, C_SBO = 128; /* C_qᵀ: MN-major view of cm_k<64> */
+    const uint32_t klo = wg_lo<K_LBO>(Ks), ktlo = wg_lo<KT_LBO>(Ks), qtlo = wg_lo<KT_LBO>(Qs);
+    const uint32_t slo = wg_lo<N_LBO>(Ss), olo = wg_lo<N_LBO>(Os), clo = wg_lo<C_LBO>(Cs);
+    const uint32_t alo = wg_lo<T_LBO>(Ats), rlo = wg_lo<T_LBO>(Rs);
+    int cur = 0;
+    for (int c = c_last; c >= c_begin; c--) {
+        const int n = ci.n;
+        const bool has_next = c - 1 >= c_begin;
+        const ChunkInfo cnn = c - 2 >= c_begin ? p.ctab[c - 2] : cn;
+        const size_t ch = (size_t)c * p.HV + hv;
+        const float *const Gs = GBs + cur * 2 * MAXBT, *const bs = Gs + MAXBT;
+        cp_async_wait_group<0>();
+        __syncthreads(); /* chunk c's tiles are in */
+        if (has_next) {
+            issue_gb(GBs + (cur ^ 1) * 2 * MAXBT, c - 1);
+            cp_async_commit();
+        }
+        /* S̄⁺ in bf16: the B operand of K S̄⁺, and from there the saved states (wg_store_state) */
+        state_t *const Sd = Sbar + ch * p.K * p.V;
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int e = 0; e < NA; e += 2) {
+                const int kk = 64 * mb + wg_row(e), j = wg_col(e);
+                *reinterpret_cast<__nv_bfloat162 *>(Ss + cm_mn<BVT>(j, kk)) = __floats2bfloat162_rn(s[mb][e], s[mb][e + 1]);
+            }
+        wg_proxy_fence();
+        __syncthreads();
+        /* R̄ = diag(f) (K S̄⁺) + C_qᵀ Ō */
+        float r[NA];
+        wg_arrive();
+        static_for<0, KPC / 16>([&](auto ks) {
+            constexpr int k0 = 16 * decltype(ks)::value;
+            wg_mma<T, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), K_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(r, klo, slo, k0);
+        });
+        wg_store_state<KPC, BVT>(Sd, Ss, p, v0); /* while the product runs */
+        wg_commit();
+        wg_wait();
+        const float gl = Gs[n - 1];
+#pragma unroll
+        for (int e = 0; e < NA; e++) {
+            const int i = wg_row(e);
+            r[e] *= i < n ? expf(gl - Gs[i]) : 0.f;
+        }
+        wg_arrive();
+        static_for<0, MAXBT / 16>([&](auto ks) {
+            constexpr int k0 = 16 * decltype(ks)::value;
+            wg_mma<T, BVT, 1, 1, 2 * cm_k<MAXBT>(k0, 0), C_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(r, clo, olo, 1);
+        });
+        wg_commit();
+        wg_wait();
+        __syncthreads(); /* every warp is done with S̄⁺, Ō and C_q */
+        if (has_next) {
+            issue_cq(c - 1);
+            cp_async_commit();
+        }
+        /* R̄ as tf32 (B of Aᵀ R̄), stored for WY; S̄⁺ decays; Ō ← scale·e^{G}⊙Ō in place */
+        rp_t *const PRc = PR + ch * MAXBT * p.V + v0;
+#pragma unroll
+        for (int e = 0; e < NA; e += 2) {
+            const int i = wg_row(e), j = wg_col(e);
+            Rs[cm_t<MAXBT>(j, i)] = __uint_as_float(to_tf32(r[e]));
+            Rs[cm_t<MAXBT>(j + 1, i)] = __uint_as_float(to_tf32(r[e + 1]));
+            if (wy && i < n && v0 + j < p.V) {
+                rp_t *d = PRc + (size_t)i * p.V + j;
+                if constexpr (sizeof(rp_t) == 2) *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(r[e], r[e + 1]);
+                else d[0] = r[e], d[1] = r[e + 1];
+            }
+        }
+        const float gn = expf(gl);
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int e = 0; e < NA; e++) s[mb][e] *= gn;
+#pragma unroll
+        for (int m = 0; m < MAXBT * BVT / 2 / 128; m++) { /* element pairs of the cm_mn tile; token from the offset */
+            const int o2 = 2 * ((tid & 127) + 128 * m), i = (o2 >> 6) / (BVT / 8) * 8 + ((o2 & 63) >> 3);
+            __nv_bfloat162 *po = reinterpret_cast<__nv_bfloat162 *>(Os + o2);
+            const float2 ov = __bfloat1622float2(*po);
+            const float sc = p.scale * expf(Gs[i]);
+            *po = __floats2bfloat162_rn(sc * ov.x, sc * ov.y);
+        }
+        wg_proxy_fence();
+        __syncthreads();
+        /* S̄ += Qᵀ Ō' (issued first: it runs with Aᵀ R̄);  P = Aᵀ R̄ (tf32) */
+        wg_arrive();
+        static_for<0, MB>([&](auto mbc) {
+            constexpr int mb = decltype(mbc)::value;
+            static_for<0, MAXBT / 16>([&](auto ks) {
+                constexpr int k0 = 16 * decltype(ks)::value;
+                wg_mma<T, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), KT_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(s[mb], qtlo, olo, 1);
+            });
+        });
+        wg_commit();
+        float pp[NA];
+        wg_arrive();
+        static_for<0, MAXBT / 8>([&](auto ks) {
+            constexpr int k0 = 8 * decltype(ks)::value;
+            wg_mma_tf32<BVT, 4 * cm_t<MAXBT>(0, k0), T_SBO, 4 * cm_t<MAXBT>(0, k0), T_SBO>(pp, alo, rlo, k0);
+        });
+        wg_commit();
+        wg_wait();
+        __syncthreads(); /* every warp is done with R̄, Q, Ō', Aᵀ */
+        if (has_next) {
+            issue_kq(Qs, q, cn);
+            issue_o(cn);
+            issue_at(c - 1);
+            cp_async_commit();
+        }
+        /* P to its store (ReWY); P' = −β e^{G} ⊙ P as the B operand of Kᵀ P' */
+#pragma unroll
+        for (int e = 0; e < NA; e += 2) {
+            const int i = wg_row(e), j = wg_col(e);
+            if (!wy && i < n && v0 + j < p.V) {
+                rp_t *d = PRc + (size_t)i * p.V + j;
+                if constexpr (sizeof(rp_t) == 2) *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(pp[e], pp[e + 1]);
+                else d[0] = pp[e], d[1] = pp[e + 1];
+            }
+            const float f = -bs[i] * expf(Gs[i]);
+            *reinterpret_cast<__nv_bfloat162 *>(Ps + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(f * pp[e], f * pp[e + 1]);
+        }
+        wg_proxy_fence();
+        __syncthreads();
+        /* S̄ += Kᵀ P' */
+        wg_arrive();
+        static_for<0, MB>([&](auto mbc) {
+            constexpr int mb = decltype(mbc)::value;
+            static_for<0, MAXBT / 16>([&](auto ks) {
+                constexpr int k0 = 16 * decltype(ks)::value;
+                wg_mma<T, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), KT_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(s[mb], ktlo, slo, 1);
+            });
+        });
+        wg_commit();
+        wg_wait();
+        if (has_next) {
+            __syncthreads(); /* every warp is done with K */
+            issue_kq(Ks, k, cn);
+            cp_async_commit();
+        }
+        cur ^= 1;
+        ci = cn;
+        cn = cnn;
+    }
+    if (dh0) {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int e = 0; e < NA; e++) {
+                const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
+                if (kk < p.K && j < p.V) dh0[sbase + st_idx(p, kk, j)] = s[mb][e];
+            }
+    }
+#else
+    (void)p, (void)q, (void)k, (void)GB, (void)A, (void)Cq, (void)do_, (void)dht, (void)dh0, (void)Sbar, (void)PR, (void)wy;
+#endif
+}
+
+/* Whether the wgmma reverse scan takes this problem: as state_scan_wg_ok (the same grids), with q and
+ * do 16-byte aligned and bf16 C_q. REWY_CUDA_SCAN_WG forces both wgmma scans on or off. */
+bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, const VecOps *vo) {
+    if (sizeof(cq_t) != 2 || sizeof(state_t) != 2 || ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(do_)) & 15)) return false;
+    if (!wg_kernel_ok<bwd_state_scan_wg_kernel<128, 64, 1>>()) return false;
+    return state_scan_wg_ok(p, dt, k, do_, vo);
+}
+
+cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
+                                     const cq_t *Cq, const void *do_, const float *dht, float *dh0, state_t *Sbar,
+                                     rp_t *PR, int wy, cudaStream_t s) {
+    using bf16 = __nv_bfloat16;
+    auto go = [&](auto kp, auto bv, auto nwg) {
+        constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value, NWG = decltype(nwg)::value;
+        constexpr size_t smem = WgBscanLayout<KPC, BVT, NWG>::BYTES;
+        cudaError_t e = ensure_smem<bwd_state_scan_wg_kernel<KPC, BVT, NWG>>(smem);
+        if (e != cudaSuccess) return e;
+        bwd_state_scan_wg_kernel<KPC, BVT, NWG><<<scan_grid(p, BVT * NWG), 128 * NWG, smem, s>>>(
+            p, (const bf16 *)q, (const bf16 *)k, GB, A, Cq, (const bf16 *)do_, dht, dh0, Sbar, PR, wy);
+        return cudaGetLastError();
+    };
+    return with_wg_tiles(p, go);
+}
+
+} // namespace rewy_cuda
