@@ -45,7 +45,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
     const int wgi = threadIdx.x >> 7;
     char *const wgs = smc + L::WG + wgi * L::WGB;
     T *const Os = reinterpret_cast<T *>(wgs + L::O);
-    T *const Ss = reinterpret_cast<T *>(wgs + L::SR), *const Ps = Ss;
+    T *const Ss = reinterpret_cast<T *>(wgs + L::SR), *const Ps = Ss, *const Po = Ps + MAXBT * BVT; /* P', P */
     float *const Rs = reinterpret_cast<float *>(wgs + L::SR);
 
     const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, blockIdx.x);
@@ -151,7 +151,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
             constexpr int k0 = 16 * decltype(ks)::value;
             wg_mma<T, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), K_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(r, klo, slo, k0);
         });
-        wg_store_state<KPC, BVT>(Sd, Ss, p, v0); /* while the product runs */
+        wg_store_rows<KPC, BVT>(Sd, Ss, p.K, p.V, v0); /* while the product runs */
         wg_commit();
         wg_wait();
         const float gl = Gs[n - 1];
@@ -225,15 +225,11 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
             issue_at(c - 1);
             cp_async_commit();
         }
-        /* P to its store (ReWY); P' = −β e^{G} ⊙ P as the B operand of Kᵀ P' */
+        /* P' = −β e^{G} ⊙ P, the B operand of Kᵀ P', and P in bf16 beside it for its store (ReWY) */
 #pragma unroll
         for (int e = 0; e < NA; e += 2) {
             const int i = wg_row(e), j = wg_col(e);
-            if (!wy && i < n && v0 + j < p.V) {
-                rp_t *d = PRc + (size_t)i * p.V + j;
-                if constexpr (sizeof(rp_t) == 2) *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(pp[e], pp[e + 1]);
-                else d[0] = pp[e], d[1] = pp[e + 1];
-            }
+            if (!wy) *reinterpret_cast<__nv_bfloat162 *>(Po + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(pp[e], pp[e + 1]);
             const float f = -bs[i] * expf(Gs[i]);
             *reinterpret_cast<__nv_bfloat162 *>(Ps + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(f * pp[e], f * pp[e + 1]);
         }
@@ -248,6 +244,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                 wg_mma<T, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), KT_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(s[mb], ktlo, slo, 1);
             });
         });
+        if (!wy) wg_store_rows<MAXBT, BVT>(PR + ch * MAXBT * p.V, Po, n, p.V, v0); /* while Kᵀ P' runs */
         wg_commit();
         wg_wait();
         if (has_next) {

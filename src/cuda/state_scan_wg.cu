@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
     const int wgi = threadIdx.x >> 7; /* this thread's warpgroup */
     char *const wgs = smc + L::WG + wgi * L::WGB;
     T *const Vs = reinterpret_cast<T *>(wgs + L::V);
-    T *const Ss = reinterpret_cast<T *>(wgs + L::SX), *const Rs = Ss;
+    T *const Ss = reinterpret_cast<T *>(wgs + L::SX), *const Rs = Ss, *const Ro = Rs + MAXBT * BVT; /* R̃, R */
     float *const Xs = reinterpret_cast<float *>(wgs + L::SX);
 
     const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, blockIdx.x);
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
             constexpr int k0 = 16 * decltype(ks)::value;
             wg_mma<T, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), K_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(x, klo, slo, k0);
         });
-        if (Sd) wg_store_state<KPC, BVT>(Sd, Ss, p, v0); /* while the product runs */
+        if (Sd) wg_store_rows<KPC, BVT>(Sd, Ss, p.K, p.V, v0); /* while the product runs */
         wg_commit();
         wg_wait();
         __syncthreads(); /* every warp is done reading S before X overwrites it */
@@ -173,23 +173,15 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
         wg_commit();
         wg_wait();
         __syncthreads(); /* every warp is done reading X before R̃ overwrites it */
-        /* R to its store; R̃ = diag(e^{G_n − G_j}) R (zero on rows ≥ n) as the B operand of Kᵀ R̃ */
+        /* R̃ = diag(e^{G_n − G_j}) R (zero on rows ≥ n), the B operand of Kᵀ R̃, and R in bf16 beside it for its
+         * store (wg_store_rows, while Kᵀ R̃ runs) */
         const float gl = Gs[n - 1];
-        rp_t *const Rc = Rout ? Rout + ch * MAXBT * p.V + v0 : nullptr;
 #pragma unroll
         for (int e = 0; e < NA; e += 2) {
             const int i = wg_row(e), j = wg_col(e);
-            if (Rc && i < n && v0 + j < p.V) {
-                rp_t *d = Rc + (size_t)i * p.V + j;
-                if constexpr (sizeof(rp_t) == 2) {
-                    *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(x[e], x[e + 1]);
-                } else {
-                    d[0] = x[e];
-                    d[1] = x[e + 1];
-                }
-            }
             const float f = i < n ? expf(gl - Gs[i]) : 0.f;
             *reinterpret_cast<__nv_bfloat162 *>(Rs + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(f * x[e], f * x[e + 1]);
+            if (Rout) *reinterpret_cast<__nv_bfloat162 *>(Ro + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(x[e], x[e + 1]);
         }
         wg_proxy_fence();
         __syncthreads(); /* R̃ is in; A is consumed */
@@ -212,6 +204,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
                 wg_mma<T, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), KT_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(s[mb], ktlo, rlo, 1);
             });
         });
+        if (Rout) wg_store_rows<MAXBT, BVT>(Rout + ch * MAXBT * p.V, Ro, n, p.V, v0);
         wg_commit();
         wg_wait();
         kb ^= 1;

@@ -156,19 +156,20 @@ template <auto kern> inline bool wg_kernel_ok() {
     return a.binaryVersion >= 90 && a.binaryVersion < 100 && a.ptxVersion >= 90;
 }
 
-/* A warpgroup's KD × BVT state tile, held in shared memory as the MN-major bf16 operand cm_mn<BVT>(column,
- * feature), to the [K][V] chunk-state matrix dst at column v0: one 16-byte core row (a feature, 8 columns) per
- * store. The scans store S_c / S̄⁺ from this copy while their first product reads it, instead of from the
- * registers (two columns per store: half-used sectors, and 64-bit addresses that spilled at 128 registers). */
-template <int KD, int BVT>
-__device__ __forceinline__ void wg_store_state(state_t *dst, const __nv_bfloat16 *Ss, const Prob &p, int v0) {
-    static_assert(sizeof(state_t) == 2, "the wgmma scans store bf16 chunk states");
+/* A warpgroup's ROWS × BVT tile, held in shared memory as the MN-major bf16 operand cm_mn<BVT>(column, row),
+ * to rows [0, nrows) of a row-major matrix dst of V columns, at column v0: one 16-byte core row (a row, 8
+ * columns) per store. The scans store S_c / S̄⁺ (rows: features) and R / P (rows: tokens) this way from the
+ * copies their products read, instead of from the registers (two columns per store: half-used sectors, and
+ * 64-bit addresses that spilled at 128 registers; forward scan at (8,2048,32): 0.52 → 0.39 ms). */
+template <int ROWS, int BVT>
+__device__ __forceinline__ void wg_store_rows(state_t *dst, const __nv_bfloat16 *src, int nrows, int V, int v0) {
+    static_assert(sizeof(state_t) == 2, "the wgmma scans store bf16 chunk states and R, P");
 #pragma unroll 1
-    for (int m = 0; m < KD * BVT / 8 / 128; m++) {
+    for (int m = 0; m < ROWS * BVT / 8 / 128; m++) {
         const int qq = (threadIdx.x & 127) + 128 * m, core = qq >> 3;
-        const int kk = core / (BVT / 8) * 8 + (qq & 7), c8 = core % (BVT / 8) * 8;
-        if (kk < p.K && v0 + c8 < p.V)
-            *reinterpret_cast<uint4 *>(dst + (size_t)kk * p.V + v0 + c8) = *reinterpret_cast<const uint4 *>(Ss + 8 * qq);
+        const int r = core / (BVT / 8) * 8 + (qq & 7), c8 = core % (BVT / 8) * 8;
+        if (r < nrows && v0 + c8 < V)
+            *reinterpret_cast<uint4 *>(dst + (size_t)r * V + v0 + c8) = *reinterpret_cast<const uint4 *>(src + 8 * qq);
     }
 }
 
