@@ -57,9 +57,8 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
         using T = decltype(t);
         return with_scan_tiles<T>(p, [&](auto kp, auto bv) -> cudaError_t {
             constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
-            /* the wgmma scans run alone (REWY_CUDA_SCAN_PAIR_WG = 1 keeps the pair instead) */
-            const char *pw = getenv("REWY_CUDA_SCAN_PAIR_WG");
-            const bool wg = (state_scan_wg_ok(p, dt, k, v, vo) || bwd_state_scan_wg_ok(p, dt, q, k, do_, vo)) && !(pw && atoi(pw));
+            /* where a wgmma scan runs, the two scans are separate launches (the pair is of mma.sync blocks) */
+            const bool wg = state_scan_wg_ok(p, dt, k, v, vo) || bwd_state_scan_wg_ok(p, dt, q, k, do_, vo);
             if constexpr (BVT != BV) if (!wg) {
                 auto go = [&](auto vc) {
                     constexpr bool VEC = decltype(vc)::value;
