@@ -10,7 +10,7 @@
  * Qᵀ Ō' is issued before Aᵀ R̄ so that the two run together. K and Q have one buffer each (two would not
  * leave room for two blocks per SM): K's copy for the next chunk starts after the chunk's last product. */
 #include "kernels.cuh"
-#include "wgmma.cuh"
+#include "scan_wg.cuh"
 
 namespace rewy_cuda {
 
@@ -93,13 +93,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
     /* S̄: feature 64·mb + wg_row(e), column wg_col(e); from dht */
     float s[MB][NA];
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-#pragma unroll
-    for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-        for (int e = 0; e < NA; e++) {
-            const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
-            s[mb][e] = (dht && kk < p.K && j < p.V) ? dht[sbase + st_idx(p, kk, j)] : 0.f;
-        }
+    wg_state_load(s, dht, p, sbase, v0);
 
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
     ChunkInfo ci = {}, cn = {};
@@ -114,12 +108,11 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         issue_gb(GBs, c_last);
         cp_async_commit();
     }
-    constexpr int K_LBO = 128, K_SBO = KPC / 8 * 128, KT_LBO = KPC / 8 * 128, KT_SBO = 128;
-    constexpr int N_LBO = BVT / 8 * 128, N_SBO = 128, T_LBO = 128, T_SBO = MAXBT / 4 * 128;
+    using W = WgStrides<KPC, BVT>; /* descriptor strides of the operand tiles */
     constexpr int C_LBO = MAXBT / 8 * 128, C_SBO = 128; /* C_qᵀ: MN-major view of cm_k<64> */
-    const uint32_t klo = wg_lo<K_LBO>(Ks), ktlo = wg_lo<KT_LBO>(Ks), qtlo = wg_lo<KT_LBO>(Qs);
-    const uint32_t slo = wg_lo<N_LBO>(Ss), olo = wg_lo<N_LBO>(Os), clo = wg_lo<C_LBO>(Cs);
-    const uint32_t alo = wg_lo<T_LBO>(Ats), rlo = wg_lo<T_LBO>(Rs);
+    const uint32_t klo = wg_lo<W::K_LBO>(Ks), ktlo = wg_lo<W::KT_LBO>(Ks), qtlo = wg_lo<W::KT_LBO>(Qs);
+    const uint32_t slo = wg_lo<W::N_LBO>(Ss), olo = wg_lo<W::N_LBO>(Os), clo = wg_lo<C_LBO>(Cs);
+    const uint32_t alo = wg_lo<W::T_LBO>(Ats), rlo = wg_lo<W::T_LBO>(Rs);
     int cur = 0;
     for (int c = c_last; c >= c_begin; c--) {
         const int n = ci.n;
@@ -135,22 +128,13 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         }
         /* S̄⁺ in bf16: the B operand of K S̄⁺, and from there the saved states (wg_store_state) */
         state_t *const Sd = Sbar + ch * p.K * p.V;
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int e = 0; e < NA; e += 2) {
-                const int kk = 64 * mb + wg_row(e), j = wg_col(e);
-                *reinterpret_cast<__nv_bfloat162 *>(Ss + cm_mn<BVT>(j, kk)) = __floats2bfloat162_rn(s[mb][e], s[mb][e + 1]);
-            }
+        wg_state_spill<MB, NA, BVT>(s, Ss);
         wg_proxy_fence();
         __syncthreads();
         /* R̄ = diag(f) (K S̄⁺) + C_qᵀ Ō */
         float r[NA];
         wg_arrive();
-        static_for<0, KPC / 16>([&](auto ks) {
-            constexpr int k0 = 16 * decltype(ks)::value;
-            wg_mma<T, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), K_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(r, klo, slo, k0);
-        });
+        wg_k_times_state<KPC, BVT>(r, klo, slo);
         wg_store_rows<KPC, BVT>(Sd, Ss, p.K, p.V, v0); /* while the product runs */
         wg_commit();
         wg_wait();
@@ -163,7 +147,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         wg_arrive();
         static_for<0, MAXBT / 16>([&](auto ks) {
             constexpr int k0 = 16 * decltype(ks)::value;
-            wg_mma<T, BVT, 1, 1, 2 * cm_k<MAXBT>(k0, 0), C_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(r, clo, olo, 1);
+            wg_mma<T, BVT, 1, 1, 2 * cm_k<MAXBT>(k0, 0), C_SBO, 2 * cm_mn<BVT>(0, k0), W::N_SBO>(r, clo, olo, 1);
         });
         wg_commit();
         wg_wait();
@@ -202,20 +186,11 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         __syncthreads();
         /* S̄ += Qᵀ Ō' (issued first: it runs with Aᵀ R̄);  P = Aᵀ R̄ (tf32) */
         wg_arrive();
-        static_for<0, MB>([&](auto mbc) {
-            constexpr int mb = decltype(mbc)::value;
-            static_for<0, MAXBT / 16>([&](auto ks) {
-                constexpr int k0 = 16 * decltype(ks)::value;
-                wg_mma<T, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), KT_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(s[mb], qtlo, olo, 1);
-            });
-        });
+        wg_state_add<KPC, BVT, MB>(s, qtlo, olo);
         wg_commit();
         float pp[NA];
         wg_arrive();
-        static_for<0, MAXBT / 8>([&](auto ks) {
-            constexpr int k0 = 8 * decltype(ks)::value;
-            wg_mma_tf32<BVT, 4 * cm_t<MAXBT>(0, k0), T_SBO, 4 * cm_t<MAXBT>(0, k0), T_SBO>(pp, alo, rlo, k0);
-        });
+        wg_tf32_product<BVT>(pp, alo, rlo);
         wg_commit();
         wg_wait();
         __syncthreads(); /* every warp is done with R̄, Q, Ō', Aᵀ */
@@ -237,13 +212,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         __syncthreads();
         /* S̄ += Kᵀ P' */
         wg_arrive();
-        static_for<0, MB>([&](auto mbc) {
-            constexpr int mb = decltype(mbc)::value;
-            static_for<0, MAXBT / 16>([&](auto ks) {
-                constexpr int k0 = 16 * decltype(ks)::value;
-                wg_mma<T, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), KT_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(s[mb], ktlo, slo, 1);
-            });
-        });
+        wg_state_add<KPC, BVT, MB>(s, ktlo, slo);
         if (!wy) wg_store_rows<MAXBT, BVT>(PR + ch * MAXBT * p.V, Po, n, p.V, v0); /* while Kᵀ P' runs */
         wg_commit();
         wg_wait();
@@ -256,15 +225,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         ci = cn;
         cn = cnn;
     }
-    if (dh0) {
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int e = 0; e < NA; e++) {
-                const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
-                if (kk < p.K && j < p.V) dh0[sbase + st_idx(p, kk, j)] = s[mb][e];
-            }
-    }
+    if (dh0) wg_state_save(s, dh0, p, sbase, v0);
 #else
     (void)p, (void)q, (void)k, (void)GB, (void)A, (void)Cq, (void)do_, (void)dht, (void)dh0, (void)Sbar, (void)PR, (void)wy;
 #endif

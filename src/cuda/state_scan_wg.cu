@@ -17,7 +17,7 @@
  *   R̃   bf16 [token][column] MN-major: B of Kᵀ R̃
  * V, G, β are read by the epilogues. Each chunk: five barriers of 128 threads, three product groups. */
 #include "kernels.cuh"
-#include "wgmma.cuh"
+#include "scan_wg.cuh"
 
 namespace rewy_cuda {
 
@@ -88,13 +88,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
     /* the state: feature 64·mb + wg_row(e), column wg_col(e) */
     float s[MB][NA];
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-#pragma unroll
-    for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-        for (int e = 0; e < NA; e++) {
-            const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
-            s[mb][e] = (h0 && kk < p.K && j < p.V) ? h0[sbase + st_idx(p, kk, j)] : 0.f;
-        }
+    wg_state_load(s, h0, p, sbase, v0);
 
     const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
     ChunkInfo ci = {}, cn = {};
@@ -107,9 +101,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
         issue_gb(GBs, c_begin);
         cp_async_commit();
     }
-    /* descriptors' strides (wgmma.cuh): K-major K tile, MN-major Kᵀ / S / R̃, K-major tf32 A and X */
-    constexpr int K_LBO = 128, K_SBO = KPC / 8 * 128, KT_LBO = KPC / 8 * 128, KT_SBO = 128;
-    constexpr int N_LBO = BVT / 8 * 128, N_SBO = 128, T_LBO = 128, T_SBO = MAXBT / 4 * 128;
+    using W = WgStrides<KPC, BVT>; /* descriptor strides of the operand tiles */
     int kb = 0, cur = 0;
     for (int c = c_begin; c < c_end; c++) {
         const int n = ci.n;
@@ -127,23 +119,14 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
         }
         /* S_c in bf16: the B operand of K S, and from there the saved states (wg_store_state) */
         state_t *const Sd = Sc ? Sc + ch * p.K * p.V : nullptr;
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int e = 0; e < NA; e += 2) {
-                const int kk = 64 * mb + wg_row(e), j = wg_col(e);
-                *reinterpret_cast<__nv_bfloat162 *>(Ss + cm_mn<BVT>(j, kk)) = __floats2bfloat162_rn(s[mb][e], s[mb][e + 1]);
-            }
+        wg_state_spill<MB, NA, BVT>(s, Ss);
         wg_proxy_fence();
         __syncthreads();
         /* X' = K S (64 tokens × BVT, k over the features) */
         float x[NA];
-        const uint32_t klo = wg_lo<K_LBO>(Kc), ktlo = wg_lo<KT_LBO>(Kc), slo = wg_lo<N_LBO>(Ss);
+        const uint32_t klo = wg_lo<W::K_LBO>(Kc), ktlo = wg_lo<W::KT_LBO>(Kc), slo = wg_lo<W::N_LBO>(Ss);
         wg_arrive();
-        static_for<0, KPC / 16>([&](auto ks) {
-            constexpr int k0 = 16 * decltype(ks)::value;
-            wg_mma<T, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), K_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(x, klo, slo, k0);
-        });
+        wg_k_times_state<KPC, BVT>(x, klo, slo);
         if (Sd) wg_store_rows<KPC, BVT>(Sd, Ss, p.K, p.V, v0); /* while the product runs */
         wg_commit();
         wg_wait();
@@ -164,12 +147,9 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
             cp_async_commit();
         }
         /* R = A X (tf32, k over the tokens) */
-        const uint32_t alo = wg_lo<T_LBO>(As), xlo = wg_lo<T_LBO>(Xs);
+        const uint32_t alo = wg_lo<W::T_LBO>(As), xlo = wg_lo<W::T_LBO>(Xs);
         wg_arrive();
-        static_for<0, MAXBT / 8>([&](auto ks) {
-            constexpr int k0 = 8 * decltype(ks)::value;
-            wg_mma_tf32<BVT, 4 * cm_t<MAXBT>(0, k0), T_SBO, 4 * cm_t<MAXBT>(0, k0), T_SBO>(x, alo, xlo, k0);
-        });
+        wg_tf32_product<BVT>(x, alo, xlo);
         wg_commit();
         wg_wait();
         __syncthreads(); /* every warp is done reading X before R̃ overwrites it */
@@ -195,15 +175,9 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
             for (int e = 0; e < NA; e++) s[mb][e] *= gn;
-        const uint32_t rlo = wg_lo<N_LBO>(Rs);
+        const uint32_t rlo = wg_lo<W::N_LBO>(Rs);
         wg_arrive();
-        static_for<0, MB>([&](auto mbc) {
-            constexpr int mb = decltype(mbc)::value;
-            static_for<0, MAXBT / 16>([&](auto ks) {
-                constexpr int k0 = 16 * decltype(ks)::value;
-                wg_mma<T, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), KT_SBO, 2 * cm_mn<BVT>(0, k0), N_SBO>(s[mb], ktlo, rlo, 1);
-            });
-        });
+        wg_state_add<KPC, BVT, MB>(s, ktlo, rlo);
         if (Rout) wg_store_rows<MAXBT, BVT>(Rout + ch * MAXBT * p.V, Ro, n, p.V, v0);
         wg_commit();
         wg_wait();
@@ -212,15 +186,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
         ci = cn;
         cn = cnn;
     }
-    if (ht) {
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int e = 0; e < NA; e++) {
-                const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
-                if (kk < p.K && j < p.V) ht[sbase + st_idx(p, kk, j)] = s[mb][e];
-            }
-    }
+    if (ht) wg_state_save(s, ht, p, sbase, v0);
 #else
     (void)p, (void)k, (void)v, (void)GB, (void)A, (void)h0, (void)ht, (void)Sc, (void)Rout;
 #endif

@@ -1,0 +1,91 @@
+/* scan_wg.cuh: what the two wgmma scans (state_scan_wg.cu, bwd_state_scan_wg.cu) share: the descriptor
+ * strides of their operand tiles, the state held in a warpgroup's registers, and the three product shapes of
+ * a chunk step. Only bf16 (the scans' fast path). The scans' tile copies are still written in each kernel:
+ * shared helpers for them (branch dev/scan-wg-shared) change the address arithmetic and wait for a GPU run. */
+#ifndef REWY_CUDA_SCAN_WG_CUH
+#define REWY_CUDA_SCAN_WG_CUH
+
+#include "wgmma.cuh"
+
+namespace rewy_cuda {
+
+using wg_bf16 = __nv_bfloat16;
+
+/* descriptor strides (bytes) of the scans' operand tiles */
+template <int KPC, int BVT> struct WgStrides {
+    static constexpr int K_LBO = 128, K_SBO = KPC / 8 * 128;   /* K or Q tile cm_k<KPC>, read K-major: k = feature */
+    static constexpr int KT_LBO = KPC / 8 * 128, KT_SBO = 128; /* the same tile read MN-major (Kᵀ): k = token */
+    static constexpr int N_LBO = BVT / 8 * 128, N_SBO = 128;   /* [row][column] tiles cm_mn<BVT> (B operands) */
+    static constexpr int T_LBO = 128, T_SBO = MAXBT / 4 * 128; /* 64 × 64 tf32 tiles cm_t<64> */
+};
+
+/* ---- the state: MB row blocks of 64 features; element e of block mb is feature 64·mb + wg_row(e), column
+ * v0 + wg_col(e) (wgmma.cuh's accumulator layout) */
+
+/* s ← src (h0 or dht in the API layout; zero outside K × V or when src is NULL) */
+template <int MB, int NA>
+__device__ __forceinline__ void wg_state_load(float (&s)[MB][NA], const float *src, const Prob &p, size_t sbase, int v0) {
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int e = 0; e < NA; e++) {
+            const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
+            s[mb][e] = (src && kk < p.K && j < p.V) ? src[sbase + st_idx(p, kk, j)] : 0.f;
+        }
+}
+template <int MB, int NA>
+__device__ __forceinline__ void wg_state_save(const float (&s)[MB][NA], float *dst, const Prob &p, size_t sbase, int v0) {
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int e = 0; e < NA; e++) {
+            const int kk = 64 * mb + wg_row(e), j = v0 + wg_col(e);
+            if (kk < p.K && j < p.V) dst[sbase + st_idx(p, kk, j)] = s[mb][e];
+        }
+}
+/* the once-per-chunk bf16 copy of the state: the B operand [feature][column] (cm_mn<BVT>) of K S */
+template <int MB, int NA, int BVT>
+__device__ __forceinline__ void wg_state_spill(const float (&s)[MB][NA], wg_bf16 *Ss) {
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int e = 0; e < NA; e += 2)
+            *reinterpret_cast<__nv_bfloat162 *>(Ss + cm_mn<BVT>(wg_col(e), 64 * mb + wg_row(e))) =
+                __floats2bfloat162_rn(s[mb][e], s[mb][e + 1]);
+}
+
+/* ---- the products of a chunk step (issue only: wg_arrive before, wg_commit / wg_wait after) */
+
+/* x = K S: [64 tokens][BVT], k over the KPC features (K tile klo K-major, state copy slo) */
+template <int KPC, int BVT>
+__device__ __forceinline__ void wg_k_times_state(float (&x)[BVT / 2], uint32_t klo, uint32_t slo) {
+    using W = WgStrides<KPC, BVT>;
+    static_for<0, KPC / 16>([&](auto ks) {
+        constexpr int k0 = 16 * decltype(ks)::value;
+        wg_mma<wg_bf16, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), W::K_SBO, 2 * cm_mn<BVT>(0, k0), W::N_SBO>(x, klo, slo, k0);
+    });
+}
+/* s += Xᵀ B: X a [token][feature] tile read MN-major (xtlo: K or Q), B [token][column] cm_mn<BVT> (blo) */
+template <int KPC, int BVT, int MB>
+__device__ __forceinline__ void wg_state_add(float (&s)[MB][BVT / 2], uint32_t xtlo, uint32_t blo) {
+    using W = WgStrides<KPC, BVT>;
+    static_for<0, MB>([&](auto mbc) {
+        constexpr int mb = decltype(mbc)::value;
+        static_for<0, MAXBT / 16>([&](auto ks) {
+            constexpr int k0 = 16 * decltype(ks)::value;
+            wg_mma<wg_bf16, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), W::KT_SBO, 2 * cm_mn<BVT>(0, k0), W::N_SBO>(s[mb], xtlo, blo, 1);
+        });
+    });
+}
+/* x = A B in tf32: A [64][64] (alo), B [BVT columns][64] (blo), both cm_t<64> */
+template <int BVT>
+__device__ __forceinline__ void wg_tf32_product(float (&x)[BVT / 2], uint32_t alo, uint32_t blo) {
+    using W = WgStrides<64, BVT>;
+    static_for<0, MAXBT / 8>([&](auto ks) {
+        constexpr int k0 = 8 * decltype(ks)::value;
+        wg_mma_tf32<BVT, 4 * cm_t<MAXBT>(0, k0), W::T_SBO, 4 * cm_t<MAXBT>(0, k0), W::T_SBO>(x, alo, blo, k0);
+    });
+}
+
+} // namespace rewy_cuda
+#endif
