@@ -138,16 +138,18 @@ test-cuda:
 	$(MAKE) CUDA=1 BUILD=build/cuda-on $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c))
 	@# the test shapes are small: the scans take 16-column value tiles there unless told (REWY_CUDA_SCAN_BV), the
 	@# forward scan's 8-warp blocks of 64 columns only where told (REWY_CUDA_SCAN_8W), and the wgmma scans (sm_90a)
-	@# only where told (REWY_CUDA_SCAN_WG; at 64 columns as two warpgroups per block where V allows)
+	@# only where told (REWY_CUDA_SCAN_WG; at 64 columns as two warpgroups per block where V allows); the bf16
+	@# forward scans on mma.sync write the output themselves (instead of output.cu) on grids of at least one
+	@# block per two SMs, on the test shapes only where told (REWY_CUDA_SCAN_OUT=1)
 	@set -eo pipefail; for t in $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c)); do echo "== $$t"; $$t; \
-	  for e in REWY_CUDA_SCAN_BV=32 REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 \
+	  for e in REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32 REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0"; do \
 	    echo "== $$t, $$e"; env $$e $$t | tail -1; done; \
 	  echo "== $$t --quick under compute-sanitizer memcheck, racecheck"; \
 	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_SCAN_BV=64 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
+	  REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; done
 	@# the Python tests on CUDA tensors (the comparisons against FLA are test-fla's: Triton compiles for minutes)

@@ -333,7 +333,7 @@ def main():
     ap.add_argument("--impl", default="rewy,fla")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--profile", default="8x2048x32", help="shape for the per-kernel profile ('' = none)")
+    ap.add_argument("--profile", default="8x2048x32", help="shapes for the per-kernel profile, comma-separated ('' = none)")
     ap.add_argument("--time-limit", type=float, default=1e9, help="stop starting new shapes after this many seconds")
     ap.add_argument("--graph", action="store_true",
                     help="also time forward and backward R as CUDA-graph replays (both sides; *_graph columns)")
@@ -469,8 +469,8 @@ def main():
             continue
         gm = [gmean([t[i] for t in v]) for i in range(4)]
         print(f"geomean {op}: fwd FLA/rewy {gm[0]}, bwd(R) FLA/rewy {gm[1]}, bwd(A) FLA/rewy {gm[3]}, WY/ReWY {gm[2]}")
-    if a.profile:
-        B, T, H = (int(v) for v in a.profile.split("x"))
+    for shape in filter(None, a.profile.split(",")):
+        B, T, H = (int(v) for v in shape.split("x"))
         for op in a.ops.split(","):
             prof = profile_kernels(rw, op, B, T, H, K, V)
             fm, bm = flop_model(op, B, T, H, K, V), bytes_model(op, B, T, H, K, V)

@@ -36,6 +36,12 @@ for s in $steps; do
     grep -E "FAIL|graph|CUDA error" "$OUT/test_cuda.log" | head -40
     # the scans' wider value tiles (the test shapes take 16 on their own) and the forward scan's 8-warp blocks
     # and the wgmma scans (REWY_CUDA_SCAN_WG=1; 64 columns as two warpgroups per block, or one with WG2=0)
+    # the forward scan's own output (the test shapes' grids are too small to take it unless told)
+    for bv in 16 64; do
+      REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=$bv timeout 400 $RB/tests/cuda/test_cuda > "$OUT/test_cuda_out$bv.log" 2>&1
+      log "test_cuda REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=$bv rc=$?: $(tail -1 "$OUT/test_cuda_out$bv.log")"
+      grep -E "FAIL|CUDA error" "$OUT/test_cuda_out$bv.log" | head -20
+    done
     for bv in 32 64 64w8 wg16 wg32 wg64 wg64x1; do
       w8=0; [ $bv = 64w8 ] && w8=1
       wg=0; case $bv in wg*) wg=1;; esac
@@ -52,7 +58,7 @@ for s in $steps; do
     REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/racecheck.log" 2>&1
     rc=$?; log "racecheck rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/racecheck.log" | tail -1)"
     t0=$(date +%s)
-    REWY_CUDA_SCAN_BV=64 REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/racecheck64.log" 2>&1
+    REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64 REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/racecheck64.log" 2>&1
     rc=$?; log "racecheck (64-column scan tiles) rc=$rc ($(($(date +%s)-t0)) s): $(grep -E "RACECHECK SUMMARY" "$OUT/racecheck64.log" | tail -1)"
     t0=$(date +%s)
     REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1 REWY_TEST_NO_GRAPH=1 timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 $RB/tests/cuda/test_cuda --quick > "$OUT/racecheck64w8.log" 2>&1

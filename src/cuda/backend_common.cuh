@@ -101,6 +101,7 @@ inline Prob make_prob(const rewy_config *c, const Layout &L, const void *saved) 
     p.gated = c->op != REWY_OP_DELTANET; /* GDN, KDA, GDN2 */
     p.svf = c->state_v_first != 0;
     p.scale = c->scale != 0.f ? c->scale : 1.f / sqrtf((float)c->K);
+    p.wgmma = wgmma_binary_ok(); /* once per call: each query of a kernel's attributes costs host time */
     p.ctab = (const ChunkInfo *)((const char *)saved + L.ctab);
     p.coff = (const int *)((const char *)saved + L.coff);
     return p;
@@ -132,6 +133,14 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s));
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
     rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
+    if (state_scan_fuses_output(p, c->dtype, a->k, a->v, sg.vo())) {
+        /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
+        ScanOut so;
+        so.q = a->q; so.Cq = Cq; so.o = a->o;
+        REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, polA ? Sc : nullptr,
+                                   polA ? R : nullptr, s, &so));
+        return REWY_OK;
+    }
     REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, Sc, R, s));
     REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
     return REWY_OK;
@@ -163,9 +172,10 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
         cq_t *cq = at<cq_t>(a->workspace, L.bCq);
         state_t *sc = at<state_t>(a->workspace, L.bSc);
         rp_t *r = at<rp_t>(a->workspace, L.bR);
-        /* recompute: C_q only (G and A are saved), then S_c and R by one forward scan without output, paired
-         * with the reverse scan (independent of S_c and R) */
-        REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq, Gc, &sg, s));
+        /* recompute: C_q only (G and A are saved; the wgmma reverse scan forms C_q itself), then S_c and R by
+         * one forward scan without output, paired with the reverse scan (independent of S_c and R) */
+        const bool cq_in_scan = bwd_state_scan_wg_ok(p, c->dtype, a->q, a->k, a->do_, nullptr) && !Op::vector_gates;
+        REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s));
         REWY_TRY(launch_scan_pair(p, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), a->h0, sc, r, a->do_, a->dht,
                                   a->dh0, Sbar, PR, wy, s));
         Cq = cq; Sc = sc; R = r;

@@ -90,8 +90,8 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
                                   const float *A, const cq_t *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s) {
-    if (Cq && bwd_state_scan_wg_ok(p, dt, q, k, do_, vo))
-        return launch_bwd_state_scan_wg(p, q, k, GB, A, Cq, do_, dht, dh0, Sbar, PR, wy, s);
+    if (bwd_state_scan_wg_ok(p, dt, q, k, do_, vo)) /* forms C_q itself */
+        return launch_bwd_state_scan_wg(p, q, k, GB, A, do_, dht, dh0, Sbar, PR, wy, s);
     const VecOps none = {};
     return with_dtype(dt, [&](auto t) {
         using T = decltype(t);

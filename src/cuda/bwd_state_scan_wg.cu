@@ -3,6 +3,10 @@
  * Chunks in reverse order, S̄ (KPC × BVT, fp32) in the registers of one warpgroup:
  *   store S̄⁺;   R̄ = diag(f) K S̄⁺ + C_qᵀ Ō   (f_j = e^{G_n − G_j}: F = diag(f) K);   P = Aᵀ R̄ (stored, or R̄ for WY)
  *   S̄ ← e^{G_n} S̄⁺ + Q_gᵀ Ō − Eᵀ P,  with Q_gᵀ Ō = Qᵀ (scale·e^{G}⊙Ō) and Eᵀ P = Kᵀ (β e^{G}⊙P)
+ * C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i − G_j}) is formed here from the chunk's Q and K tiles (one 64 × 64 × K
+ * product per chunk, split over the warpgroups by columns, issued before the state spill so the two overlap)
+ * rather than read: the backward then needs no C_q launch before the scans (under policy R it was a 0.11 ms
+ * kkt pass at GDN (8,2048,32), reading Q and K once more).
  * As in state_scan_wg.cu: NWG warpgroups per block (two at 64 columns) share the K, Q, Aᵀ, C_q and gate
  * tiles of their (sequence, head); each keeps its Ō tile and one region for S̄⁺ (bf16, B of K S̄⁺), then R̄
  * (tf32, B of Aᵀ R̄), then −βe^{G}⊙P (bf16, B of Kᵀ P'). Ō is rescaled in place to scale·e^{G}⊙Ō once
@@ -31,8 +35,7 @@ __device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
 template <int KPC, int BVT, int NWG>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *GB, const float *A,
-                         const cq_t *Cq, const __nv_bfloat16 *do_, const float *dht, float *dh0, state_t *Sbar,
-                         rp_t *PR, int wy) {
+                         const __nv_bfloat16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WgBscanLayout<KPC, BVT, NWG>;
@@ -78,14 +81,6 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
             cp_async4(Ats + cm_t<MAXBT>(j, i), src + qq);
         }
     };
-    auto issue_cq = [&](int cj) { /* C_q [i][j] as cm_k<64>(i, j): read MN-major as C_qᵀ */
-        const cq_t *src = Cq + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
-#pragma unroll 1
-        for (int m = 0; m < MAXBT * MAXBT / 8 / NT; m++) {
-            const int qq = tid + NT * m, i = qq / 8, j = (qq % 8) * 8;
-            cp_async16(Cs + cm_k<MAXBT>(i, j), src + i * MAXBT + j, true);
-        }
-    };
     auto issue_gb = [&](float *dst, int cj) {
         if (tid < 2 * MAXBT / 4) cp_async16(dst + 4 * tid, GB + ((size_t)cj * p.HV + hv) * 2 * MAXBT + 4 * tid, true);
     };
@@ -104,7 +99,6 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         issue_kq(Qs, q, ci);
         issue_o(ci);
         issue_at(c_last);
-        issue_cq(c_last);
         issue_gb(GBs, c_last);
         cp_async_commit();
     }
@@ -112,6 +106,9 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
     constexpr int C_LBO = MAXBT / 8 * 128, C_SBO = 128; /* C_qᵀ: MN-major view of cm_k<64> */
     const uint32_t klo = wg_lo<W::K_LBO>(Ks), ktlo = wg_lo<W::KT_LBO>(Ks), qtlo = wg_lo<W::KT_LBO>(Qs);
     const uint32_t slo = wg_lo<W::N_LBO>(Ss), olo = wg_lo<W::N_LBO>(Os), clo = wg_lo<C_LBO>(Cs);
+    /* C_q: this warpgroup's NCQ columns j ∈ [wgi·NCQ, …), Q (A, K-major) times the K rows j (B, K-major) */
+    constexpr int NCQ = MAXBT / NWG;
+    const uint32_t qlo = wg_lo<W::K_LBO>(Qs), kjlo = klo + ((2 * cm_k<KPC>(wgi * NCQ, 0)) >> 4);
     const uint32_t alo = wg_lo<W::T_LBO>(Ats), rlo = wg_lo<W::T_LBO>(Rs);
     int cur = 0;
     for (int c = c_last; c >= c_begin; c--) {
@@ -126,9 +123,28 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
             issue_gb(GBs + (cur ^ 1) * 2 * MAXBT, c - 1);
             cp_async_commit();
         }
+        /* C_q's columns of this warpgroup (issued first: the state spill runs beside it) */
+        float cq[NCQ / 2];
+        wg_arrive();
+        static_for<0, KPC / 16>([&](auto ks) {
+            constexpr int k0 = 16 * decltype(ks)::value;
+            wg_mma<T, NCQ, 0, 0, 2 * cm_k<KPC>(0, k0), W::K_SBO, 2 * cm_k<KPC>(0, k0), W::K_SBO>(cq, qlo, kjlo, k0);
+        });
+        wg_commit();
         /* S̄⁺ in bf16: the B operand of K S̄⁺, and from there the saved states (wg_store_state) */
         state_t *const Sd = Sbar + ch * p.K * p.V;
         wg_state_spill<MB, NA, BVT>(s, Ss);
+        wg_wait();
+        /* (C_q)_ij = scale (q_i·k_j) e^{G_i − G_j} for j ≤ i < n (the exponent ≤ 0 where kept), into Cs as
+         * cm_k<64>(i, j), read MN-major as C_qᵀ */
+#pragma unroll
+        for (int e = 0; e < NCQ / 2; e += 2) {
+            const int i = wg_row(e), j = wgi * NCQ + wg_col(e);
+            const bool row = i < n;
+            const float c0 = row && j <= i ? p.scale * cq[e] * expf(Gs[i] - Gs[j]) : 0.f;
+            const float c1 = row && j + 1 <= i ? p.scale * cq[e + 1] * expf(Gs[i] - Gs[j + 1]) : 0.f;
+            *reinterpret_cast<__nv_bfloat162 *>(Cs + cm_k<MAXBT>(i, j)) = __floats2bfloat162_rn(c0, c1);
+        }
         wg_proxy_fence();
         __syncthreads();
         /* R̄ = diag(f) (K S̄⁺) + C_qᵀ Ō */
@@ -152,10 +168,6 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         wg_commit();
         wg_wait();
         __syncthreads(); /* every warp is done with S̄⁺, Ō and C_q */
-        if (has_next) {
-            issue_cq(c - 1);
-            cp_async_commit();
-        }
         /* R̄ as tf32 (B of Aᵀ R̄), stored for WY; S̄⁺ decays; Ō ← scale·e^{G}⊙Ō in place */
         rp_t *const PRc = PR + ch * MAXBT * p.V + v0;
 #pragma unroll
@@ -227,21 +239,20 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
     }
     if (dh0) wg_state_save(s, dh0, p, sbase, v0);
 #else
-    (void)p, (void)q, (void)k, (void)GB, (void)A, (void)Cq, (void)do_, (void)dht, (void)dh0, (void)Sbar, (void)PR, (void)wy;
+    (void)p, (void)q, (void)k, (void)GB, (void)A, (void)do_, (void)dht, (void)dh0, (void)Sbar, (void)PR, (void)wy;
 #endif
 }
 
 /* Whether the wgmma reverse scan takes this problem: as state_scan_wg_ok (the same grids), with q and
- * do 16-byte aligned and bf16 C_q. REWY_CUDA_SCAN_WG forces both wgmma scans on or off. */
+ * do 16-byte aligned. REWY_CUDA_SCAN_WG forces both wgmma scans on or off. */
 bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, const VecOps *vo) {
-    if (sizeof(cq_t) != 2 || sizeof(state_t) != 2 || ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(do_)) & 15)) return false;
-    if (!wg_kernel_ok<bwd_state_scan_wg_kernel<128, 64, 1>>()) return false;
+    if (sizeof(state_t) != 2 || ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(do_)) & 15)) return false;
     return state_scan_wg_ok(p, dt, k, do_, vo);
 }
 
 cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
-                                     const cq_t *Cq, const void *do_, const float *dht, float *dh0, state_t *Sbar,
-                                     rp_t *PR, int wy, cudaStream_t s) {
+                                     const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
+                                     cudaStream_t s) {
     using bf16 = __nv_bfloat16;
     auto go = [&](auto kp, auto bv, auto nwg) {
         constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value, NWG = decltype(nwg)::value;
@@ -249,7 +260,7 @@ cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k
         cudaError_t e = ensure_smem<bwd_state_scan_wg_kernel<KPC, BVT, NWG>>(smem);
         if (e != cudaSuccess) return e;
         bwd_state_scan_wg_kernel<KPC, BVT, NWG><<<scan_grid(p, BVT * NWG), 128 * NWG, smem, s>>>(
-            p, (const bf16 *)q, (const bf16 *)k, GB, A, Cq, (const bf16 *)do_, dht, dh0, Sbar, PR, wy);
+            p, (const bf16 *)q, (const bf16 *)k, GB, A, (const bf16 *)do_, dht, dh0, Sbar, PR, wy);
         return cudaGetLastError();
     };
     return with_wg_tiles(p, go);

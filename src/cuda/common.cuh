@@ -44,6 +44,7 @@ struct Prob {
     int Kp;                       /* K rounded up to 32 */
     int gated;                    /* GDN: 1; DeltaNet: 0 */
     int svf;                      /* states [V,K] */
+    int wgmma;                    /* host only: the library's wgmma kernels run on this device (wgmma_binary_ok) */
     float scale;
     const ChunkInfo *ctab;        /* [NC] */
     const int *coff;              /* [N+1] chunk offset of each sequence */

@@ -25,6 +25,7 @@ namespace {
 /* The scalar-gate operator for backend_common.cuh. */
 struct ScalarGates {
     static bool supports(const rewy_config *c) { return c->op == REWY_OP_DELTANET || c->op == REWY_OP_GDN; }
+    static constexpr bool vector_gates = false; /* vector gates: the wgmma scans do not apply */
 
     static OpRegions regions(const rewy_config *c, const Geometry &g) {
         const size_t chh = (size_t)g.NC * g.HV;

@@ -17,17 +17,29 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                                const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s);
 
+/* The output's operands when the forward scan computes it (state_scan_fuses_output): q, C_q; o written. */
+struct ScanOut {
+    const void *q = nullptr;
+    const cq_t *Cq = nullptr;
+    void *o = nullptr;
+};
+
 /* state_scan.cu: forward chunk scan: store S_c; R = A(Z − E S) (stored); S ← Λ S + Fᵀ R; ht at the end.
  * Sc / R / ht NULL: not stored. vo NULL: scalar gates (E, F from k and GB); else the vector-gate
- * operands (KDA, GDN2). */
+ * operands (KDA, GDN2). so: also the output O = Q_g S_c + C_q R, where state_scan_fuses_output says the
+ * scan takes it (else NULL, and output.cu's launch_output follows). */
+bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo);
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
-                              cudaStream_t s);
+                              cudaStream_t s, const ScanOut *so = nullptr);
 
 /* state_scan_wg.cu: the same forward scan on Hopper's warpgroup products (wgmma), where state_scan_wg_ok
  * says it applies (bf16, scalar gates, chunk 64, K of 64 or 128, an sm_90a binary); launch_state_scan and
  * launch_scan_pair take it there. */
 bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo);
+/* Whether the loaded binary carries the wgmma scans' sm_90a code for the current device (a driver query:
+ * make_prob asks once per forward or backward and keeps the answer in Prob::wgmma). */
+bool wgmma_binary_ok();
 cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                  const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s);
 
@@ -44,11 +56,12 @@ cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, c
                                   const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s);
 
 /* bwd_state_scan_wg.cu: the same reverse scan on wgmma, where bwd_state_scan_wg_ok says it applies (as
- * state_scan_wg_ok); launch_bwd_state_scan and launch_scan_pair take it there. */
+ * state_scan_wg_ok); launch_bwd_state_scan and launch_scan_pair take it there. It forms C_q itself (Cq of
+ * those launchers is not read then, and the backward skips its recompute). */
 bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, const VecOps *vo);
 cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
-                                     const cq_t *Cq, const void *do_, const float *dht, float *dh0, state_t *Sbar,
-                                     rp_t *PR, int wy, cudaStream_t s);
+                                     const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
+                                     cudaStream_t s);
 
 /* bwd_state_scan.cu: policy R's recompute scan (launch_state_scan with ht NULL) and the reverse scan
  * (launch_bwd_state_scan), in one launch where their tiles allow it, else one after the other. */

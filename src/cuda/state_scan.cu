@@ -3,23 +3,23 @@
 
 namespace rewy_cuda {
 
-template <class T, bool VEC, int KPC, int BVT, int NT>
+template <class T, bool VEC, int KPC, int BVT, int NT, bool FO>
 __global__ void __launch_bounds__(NT, NT == 512 ? 1 : 2) /* the registers must not decide it */
 state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *A, VecOps vo, const float *h0,
-                  float *ht, state_t *Sc, rp_t *Rout) {
-    state_scan_block<T, VEC, KPC, BVT, NT>(blockIdx.x, p, k, v, GB, A, vo, h0, ht, Sc, Rout);
+                  float *ht, state_t *Sc, rp_t *Rout, ScanOut so) {
+    state_scan_block<T, VEC, KPC, BVT, NT, FO>(blockIdx.x, p, k, v, GB, A, vo, h0, ht, Sc, Rout, so);
 }
 
-template <class T, bool VEC, int KPC, int BVT>
+template <class T, bool VEC, int KPC, int BVT, bool FO = false>
 static cudaError_t run(const Prob &p, const void *k, const void *v, const float *GB, const float *A, const VecOps &vo,
-                       const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
-    const size_t smem = state_scan_smem<T, VEC, KPC, BVT>(p, vo);
+                       const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s, const ScanOut &so = {}) {
+    const size_t smem = state_scan_smem<T, VEC, KPC, BVT, FO>(p, vo);
     auto go = [&](auto nt) {
         constexpr int NT = decltype(nt)::value;
-        cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT, NT>>(smem);
+        cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT, NT, FO>>(smem);
         if (e != cudaSuccess) return e;
-        state_scan_kernel<T, VEC, KPC, BVT, NT><<<scan_grid(p, BVT), NT, smem, s>>>(p, (const T *)k, (const T *)v, GB, A,
-                                                                                  vo, h0, ht, Sc, R);
+        state_scan_kernel<T, VEC, KPC, BVT, NT, FO><<<scan_grid(p, BVT), NT, smem, s>>>(
+            p, (const T *)k, (const T *)v, GB, A, vo, h0, ht, Sc, R, so);
         return cudaGetLastError();
     };
     if constexpr (BVT == 64 && scan_half<T, KPC>() == 2)
@@ -27,9 +27,29 @@ static cudaError_t run(const Prob &p, const void *k, const void *v, const float 
     return go(std::integral_constant<int, scan_threads<BVT>()>{});
 }
 
+/* The fused output (state_scan.cuh, FO): bf16 scalar gates on the mma.sync fast path (chunk 64, K of 64 or
+ * 128; the wgmma scans of large grids keep output.cu), where the grid has at least one block per two SMs.
+ * H200, GDN forward, fused against output.cu: (4,4096,16) 0.591 against 0.657 ms, (2,16384,8) 0.936 against
+ * 0.961, (1,8192,16) equal; (1,2048,4), 32 blocks, 0.140 against 0.128 (there the output kernel runs on the
+ * idle SMs). REWY_CUDA_SCAN_OUT = 0 / 1 forces it off / on (the tests run the matrix both ways). */
+bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo) {
+    if (vo || dt != REWY_BF16 || SCAN_LO || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128)) return false;
+    if (state_scan_wg_ok(p, dt, k, v, vo)) return false;
+    if (const char *e = getenv("REWY_CUDA_SCAN_OUT")) return atoi(e) != 0;
+    return 2L * scan_grid(p, scan_bv(p)).x >= (long)sm_count();
+}
+
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
-                              cudaStream_t s) {
+                              cudaStream_t s, const ScanOut *so) {
+    if (so) { /* the caller asked state_scan_fuses_output */
+        using T = __nv_bfloat16;
+        return with_scan_tiles<T>(p, [&](auto kp, auto bv) -> cudaError_t {
+            constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
+            if constexpr (KPC == 64 || KPC == 128) return run<T, false, KPC, BVT, true>(p, k, v, GB, A, VecOps{}, h0, ht, Sc, R, s, *so);
+            return cudaErrorInvalidValue;
+        });
+    }
     if (state_scan_wg_ok(p, dt, k, v, vo)) return launch_state_scan_wg(p, k, v, GB, A, h0, ht, Sc, R, s);
     const VecOps none = {};
     return with_dtype(dt, [&](auto t) {

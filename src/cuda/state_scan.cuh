@@ -3,7 +3,12 @@
  *   store S_c (the chunk's incoming state) and
  *   R   = A (Z − E S)          (= U − W S without forming W, U)
  *   S  ← Λ S + Fᵀ R             F_j = k_j ⊙ e^{G_n − G_j}
- * The output O = Q_g S_c + C_q R is output.cu's, in parallel over chunks afterwards.
+ * The output O = Q_g S_c + C_q R is output.cu's, in parallel over chunks afterwards, except where the
+ * scan fuses it (FO, state_scan_fuses_output): on the bf16 mma.sync path of scalar gates, where the grid
+ * is a few long chains (about one block per SM) and each chunk step is latency-bound, the two output
+ * products ride along with the chain's: Q S_c beside E S (same state operand), C_q R beside the state
+ * update (R as a second bf16 tile, unscaled). The forward then skips output.cu and, under policy R,
+ * stores neither S_c nor R.
  * One block per (sequence, value head, tile of 16, 32 or 64 value columns: scan_bv); the state tile S
  * (fp32) is carried across the chunks of its sequence. Columns of S are independent, so V tiles run in
  * parallel. The backward (policy R) runs the same scan to recompute S_c and R.
@@ -23,10 +28,10 @@
 namespace rewy_cuda {
 
 /* NT: the block's threads, scan_threads<BVT>(), or 256 where scan_8w */
-template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>()>
+template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>(), bool FO = false>
 __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, const T *k, const T *v, const float *GB,
                                                  const float *A, VecOps vo, const float *h0, float *ht, state_t *Sc,
-                                                 rp_t *Rout) {
+                                                 rp_t *Rout, const ScanOut so = {}) {
     using FT = factor_t<T>;
     constexpr int NW = NT / 32;
     extern __shared__ __align__(16) float sm[];
@@ -52,6 +57,10 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     T *Ws = Vs + MAXBT * ldvt;                          /* VEC with w: [64][ldvt] */
     FT *Es = reinterpret_cast<FT *>(Ws + (VEC && wg ? MAXBT * ldvt : 0)); /* VEC: E, F [64][ldfe] */
     FT *Fs = Es + MAXBT * ldfe;
+    /* FO (scalar gates, so Ws, Es, Fs take no space): two [64][ldk] Q buffers (with K's), two [64][LDA] C_q
+     * buffers (with G, β), and R unscaled as bf16 [BVT][LDX] (hi, lo) for C_q R */
+    T *Q0 = Ws, *Q1 = Q0 + (FO ? MAXBT * ldk : 0);
+    cq_t *Cq0 = reinterpret_cast<cq_t *>(Q1 + (FO ? MAXBT * ldk : 0)), *Cq1 = Cq0 + (FO ? MAXBT * LDA : 0);
 
     /* REG (fast path, K ≤ 128): S lives in registers (StateTiles), the update S ← Λ S + Fᵀ R accumulates
      * in place and S_c is stored from registers; St is the once-per-chunk shared copy for E S.
@@ -60,7 +69,9 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
      * tf32 product (A is fp32 by contract). */
     constexpr bool REG = KPC == 64 || KPC == 128;
     constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
+    static_assert(!FO || (BF && !VEC), "the fused output is on the bf16 scalar-gate fast path only");
     using bf16 = __nv_bfloat16;
+    bf16 *Ruh = reinterpret_cast<bf16 *>(Cq1 + (FO ? MAXBT * LDA : 0)), *Rul = Ruh + BVT * LDX; /* FO: R */
     bf16 *Sh = reinterpret_cast<bf16 *>(St), *Sl = Sh + BVT * lds; /* BF: S as hi/lo, [BVT][Kp+8] each */
     bf16 *Rh = reinterpret_cast<bf16 *>(Rt), *Rl = Rh + BVT * LDX; /* BF: diag(e^{G_n − G}) R as hi/lo */
     using ST = StateTiles<REG ? KPC : 128, REG ? BVT : 32, NW>;
@@ -74,6 +85,14 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     constexpr int CR = REG ? MAXBT : 0, CK = REG ? KPC : 0, CV = REG ? BVT : 0; /* compile-time copy shapes */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) {
         copy_tile_k<T, CR, CK, NT>(dst, ldk, BT, Kp, k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+    };
+    /* FO: chunk cj's Q into the Q buffer beside K's, and its C_q into the buffer beside its G, β */
+    auto issue_out = [&](int buf, const ChunkInfo &cj, int c) {
+        if constexpr (FO) {
+            copy_tile_k<T, CR, CK, NT>(buf ? Q1 : Q0, ldk, BT, Kp, static_cast<const T *>(so.q) + ((size_t)cj.tok0 * p.H + h) * p.K,
+                                       rsk, cj.n, 0, p.K);
+            scan_copy_nn<CR, NT>(buf ? Cq1 : Cq0, so.Cq, p, hv, BT, c);
+        }
     };
     auto issue_v = [&](const ChunkInfo &cj) {
         copy_tile_k<T, CR, CV, NT>(Vs, ldvt, BT, BVT, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n,
@@ -106,6 +125,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         issue_v(ci);
         issue_nn(As, A, c_begin);
         issue_gb(0, c_begin);
+        issue_out(0, ci, c_begin);
     }
     int kb = 0, cur = 0;
     for (int c = c_begin; c < c_end; c++) {
@@ -122,6 +142,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         if (has_next) {
             issue_gb(cur ^ 1, c + 1);
             if (!VEC) issue_k(kb ? K0 : K1, cn);
+            issue_out(cur ^ 1, cn, c + 1);
         }
         if (!REG && Sc) store_state_tile<BVT>(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
         /* X = Z − E S,  Z = β v (w ⊙ v for GDN2); scalar gates: E = diag(βγ) K, applied here to (K S)_ij = cc */
@@ -129,12 +150,15 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             const float x = ldf(Vs + i * ldvt + j);
             Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - expf(Gs[i]) * cc);
         };
+        /* BF: warp w's tile of the 64 × BVT results (X, and FO's O): rows 16·(w % 4), BVT/(NW/4) columns from
+         * (w / 4)·BVT/(NW/4) */
+        constexpr int NSX = BF ? BVT / (NW / 4) / 8 : 1;
+        const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
+        float oacc[4][4] = {}; /* FO: O = Q_g S_c + C_q R */
         if constexpr (BF) {
-            /* warp w: rows 16·(w % 4), BVT/(NW/4) columns from (w / 4)·BVT/(NW/4) */
-            constexpr int NSX = BVT / (NW / 4) / 8;
-            const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
             float acc[4][4] = {};
             bf_mma<NSX, false, false, 2>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
+            if constexpr (FO) bf_mma<NSX, false, false, 2>(oacc, KPC, cur ? Q1 : Q0, ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
             pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s, int e) { put_x(i, j, acc[s][e]); });
         } else if (VEC) {
             bgemm<NW>(BT, BVT, Kp, Es, ldfe, 1, St, 1, lds, put_x);
@@ -152,6 +176,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             const float r = VEC ? cc : (i < n ? expf(gl - Gs[i]) * cc : 0.f);
             if constexpr (BF) st_hilo(Rh, scan_lo(Rl), j * LDX + i, r);
             else Rt[j * LDX + i] = r;
+            if constexpr (FO) st_hilo(Ruh, scan_lo(Rul), j * LDX + i, cc);
         });
         __syncthreads();
         if (has_next) {
@@ -168,6 +193,16 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
                 if constexpr (BF) bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, FR, VEC ? ldfe : ldk, ti, Rh, scan_lo(Rl), LDX, tj);
                 else pf_mma<NS, false, true>(a, BT, FR, 1, VEC ? ldfe : ldk, Rt, 1, LDX, ti, tj);
             });
+            if constexpr (FO) {
+                /* O = scale·γ_i (Q S_c)_i + C_q R on the rows of the chunk. C_q's buffer and Ru are rewritten only
+                 * after the next chunk's first barrier. */
+                pf_each<NSX>(xi0, xj0, oacc, [&](int i, int, int s, int e) { oacc[s][e] *= p.scale * expf(Gs[i]); });
+                bf_mma<NSX, false, false, 2>(oacc, MAXBT, cur ? Cq1 : Cq0, LDA, xi0, Ruh, scan_lo(Rul), LDX, xj0);
+                T *oc = static_cast<T *>(so.o) + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0;
+                pf_each<NSX>(xi0, xj0, oacc, [&](int i, int j, int s, int e) {
+                    if (i < n && v0 + j < p.V) st<T>(oc + (size_t)i * rsv + j, oacc[s][e]);
+                });
+            }
             if constexpr (VEC) {
                 __syncthreads();
                 if (has_next) issue_f(Fs, vo.F, c + 1);
@@ -198,7 +233,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     else if (ht) state_to<BVT>(St, lds, p, ht, sbase, v0);
 }
 
-template <class T, bool VEC, int KPC, int BVT> inline size_t state_scan_smem(const Prob &p, const VecOps &vo) {
+template <class T, bool VEC, int KPC, int BVT, bool FO = false> inline size_t state_scan_smem(const Prob &p, const VecOps &vo) {
     using FT = factor_t<T>;
     constexpr int HALF = scan_half<T, KPC>();
     size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) / HALF + (size_t)MAXBT * LDA + (size_t)BVT * LDX +
@@ -209,6 +244,9 @@ template <class T, bool VEC, int KPC, int BVT> inline size_t state_scan_smem(con
                 sizeof(FT) * 2 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
     else
         smem += sizeof(T) * 2 * (size_t)MAXBT * scan_ldk<T>(p.Kp);
+    if (FO) /* Q buffers, C_q buffers, R (hi, lo) */
+        smem += sizeof(T) * 2 * (size_t)MAXBT * scan_ldk<T>(p.Kp) + sizeof(cq_t) * 2 * (size_t)MAXBT * LDA +
+                sizeof(__nv_bfloat16) * 2 * (size_t)BVT * LDX;
     return smem;
 }
 

@@ -202,10 +202,13 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
 bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo) {
     if (vo || sizeof(state_t) != 2 || dt != REWY_BF16 || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128) || p.K % 8 || p.V % 8) return false;
     if ((reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) return false;
-    if (!wg_kernel_ok<state_scan_wg_kernel<128, 64, 1>>()) return false;
+    if (!p.wgmma) return false;
     if (const char *e = getenv("REWY_CUDA_SCAN_WG")) return atoi(e) != 0;
     return 2L * p.N * p.HV * ceil_div(p.V, 128) >= 3L * sm_count();
 }
+
+/* one kernel stands for all: the library's .cu files are compiled for the same architectures */
+bool wgmma_binary_ok() { return wg_kernel_ok<state_scan_wg_kernel<128, 64, 1>>(); }
 
 cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                  const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {

@@ -44,6 +44,7 @@ Factors factor_plan(const Geometry &g) {
 /* The vector-gate operator for backend_common.cuh. */
 struct VectorGates {
     static bool supports(const rewy_config *c) { return c->op == REWY_OP_KDA || c->op == REWY_OP_GDN2; }
+    static constexpr bool vector_gates = true; /* vector gates: the wgmma scans do not apply */
 
     static OpRegions regions(const rewy_config *c, const Geometry &g) {
         const size_t rk = (size_t)g.NC * g.HV * g.BT * g.Kp * sizeof(float);
