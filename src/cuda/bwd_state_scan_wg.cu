@@ -53,26 +53,10 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
 
     const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, blockIdx.x);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G, tid = threadIdx.x;
-    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
 
-    auto issue_kq = [&](T *dst, const T *x, const ChunkInfo &cj) { /* K or Q, [token][feature] K-major */
-        const T *src = x + (size_t)cj.tok0 * rsk + (size_t)h * p.K;
-#pragma unroll 1 /* unrolled, the copies' addresses were kept in registers across the chunk loop */
-        for (int m = 0; m < MAXBT * KPC / 8 / NT; m++) {
-            const int qq = tid + NT * m, r = qq / (KPC / 8), f = (qq % (KPC / 8)) * 8;
-            const bool ok = r < cj.n && f < p.K;
-            cp_async16(dst + cm_k<KPC>(r, f), ok ? src + (size_t)r * rsk + f : x, ok);
-        }
-    };
-    auto issue_o = [&](const ChunkInfo &cj) { /* this warpgroup's Ō columns, [token][column] MN-major */
-        const T *src = do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0;
-#pragma unroll 1
-        for (int m = 0; m < MAXBT * BVT / 8 / 128; m++) {
-            const int qq = (tid & 127) + 128 * m, r = qq / (BVT / 8), c = (qq % (BVT / 8)) * 8;
-            const bool ok = r < cj.n && v0 + c < p.V;
-            cp_async16(Os + cm_mn<BVT>(c, r), ok ? src + (size_t)r * rsv + c : do_, ok);
-        }
-    };
+    /* cp.async copies of chunk cj's tiles (scan_wg.cuh; Aᵀ here) */
+    auto issue_kq = [&](T *dst, const T *x, const ChunkInfo &cj) { wg_copy_kq<KPC, NT>(dst, x, p, cj, h); };
+    auto issue_o = [&](const ChunkInfo &cj) { wg_copy_cols<BVT>(Os, do_, p, cj, hv, v0); };
     auto issue_at = [&](int cj) { /* Aᵀ as tf32 K-major: element (j, i) = A[i][j], one 4-byte copy each */
         const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
 #pragma unroll 1
@@ -81,9 +65,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
             cp_async4(Ats + cm_t<MAXBT>(j, i), src + qq);
         }
     };
-    auto issue_gb = [&](float *dst, int cj) {
-        if (tid < 2 * MAXBT / 4) cp_async16(dst + 4 * tid, GB + ((size_t)cj * p.HV + hv) * 2 * MAXBT + 4 * tid, true);
-    };
+    auto issue_gb = [&](float *dst, int cj) { wg_copy_gates(dst, GB, p, hv, cj); };
 
     /* S̄: feature 64·mb + wg_row(e), column wg_col(e); from dht */
     float s[MB][NA];

@@ -1,7 +1,6 @@
 /* scan_wg.cuh: what the two wgmma scans (state_scan_wg.cu, bwd_state_scan_wg.cu) share: the descriptor
- * strides of their operand tiles, the state held in a warpgroup's registers, and the three product shapes of
- * a chunk step. Only bf16 (the scans' fast path). The scans' tile copies are still written in each kernel:
- * shared helpers for them (branch dev/scan-wg-shared) change the address arithmetic and wait for a GPU run. */
+ * strides of their operand tiles, the state held in a warpgroup's registers, the tile copies of a chunk, and
+ * the three product shapes of a chunk step. Only bf16 (the scans' fast path). */
 #ifndef REWY_CUDA_SCAN_WG_CUH
 #define REWY_CUDA_SCAN_WG_CUH
 
@@ -52,6 +51,40 @@ __device__ __forceinline__ void wg_state_spill(const float (&s)[MB][NA], wg_bf16
         for (int e = 0; e < NA; e += 2)
             *reinterpret_cast<__nv_bfloat162 *>(Ss + cm_mn<BVT>(wg_col(e), 64 * mb + wg_row(e))) =
                 __floats2bfloat162_rn(s[mb][e], s[mb][e + 1]);
+}
+
+/* ---- the tile copies of a chunk (cp.async, 16-byte rows; zero outside the chunk's valid rows and columns) */
+
+/* x's [token][feature] tile of chunk cj, key head h (K or Q), as cm_k<KPC> (K-major), by the block's NT threads */
+template <int KPC, int NT>
+__device__ __forceinline__ void wg_copy_kq(wg_bf16 *dst, const wg_bf16 *x, const Prob &p, const ChunkInfo &cj, int h) {
+    const size_t rs = (size_t)p.H * p.K;
+    const wg_bf16 *src = x + (size_t)cj.tok0 * rs + (size_t)h * p.K;
+#pragma unroll 1 /* unrolled, the copies' addresses were kept in registers across the chunk loop */
+    for (int m = 0; m < MAXBT * KPC / 8 / NT; m++) {
+        const int q = threadIdx.x + NT * m, r = q / (KPC / 8), f = (q % (KPC / 8)) * 8;
+        const bool ok = r < cj.n && f < p.K;
+        cp_async16(dst + cm_k<KPC>(r, f), ok ? src + (size_t)r * rs + f : x, ok);
+    }
+}
+/* columns [v0, v0 + BVT) of x's [token][value] tile of chunk cj, value head hv (V or Ō), as cm_mn<BVT>
+ * (MN-major), by the calling warpgroup */
+template <int BVT>
+__device__ __forceinline__ void wg_copy_cols(wg_bf16 *dst, const wg_bf16 *x, const Prob &p, const ChunkInfo &cj, int hv,
+                                             int v0) {
+    const size_t rs = (size_t)p.HV * p.V;
+    const wg_bf16 *src = x + (size_t)cj.tok0 * rs + (size_t)hv * p.V + v0;
+#pragma unroll 1
+    for (int m = 0; m < MAXBT * BVT / 8 / 128; m++) {
+        const int q = (threadIdx.x & 127) + 128 * m, r = q / (BVT / 8), c = (q % (BVT / 8)) * 8;
+        const bool ok = r < cj.n && v0 + c < p.V;
+        cp_async16(dst + cm_mn<BVT>(c, r), ok ? src + (size_t)r * rs + c : x, ok);
+    }
+}
+/* G, β of chunk cj, value head hv (the GB table) */
+__device__ __forceinline__ void wg_copy_gates(float *dst, const float *GB, const Prob &p, int hv, int cj) {
+    const int t = threadIdx.x;
+    if (t < 2 * MAXBT / 4) cp_async16(dst + 4 * t, GB + ((size_t)cj * p.HV + hv) * 2 * MAXBT + 4 * t, true);
 }
 
 /* ---- the products of a chunk step (issue only: wg_arrive before, wg_commit / wg_wait after) */

@@ -52,27 +52,10 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
 
     const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, blockIdx.x);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G, tid = threadIdx.x;
-    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
 
-    /* cp.async copies of chunk cj's tiles, zero outside the valid rows / columns */
-    auto issue_k = [&](T *dst, const ChunkInfo &cj) {
-        const T *src = k + (size_t)cj.tok0 * rsk + (size_t)h * p.K;
-#pragma unroll 1 /* unrolled, the copies' addresses were kept in registers across the chunk loop */
-        for (int m = 0; m < MAXBT * KPC / 8 / NT; m++) {
-            const int q = tid + NT * m, r = q / (KPC / 8), f = (q % (KPC / 8)) * 8;
-            const bool ok = r < cj.n && f < p.K;
-            cp_async16(dst + cm_k<KPC>(r, f), ok ? src + (size_t)r * rsk + f : k, ok);
-        }
-    };
-    auto issue_v = [&](const ChunkInfo &cj) {
-        const T *src = v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0;
-#pragma unroll 1
-        for (int m = 0; m < MAXBT * BVT / 8 / 128; m++) {
-            const int q = (tid & 127) + 128 * m, r = q / (BVT / 8), c = (q % (BVT / 8)) * 8;
-            const bool ok = r < cj.n && v0 + c < p.V;
-            cp_async16(Vs + cm_mn<BVT>(c, r), ok ? src + (size_t)r * rsv + c : v, ok);
-        }
-    };
+    /* cp.async copies of chunk cj's tiles (scan_wg.cuh; A here: fp32 rows as tf32 K-major cm_t) */
+    auto issue_k = [&](T *dst, const ChunkInfo &cj) { wg_copy_kq<KPC, NT>(dst, k, p, cj, h); };
+    auto issue_v = [&](const ChunkInfo &cj) { wg_copy_cols<BVT>(Vs, v, p, cj, hv, v0); };
     auto issue_a = [&](int cj) {
         const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
 #pragma unroll 1
@@ -81,9 +64,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
             cp_async16(As + cm_t<MAXBT>(r, c), src + r * MAXBT + c, true);
         }
     };
-    auto issue_gb = [&](float *dst, int cj) {
-        if (tid < 2 * MAXBT / 4) cp_async16(dst + 4 * tid, GB + ((size_t)cj * p.HV + hv) * 2 * MAXBT + 4 * tid, true);
-    };
+    auto issue_gb = [&](float *dst, int cj) { wg_copy_gates(dst, GB, p, hv, cj); };
 
     /* the state: feature 64·mb + wg_row(e), column wg_col(e) */
     float s[MB][NA];
