@@ -174,7 +174,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
         rp_t *r = at<rp_t>(a->workspace, L.bR);
         /* recompute: C_q only (G and A are saved; the wgmma reverse scan forms C_q itself), then S_c and R by
          * one forward scan without output, paired with the reverse scan (independent of S_c and R) */
-        const bool cq_in_scan = bwd_state_scan_wg_ok(p, c->dtype, a->q, a->k, a->do_, nullptr) && !Op::vector_gates;
+        const bool cq_in_scan = !Op::vector_gates && bwd_state_scan_wg_ok(p, c->dtype, a->q, a->k, a->do_, nullptr);
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s));
         REWY_TRY(launch_scan_pair(p, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), a->h0, sc, r, a->do_, a->dht,
                                   a->dh0, Sbar, PR, wy, s));

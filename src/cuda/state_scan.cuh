@@ -58,7 +58,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     FT *Es = reinterpret_cast<FT *>(Ws + (VEC && wg ? MAXBT * ldvt : 0)); /* VEC: E, F [64][ldfe] */
     FT *Fs = Es + MAXBT * ldfe;
     /* FO (scalar gates, so Ws, Es, Fs take no space): two [64][ldk] Q buffers (with K's), two [64][LDA] C_q
-     * buffers (with G, β), and R unscaled as bf16 [BVT][LDX] (hi, lo) for C_q R */
+     * buffers (with G, β), and R unscaled as bf16 [BVT][LDX] (hi; lo too with SCAN_LO) for C_q R */
     T *Q0 = Ws, *Q1 = Q0 + (FO ? MAXBT * ldk : 0);
     cq_t *Cq0 = reinterpret_cast<cq_t *>(Q1 + (FO ? MAXBT * ldk : 0)), *Cq1 = Cq0 + (FO ? MAXBT * LDA : 0);
 
@@ -244,9 +244,9 @@ template <class T, bool VEC, int KPC, int BVT, bool FO = false> inline size_t st
                 sizeof(FT) * 2 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
     else
         smem += sizeof(T) * 2 * (size_t)MAXBT * scan_ldk<T>(p.Kp);
-    if (FO) /* Q buffers, C_q buffers, R (hi, lo) */
+    if (FO) /* Q buffers, C_q buffers, R (and its lo half with REWY_CUDA_SCAN_HILO) */
         smem += sizeof(T) * 2 * (size_t)MAXBT * scan_ldk<T>(p.Kp) + sizeof(cq_t) * 2 * (size_t)MAXBT * LDA +
-                sizeof(__nv_bfloat16) * 2 * (size_t)BVT * LDX;
+                sizeof(__nv_bfloat16) * (SCAN_LO ? 2 : 1) * (size_t)BVT * LDX;
     return smem;
 }
 
