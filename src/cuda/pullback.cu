@@ -391,8 +391,8 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
  *   F̂ = e^{G_n−G}⊙(R S̄⁺ᵀ)                 (the Xf term)
  *   Q̂ = scale·γ⊙(Ō S_cᵀ) + Γ_H' K          (q̄ = Q̂)
  *   Ḡ = ⟨k, β⊙B̂ − Ĉ − F̂⟩ + ⟨q, Q̂⟩,  Ḡ_n += γ_n⟨S̄⁺, S_c⟩ + Σ ⟨k, F̂⟩
- * Row scalings sit on the products' per-warp results (rows are fixed per lane), so no scaled copy
- * of any tile is made. D = P Rᵀ and H_q = Ō Rᵀ are also register accumulators over the V slabs;
+ * Row scalings are applied to the per-warp results (rows are fixed per lane), the V-long products' once
+ * after their sums over the slabs, so no scaled copy of any tile is made. D = P Rᵀ and H_q = Ō Rᵀ are also register accumulators over the V slabs;
  * the V slabs are read once. WY (the 7-product comparison) forms P = AᵀR̄ per slab and, after the
  * V loop, Ā = R̄Zᵀ + W̄Eᵀ, D = −AᵀĀAᵀ and Aᵀ W̄ in place of P S_cᵀ; everything else is shared.
  * One block of 16 warps per (chunk, key head); warp w owns rows 16(w%4)… and a quarter of the
@@ -521,6 +521,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     const int i0 = rt * 16, jk = cq * (KS / 4), jn = cq * 16;
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     const float sc = p.scale;
+    const bool gated = p.gated && dg; /* whether Ḡ is wanted: its terms are skipped otherwise */
 
     /* G, β (and WY's A) of value head (chunk, hv) into Gs (As): outside region X */
     auto copy_gates = [&](size_t ch) {
@@ -604,14 +605,15 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                 s += __shfl_xor_sync(0xffffffffu, s, 4);
                 if ((tid & 7) == 0) rdb[i] += s;
             }
-            for (int e = tid; e < KS * PF_BV; e += PF_THREADS) /* ⟨S̄⁺, S_c⟩ for Ḡ_n */
-                lam += ldf(Scs + (e / PF_BV) * PF_LDH + e % PF_BV) * ldf(Sbs + (e / PF_BV) * PF_LDH + e % PF_BV);
+            if (gated) /* ⟨S̄⁺, S_c⟩ for Ḡ_n (DeltaNet has no gate gradient) */
+                for (int e = tid; e < KS * PF_BV; e += PF_THREADS)
+                    lam += ldf(Scs + (e / PF_BV) * PF_LDH + e % PF_BV) * ldf(Sbs + (e / PF_BV) * PF_LDH + e % PF_BV);
             if (WY) {
                 pf_mma<NSN, true, true>(Dh, PF_BV, Xs, PF_LDR, 1, Vs, 1, PF_LDH, i0, jn);   /* R̄ Zᵀ (β_j later) */
                 pf_mma<NSK, true, true>(Bh, PF_BV, Xs, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
             } else {
                 pf_mma<NSN, true, true>(Dh, PF_BV, Ps, PF_LDR, 1, Rs, 1, PF_LDR, i0, jn);   /* P Rᵀ */
-                pf_mma_rows<NSK, true, true>(Bh, -gam_lo, -gam_hi, PF_BV, Ps, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);
+                pf_mma<NSK, true, true>(Bh, PF_BV, Ps, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);  /* P S_cᵀ (× −γ below) */
             }
             if (one_early) {
                 __syncthreads(); /* B2: PR, V (and WY's P) are read no more in this slab */
@@ -620,11 +622,15 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             }
             /* second half: R, Ō, S_c, S̄⁺ only */
             pf_mma<NSN, true, true>(Hh, PF_BV, Os, PF_LDH, 1, Rs, 1, PF_LDR, i0, jn);       /* Ō Rᵀ */
-            pf_mma_rows<NSK, true, true>(Qh, sc * gam_lo, sc * gam_hi, PF_BV, Os, PF_LDH, 1, Scs, 1, PF_LDH, i0, jk);
-            pf_mma_rows<NSK, true, true>(Fh, eF[i0 + g], eF[i0 + g + 8], PF_BV, Rs, PF_LDR, 1, Sbs, 1, PF_LDH, i0, jk);
+            pf_mma<NSK, true, true>(Qh, PF_BV, Os, PF_LDH, 1, Scs, 1, PF_LDH, i0, jk);  /* Ō S_cᵀ (× scale·γ below) */
+            pf_mma<NSK, true, true>(Fh, PF_BV, Rs, PF_LDR, 1, Sbs, 1, PF_LDH, i0, jk);  /* R S̄⁺ᵀ (× e^{G_n−G} below) */
             __syncthreads(); /* B3: slab sl's buffers are free (the next top refills them) */
         }
         cp_async_wait_group<0>(); /* none in flight (the last slab issued none); Γ … go over region X below */
+        /* the row scalings of the V-long products, once over their sums across the slabs */
+        if (!WY) pf_scale_rows<NSK>(Bh, -gam_lo, -gam_hi);
+        pf_scale_rows<NSK>(Qh, sc * gam_lo, sc * gam_hi);
+        pf_scale_rows<NSK>(Fh, eF[i0 + g], eF[i0 + g + 8]);
 
         /* ---- the n×n coefficients, masked and decayed: Γ = 𝓛_<(D) ⊙ e^{G_i−G_j}, Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j};
          * stored with Γ_βᵀ and Γ_H'ᵀ so that all four K-side products read k-contiguous operands ---- */
@@ -677,8 +683,10 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             dkv[s][e] = dkx;
             dqv[s][e] = Qh[s][e];
             sb[e >> 1] += kk * B_;
-            sg[e >> 1] += kk * (2.f * bb * B_ - dkx) + qv(i, j) * Qh[s][e];
-            endp += kk * F_;
+            if (gated) {
+                sg[e >> 1] += kk * (2.f * bb * B_ - dkx) + qv(i, j) * Qh[s][e];
+                endp += kk * F_;
+            }
         });
         if (p.G == 1) {
             pf_each<NSK>(i0, jk, dkv, [&](int i, int j, int s, int e) {
@@ -751,7 +759,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             rdb[i] = g_; /* Ḡ row terms, for the cumsum below */
         }
         __syncthreads();
-        if (p.gated && dg && tid < 32) { /* dg_i = Ḡ_n's state term + Σ_{m ≥ i} (row terms): a suffix scan, lane l rows 2l, 2l+1 */
+        if (gated && tid < 32) { /* dg_i = Ḡ_n's state term + Σ_{m ≥ i} (row terms): a suffix scan, lane l rows 2l, 2l+1 */
             const int i = 2 * lane;
             const float a = i < n ? rdb[i] : 0.f, b2 = i + 1 < n ? rdb[i + 1] : 0.f;
             float t = a + b2;
