@@ -108,6 +108,27 @@ __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32
 __device__ __forceinline__ float ldf(const float *p) { return *p; }
 __device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
+/* x[m] = a[m] for 8 contiguous elements (16-byte aligned for two-byte types: one vector load instead of eight
+ * scalar ones), and Σ a[m]·b[m] over them */
+template <class T> __device__ __forceinline__ void ld8(const T *a, float (&x)[8]) {
+    if constexpr (sizeof(T) == 2) {
+        const uint4 u = *reinterpret_cast<const uint4 *>(a);
+        const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+        for (int m = 0; m < 8; m++) x[m] = ldf(e + m);
+    } else {
+#pragma unroll
+        for (int m = 0; m < 8; m++) x[m] = ldf(a + m);
+    }
+}
+template <class T> __device__ __forceinline__ float dot8(const T *a, const T *b) {
+    float x[8], y[8], s = 0.f;
+    ld8(a, x);
+    ld8(b, y);
+#pragma unroll
+    for (int m = 0; m < 8; m++) s += x[m] * y[m];
+    return s;
+}
 
 /* Two operand values at k and k+1 (stride = distance between them) as tf32 bit patterns.
  * fp32 is passed as is (the tensor core ignores the low 13 mantissa bits); bf16/fp16 convert exactly.

@@ -592,11 +592,13 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                 if (i < n && v0 + j < p.V) {
                     uint4 pk;
                     T *o8 = reinterpret_cast<T *>(&pk);
+                    float pv[8], vv[8];
+                    ld8(Ps + i * PF_LDR + j, pv);
+                    ld8(Vs + i * PF_LDH + j, vv);
 #pragma unroll
                     for (int m = 0; m < 8; m++) {
-                        const float pv = ldf(Ps + i * PF_LDR + j + m);
-                        st<T>(o8 + m, bs[i] * pv);
-                        s += pv * ldf(Vs + i * PF_LDH + j + m);
+                        st<T>(o8 + m, bs[i] * pv[m]);
+                        s += pv[m] * vv[m];
                     }
                     *reinterpret_cast<uint4 *>(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + v0 + j) = pk;
                 }
@@ -605,9 +607,9 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                 s += __shfl_xor_sync(0xffffffffu, s, 4);
                 if ((tid & 7) == 0) rdb[i] += s;
             }
-            if (gated) /* ⟨S̄⁺, S_c⟩ for Ḡ_n (DeltaNet has no gate gradient) */
-                for (int e = tid; e < KS * PF_BV; e += PF_THREADS)
-                    lam += ldf(Scs + (e / PF_BV) * PF_LDH + e % PF_BV) * ldf(Sbs + (e / PF_BV) * PF_LDH + e % PF_BV);
+            if (gated) /* ⟨S̄⁺, S_c⟩ for Ḡ_n, eight columns per step (DeltaNet has no gate gradient) */
+                for (int e = 8 * tid; e < KS * PF_BV; e += 8 * PF_THREADS)
+                    lam += dot8(Scs + (e / PF_BV) * PF_LDH + e % PF_BV, Sbs + (e / PF_BV) * PF_LDH + e % PF_BV);
             if (WY) {
                 pf_mma<NSN, true, true>(Dh, PF_BV, Xs, PF_LDR, 1, Vs, 1, PF_LDH, i0, jn);   /* R̄ Zᵀ (β_j later) */
                 pf_mma<NSK, true, true>(Bh, PF_BV, Xs, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
