@@ -693,29 +693,15 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                 endp += kk * F_;
             }
         });
+        /* k̄, q̄ (one key head): staged in region X as [64][LDK] tiles, so that the global stores after the block
+         * sums below are whole 16-byte row pieces (two-column stores from the registers left half of every sector
+         * unused, with a bounds check per pair). Region X is free once every warp's K-side products are done. */
+        T *Dks = reinterpret_cast<T *>(smc), *Dqs = Dks + MAXBT * LDK;
         if (p.G == 1) {
+            __syncthreads();
             pf_each<NSK>(i0, jk, dkv, [&](int i, int j, int s, int e) {
-                if (e & 1) return;
-                if (i < n && j < p.K) {
-                    const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + j;
-                    if (j + 1 < p.K && (p.K & 1) == 0) { /* odd K: element pairs are not 4-byte aligned */
-                        typedef typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type T2;
-                        T2 kx, qx;
-                        st<T>(reinterpret_cast<T *>(&kx), dkv[s][e]);
-                        st<T>(reinterpret_cast<T *>(&kx) + 1, dkv[s][e + 1]);
-                        st<T>(reinterpret_cast<T *>(&qx), dqv[s][e]);
-                        st<T>(reinterpret_cast<T *>(&qx) + 1, dqv[s][e + 1]);
-                        *reinterpret_cast<T2 *>(dk + o) = kx;
-                        *reinterpret_cast<T2 *>(dq + o) = qx;
-                    } else {
-                        st<T>(dk + o, dkv[s][e]);
-                        st<T>(dq + o, dqv[s][e]);
-                        if (j + 1 < p.K) {
-                            st<T>(dk + o + 1, dkv[s][e + 1]);
-                            st<T>(dq + o + 1, dqv[s][e + 1]);
-                        }
-                    }
-                }
+                st<T>(Dks + i * LDK + j, dkv[s][e]);
+                st<T>(Dqs + i * LDK + j, dqv[s][e]);
             });
         } else { /* GVA: q̄, k̄ summed over the group's value heads in fp32 scratch, written at the last */
             pf_each<NSK>(i0, jk, dkv, [&](int i, int j, int s, int e) {
@@ -752,6 +738,18 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         }
         const float2 sums = block_sum2<PF_NW>(lam, endp, red); /* (synchronizes the block) */
         const float lam_all = sums.x, endp_all = sums.y;
+        if (p.G == 1) { /* the staged k̄, q̄ rows, eight columns per store */
+            const bool vec = p.K % 8 == 0 && (((uintptr_t)dk | (uintptr_t)dq) & 15) == 0;
+            for (int qi = tid; qi < 2 * MAXBT * (KS / 8); qi += PF_THREADS) {
+                const int w = qi / (MAXBT * (KS / 8)), rc = qi % (MAXBT * (KS / 8)), i = rc / (KS / 8), j = rc % (KS / 8) * 8;
+                if (i >= n || j >= p.K) continue;
+                const T *src = (w ? Dqs : Dks) + i * LDK + j;
+                T *dst = (w ? dq : dk) + ((size_t)(tok0 + i) * p.H + h) * p.K + j;
+                if (vec) *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+                else
+                    for (int m = 0; m < 8 && j + m < p.K; m++) dst[m] = src[m];
+            }
+        }
         if (tid < MAXBT) {
             const int i = tid;
             float b_ = rdb[i], g_ = 0.f;
