@@ -634,7 +634,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
 
         /* ---- the n×n coefficients, masked and decayed: Γ = 𝓛_<(D) ⊙ e^{G_i−G_j}, Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j};
          * stored with Γ_βᵀ and Γ_H'ᵀ so that all four K-side products read k-contiguous operands ---- */
-        auto decay = [&](int i, int j) { return (i < n && j <= i) ? expf(Gs[i] - Gs[j]) : 0.f; };
+        auto decay = [&](int i, int j) { return (i < n && j <= i) ? (p.gated ? expf(Gs[i] - Gs[j]) : 1.f) : 0.f; }; /* DeltaNet: the mask only */
         pf_each<NSN>(i0, jn, Hh, [&](int i, int j, int s, int e) {
             const float x = sc * Hh[s][e] * decay(i, j);
             st<GT>(Hm + i * LDG + j, x);
