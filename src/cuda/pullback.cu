@@ -634,19 +634,32 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
 
         /* ---- the n×n coefficients, masked and decayed: Γ = 𝓛_<(D) ⊙ e^{G_i−G_j}, Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j};
          * stored with Γ_βᵀ and Γ_H'ᵀ so that all four K-side products read k-contiguous operands ---- */
-        auto decay = [&](int i, int j) { return (i < n && j <= i) ? (p.gated ? expf(Gs[i] - Gs[j]) : 1.f) : 0.f; }; /* DeltaNet: the mask only */
+        /* the decay e^{G_i−G_j} with the mask (DeltaNet: the mask alone); at this warp's n×n elements (slot e of
+         * column block s) from G read once into registers: the stores in between would make the compiler
+         * re-read Gs for every element */
+        float gr[2], gc[NSN][2];
+        gr[0] = Gs[i0 + g];
+        gr[1] = Gs[i0 + g + 8];
+#pragma unroll
+        for (int s = 0; s < NSN; s++) gc[s][0] = Gs[jn + 8 * s + 2 * t], gc[s][1] = Gs[jn + 8 * s + 2 * t + 1];
+        auto decay_at = [&](int i, int j, int s, int e) {
+            return (i < n && j <= i) ? (p.gated ? expf(gr[e >> 1] - gc[s][e & 1]) : 1.f) : 0.f;
+        };
+        auto decay = [&](int i, int j) { return (i < n && j <= i) ? (p.gated ? expf(Gs[i] - Gs[j]) : 1.f) : 0.f; };
         pf_each<NSN>(i0, jn, Hh, [&](int i, int j, int s, int e) {
-            const float x = sc * Hh[s][e] * decay(i, j);
+            const float x = sc * Hh[s][e] * decay_at(i, j, s, e);
             st<GT>(Hm + i * LDG + j, x);
             st<GT>(Ht + j * LDG + i, x);
         });
-        auto put_gamma = [&](int i, int j, float d) {
-            const float x = j < i ? d * decay(i, j) : 0.f;
+        const float br[2] = {bs[i0 + g], bs[i0 + g + 8]};
+        /* Γ_ij = d·decay (strict), with β_i for Γ_βᵀ */
+        auto put_gamma = [&](int i, int j, float d, float f, float b) {
+            const float x = j < i ? d * f : 0.f;
             st<GT>(Gm + i * LDG + j, x);
-            st<GT>(Gbt + j * LDG + i, bs[i] * x);
+            st<GT>(Gbt + j * LDG + i, b * x);
         };
         if (!WY) {
-            pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { put_gamma(i, j, -Dh[s][e]); });
+            pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { put_gamma(i, j, -Dh[s][e], decay_at(i, j, s, e), br[e >> 1]); });
         } else {
             /* Ā = R̄ Zᵀ + W̄ Eᵀ (Z = β⊙V, E = βγ⊙K, W̄ = −R̄ S_cᵀ); M̄ = −Aᵀ Ā Aᵀ; D = 𝓛_<(M̄) */
             pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { Ab[i * PF_LDF + j] = bs[j] * Dh[s][e]; });
@@ -659,7 +672,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                          [&](int i, int j, float cc) { Tm[i * PF_LDF + j] = cc; });
             __syncthreads();
             bgemm<PF_NW>(MAXBT, MAXBT, MAXBT, Tm, PF_LDF, 1, As, 1, PF_LDF,
-                         [&](int i, int j, float cc) { put_gamma(i, j, -cc); });
+                         [&](int i, int j, float cc) { put_gamma(i, j, -cc, decay(i, j), bs[i]); });
             /* B̂'s first term: −γ⊙Xp with Xp = −Aᵀ W̄ */
 #pragma unroll
             for (int s = 0; s < 4; s++) Bh[s][0] = Bh[s][1] = Bh[s][2] = Bh[s][3] = 0.f;
