@@ -392,8 +392,8 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
  *   Q̂ = scale·γ⊙(Ō S_cᵀ) + Γ_H' K          (q̄ = Q̂)
  *   Ḡ = ⟨k, β⊙B̂ − Ĉ − F̂⟩ + ⟨q, Q̂⟩,  Ḡ_n += γ_n⟨S̄⁺, S_c⟩ + Σ ⟨k, F̂⟩
  * Row scalings are applied to the per-warp results (rows are fixed per lane), the V-long products' once
- * after their sums over the slabs, so no scaled copy of any tile is made. D = P Rᵀ and H_q = Ō Rᵀ are also register accumulators over the V slabs;
- * the V slabs are read once. WY (the 7-product comparison) forms P = AᵀR̄ per slab and, after the
+ * after their sums over the slabs, so no scaled copy of any tile is made. D = P Rᵀ and H_q = Ō Rᵀ are also
+ * register accumulators over the V slabs; the V slabs are read once. WY (the 7-product comparison) forms P = AᵀR̄ per slab and, after the
  * V loop, Ā = R̄Zᵀ + W̄Eᵀ, D = −AᵀĀAᵀ and Aᵀ W̄ in place of P S_cᵀ; everything else is shared.
  * One block of 16 warps per (chunk, key head); warp w owns rows 16(w%4)… and a quarter of the
  * columns of every K-wide result (and of the 64×64 ones).
@@ -651,7 +651,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             st<GT>(Hm + i * LDG + j, x);
             st<GT>(Ht + j * LDG + i, x);
         });
-        const float br[2] = {bs[i0 + g], bs[i0 + g + 8]};
+        const float b_lo = bs[i0 + g], b_hi = bs[i0 + g + 8];
         /* Γ_ij = d·decay (strict), with β_i for Γ_βᵀ */
         auto put_gamma = [&](int i, int j, float d, float f, float b) {
             const float x = j < i ? d * f : 0.f;
@@ -659,7 +659,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             st<GT>(Gbt + j * LDG + i, b * x);
         };
         if (!WY) {
-            pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { put_gamma(i, j, -Dh[s][e], decay_at(i, j, s, e), br[e >> 1]); });
+            pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { put_gamma(i, j, -Dh[s][e], decay_at(i, j, s, e), (e >> 1) ? b_hi : b_lo); });
         } else {
             /* Ā = R̄ Zᵀ + W̄ Eᵀ (Z = β⊙V, E = βγ⊙K, W̄ = −R̄ S_cᵀ); M̄ = −Aᵀ Ā Aᵀ; D = 𝓛_<(M̄) */
             pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { Ab[i * PF_LDF + j] = bs[j] * Dh[s][e]; });
@@ -688,7 +688,6 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
 
         /* ---- k̄, q̄ and the row terms of β̄, Ḡ from the registers ---- */
         float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f}, endp = 0.f;
-        const float b_lo = bs[i0 + g], b_hi = bs[i0 + g + 8];
         float dkv[4][4], dqv[4][4];
         float2 k2 = {}, q2 = {}; /* K, Q at (i, j) and (i, j + 1): slots e and e + 1 (e even) from one load each */
         pf_each<NSK>(i0, jk, Bh, [&](int i, int j, int s, int e) {
