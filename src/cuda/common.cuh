@@ -108,12 +108,6 @@ __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], uint32
 __device__ __forceinline__ float ldf(const float *p) { return *p; }
 __device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
-/* (a[0], a[1]) of a two-byte type in one 4-byte load (a 4-byte aligned) */
-template <class T> __device__ __forceinline__ float2 ld2(const T *a) {
-    static_assert(sizeof(T) == 2, "two-byte elements");
-    if constexpr (std::is_same<T, __half>::value) return __half22float2(*reinterpret_cast<const __half2 *>(a));
-    else return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a));
-}
 /* x[m] = a[m] for 8 contiguous elements (16-byte aligned for two-byte types: one vector load instead of eight
  * scalar ones), and Σ a[m]·b[m] over them */
 template <class T> __device__ __forceinline__ void ld8(const T *a, float (&x)[8]) {

@@ -530,6 +530,8 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     };
     /* K and Q of the chunk ([token][feature]; the K-side products read them as k-major B operands through
      * ldmatrix.trans), copied with the first value head's G, β in one cp.async group: one exposed load */
+    auto kv = [&](int i, int cc) { return ldf(Ks + i * LDK + cc); };
+    auto qv = [&](int i, int cc) { return ldf(Qs + i * LDK + cc); };
 
     for (int r = 0; r < p.G; r++) {
         const int hv = h * p.G + r;
@@ -689,19 +691,14 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         /* ---- k̄, q̄ and the row terms of β̄, Ḡ from the registers ---- */
         float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f}, endp = 0.f;
         float dkv[4][4], dqv[4][4];
-        float2 k2 = {}, q2 = {}; /* K, Q at (i, j) and (i, j + 1): slots e and e + 1 (e even) from one load each */
         pf_each<NSK>(i0, jk, Bh, [&](int i, int j, int s, int e) {
-            if ((e & 1) == 0) {
-                k2 = ld2(Ks + i * LDK + j);
-                if (gated) q2 = ld2(Qs + i * LDK + j);
-            }
-            const float kk = (e & 1) ? k2.y : k2.x, bb = (e >> 1) ? b_hi : b_lo, B_ = Bh[s][e], F_ = Fh[s][e];
+            const float kk = kv(i, j), bb = (e >> 1) ? b_hi : b_lo, B_ = Bh[s][e], F_ = Fh[s][e];
             const float dkx = bb * B_ + Ch[s][e] + F_;
             dkv[s][e] = dkx;
             dqv[s][e] = Qh[s][e];
             sb[e >> 1] += kk * B_;
             if (gated) {
-                sg[e >> 1] += kk * (2.f * bb * B_ - dkx) + ((e & 1) ? q2.y : q2.x) * Qh[s][e];
+                sg[e >> 1] += kk * (2.f * bb * B_ - dkx) + qv(i, j) * Qh[s][e];
                 endp += kk * F_;
             }
         });
