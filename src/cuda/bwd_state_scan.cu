@@ -35,16 +35,18 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
  * reads q, k, A, C_q and Ō, never S_c or R. On long sequences each grid is a few blocks per SM, each a chain of
  * chunks that leaves the SM mostly idle; launched together, the two chains of an SM overlap (the reverse
  * scan's blocks first: they are the longer). Tiles of 16 and 64 columns, whose register budgets the two
- * blocks share (at 32 the reverse scan takes up to 201 registers and runs alone); not where either scan runs
- * as 8-warp blocks, two per SM (scan_8w: a grid of two blocks per SM, which the pair would not overlap
- * anyway). */
-template <class T, bool VEC, int KPC, int BVT>
-__global__ void __launch_bounds__(scan_threads<BVT>(), BVT == 64 ? 1 : 2)
+ * blocks share (at 32 the reverse scan takes up to 201 registers and runs alone). 64-column tiles pair as
+ * 8-warp blocks, two per SM, where two fit (scan_8w_fits): as 16-warp blocks, one per SM, a pair grid larger
+ * than the SMs ran the two scans one after the other (DeltaNet (4,4096,16), 256 blocks: 1.47 ms). Not where
+ * either scan alone runs as 8-warp blocks (scan_8w: a grid of two blocks per SM, which the pair would not
+ * overlap anyway). */
+template <class T, bool VEC, int KPC, int BVT, int NT>
+__global__ void __launch_bounds__(NT, NT == 512 ? 1 : 2)
 scan_pair_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const cq_t *Cq, VecOps vo,
                  const float *h0, state_t *Sc, rp_t *R, const T *do_, const float *dht, float *dh0, state_t *Sbar,
                  rp_t *PR, int wy, int nb) {
-    if ((int)blockIdx.x < nb) bwd_state_scan_block<T, VEC, KPC, BVT>(blockIdx.x, p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy);
-    else state_scan_block<T, VEC, KPC, BVT>(blockIdx.x - nb, p, k, v, GB, A, vo, h0, nullptr, Sc, R);
+    if ((int)blockIdx.x < nb) bwd_state_scan_block<T, VEC, KPC, BVT, NT>(blockIdx.x, p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy);
+    else state_scan_block<T, VEC, KPC, BVT, NT>(blockIdx.x - nb, p, k, v, GB, A, vo, h0, nullptr, Sc, R);
 }
 
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
@@ -64,13 +66,19 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
                     constexpr bool VEC = decltype(vc)::value;
                     const size_t sf = state_scan_smem<T, VEC, KPC, BVT>(p, ops), sb = bwd_state_scan_smem<T, VEC, KPC, BVT>(p, ops);
                     const size_t smem = sf > sb ? sf : sb;
-                    cudaError_t e = ensure_smem<scan_pair_kernel<T, VEC, KPC, BVT>>(smem);
-                    if (e != cudaSuccess) return e;
-                    const int nb = (int)scan_grid(p, BVT).x;
-                    scan_pair_kernel<T, VEC, KPC, BVT><<<2 * nb, scan_threads<BVT>(), smem, s>>>(
-                        p, (const T *)q, (const T *)k, (const T *)v, GB, A, Cq, ops, h0, Sc, R, (const T *)do_, dht, dh0,
-                        Sbar, PR, wy, nb);
-                    return cudaGetLastError();
+                    auto launch = [&](auto nt) {
+                        constexpr int NT = decltype(nt)::value;
+                        cudaError_t e = ensure_smem<scan_pair_kernel<T, VEC, KPC, BVT, NT>>(smem);
+                        if (e != cudaSuccess) return e;
+                        const int nb = (int)scan_grid(p, BVT).x;
+                        scan_pair_kernel<T, VEC, KPC, BVT, NT><<<2 * nb, NT, smem, s>>>(
+                            p, (const T *)q, (const T *)k, (const T *)v, GB, A, Cq, ops, h0, Sc, R, (const T *)do_, dht,
+                            dh0, Sbar, PR, wy, nb);
+                        return cudaGetLastError();
+                    };
+                    if constexpr (BVT == 64 && scan_half<T, KPC>() == 2)
+                        if (scan_8w_fits<T, KPC, BVT>(smem)) return launch(std::integral_constant<int, 256>{});
+                    return launch(std::integral_constant<int, scan_threads<BVT>()>{});
                 };
                 auto pair = [&](auto vc) {
                     constexpr bool VEC = decltype(vc)::value;

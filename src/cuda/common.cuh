@@ -726,8 +726,9 @@ inline dim3 scan_grid(const Prob &p, int bvt) { return dim3((unsigned)p.N * p.HV
  * blocks per SM. Two chains per SM then share what one 16-warp chain had (GDN forward scan at (8,2048,32),
  * H200: 0.727 → 0.636 ms); a smaller grid keeps 16 warps per chain, since 8 run one chain slower (0.671 →
  * 0.764 ms at (4,4096,16), 128 blocks). REWY_CUDA_SCAN_8W = 1 / 0 forces it where it fits (the tests'
- * shapes are too small to take it). Only 64-column tiles on the halved bf16 path (scan_half) have it. */
-template <class T, int KPC, int BVT> inline bool scan_8w(const Prob &p, size_t smem) {
+ * shapes are too small to take it). Only 64-column tiles on the halved bf16 path (scan_half) have it.
+ * scan_8w_fits: the shared-memory test alone (the scan pair, whose grid is the two scans' together). */
+template <class T, int KPC, int BVT> inline bool scan_8w_fits(size_t smem) {
     if constexpr (BVT != 64 || scan_half<T, KPC>() != 2) return false;
     int dev = 0, per_sm = 0, rsv = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -736,7 +737,10 @@ template <class T, int KPC, int BVT> inline bool scan_8w(const Prob &p, size_t s
         return false;
     if (2 * (smem + (size_t)rsv) > (size_t)per_sm) return false;
     if (const char *e = getenv("REWY_CUDA_SCAN_8W")) return atoi(e) != 0;
-    return (long)scan_grid(p, 64).x >= 2L * sm_count();
+    return true;
+}
+template <class T, int KPC, int BVT> inline bool scan_8w(const Prob &p, size_t smem) {
+    return scan_8w_fits<T, KPC, BVT>(smem) && (getenv("REWY_CUDA_SCAN_8W") || (long)scan_grid(p, 64).x >= 2L * sm_count());
 }
 
 /* Calls f(KPC, BVT) (integral constants) with the scans' fast-path K (with_fast_kp) and value tile
