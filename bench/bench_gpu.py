@@ -146,11 +146,12 @@ def make_inputs(op, B, T, H, K, V, seed=0):
     return x, do, dht
 
 
-def cuda_time(fn, reps, warmup=3):
+def cuda_time(fn, reps, warmup=3, samples=None):
+    """Median of reps CUDA-event timings of fn after warmup calls; the timings are appended to samples if given."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    ts = []
+    ts = [] if samples is None else samples
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
@@ -335,6 +336,9 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", default="8x2048x32", help="shapes for the per-kernel profile, comma-separated ('' = none)")
     ap.add_argument("--time-limit", type=float, default=1e9, help="stop starting new shapes after this many seconds")
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="with both impls: N more rounds of forward and backward R timings, rewy and FLA alternating "
+                         "(a drift of the GPU or of FLA's launch cost then hits both sides alike); *_il columns")
     ap.add_argument("--graph", action="store_true",
                     help="also time forward and backward R as CUDA-graph replays (both sides; *_graph columns)")
     a = ap.parse_args()
@@ -415,6 +419,19 @@ def main():
                     r["fla_bwd_A"] = cuda_time(bwdA, a.reps)
                     r["fla_peak_A"] = peak_mib(bwdA)
                     del xgA
+                if a.rounds and "rewy" in impls:
+                    # interleaved rounds: each round times rewy and FLA back to back; medians over all rounds
+                    cb = rw.cfg(op, B, T, H, K, V, "R", "rewy")
+                    _, _, sv = rw.forward(cb, x)
+                    il = {k: [] for k in ("rewy_fwd_il", "fla_fwd_il", "rewy_bwd_il", "fla_bwd_il")}
+                    for _ in range(a.rounds):
+                        cuda_time(lambda: rw.forward(c, x), a.reps, 1, il["rewy_fwd_il"])
+                        cuda_time(fwd, a.reps, 1, il["fla_fwd_il"])
+                        cuda_time(lambda: rw.backward(cb, x, sv, do, dht), a.reps, 1, il["rewy_bwd_il"])
+                        prep()
+                        cuda_time(bwd, a.reps, 1, il["fla_bwd_il"])
+                    r.update({k: statistics.median(v) for k, v in il.items()})
+                    del sv
                 if "rewy_o" in r:
                     r["o_rel_diff_vs_fla"] = ((r["rewy_o"] - o_f.float()).norm() / o_f.float().norm()).item()
                     r["ht_rel_diff_vs_fla"] = ((r["rewy_ht"] - ht_f.float()).norm() / ht_f.float().norm()).item()
@@ -456,6 +473,18 @@ def main():
             print(f"| {r['op']} | {r['B']},{r['T']},{r['H']} | {f('rewy_fwd_graph'):.3f} | {f('fla_fwd_graph'):.3f} | {fx:.2f} | "
                   f"{f('rewy_bwd_R_graph'):.3f} | {f('fla_bwd_graph'):.3f} | {bx:.2f} |")
 
+    if a.rounds and any("rewy_bwd_il" in r for r in rows):
+        print()
+        print(f"| op | B,T,H | rewy fwd (il) | FLA fwd (il) | fwd × | rewy bwd R (il) | FLA bwd (il) | bwd × (R) |  ({a.rounds} interleaved rounds of {a.reps})")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            if "rewy_bwd_il" not in r:
+                continue
+            fx, bx = r["fla_fwd_il"] / r["rewy_fwd_il"], r["fla_bwd_il"] / r["rewy_bwd_il"]
+            geo.setdefault(("interleaved", r["op"]), []).append((fx, bx))
+            print(f"| {r['op']} | {r['B']},{r['T']},{r['H']} | {r['rewy_fwd_il']:.3f} | {r['fla_fwd_il']:.3f} | {fx:.2f} | "
+                  f"{r['rewy_bwd_il']:.3f} | {r['fla_bwd_il']:.3f} | {bx:.2f} |")
+
     def gmean(xs):
         """geometric mean, lowest value and count of the finite ratios (a shape without FLA has none)"""
         xs = [x for x in xs if x == x and x > 0]
@@ -465,7 +494,7 @@ def main():
 
     for op, v in geo.items():
         if isinstance(op, tuple):
-            print(f"geomean {op[1]} (graph replay): fwd FLA/rewy {gmean([t[0] for t in v])}, bwd(R) FLA/rewy {gmean([t[1] for t in v])}")
+            print(f"geomean {op[1]} ({'graph replay' if op[0] == 'graph' else 'interleaved rounds'}): fwd FLA/rewy {gmean([t[0] for t in v])}, bwd(R) FLA/rewy {gmean([t[1] for t in v])}")
             continue
         gm = [gmean([t[i] for t in v]) for i in range(4)]
         print(f"geomean {op}: fwd FLA/rewy {gm[0]}, bwd(R) FLA/rewy {gm[1]}, bwd(A) FLA/rewy {gm[3]}, WY/ReWY {gm[2]}")

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""ncu_sass_summary.py CSV [TOP]: summarize an Nsight Compute per-SASS source table (ncu -i REP --page source
+--csv --print-source sass): executed instructions and stall samples per opcode, and the TOP instructions by
+stall samples with their addresses (to find in the SASS listing). Prints compact text for a device log."""
+import csv, sys, collections
+
+path = sys.argv[1]
+top = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+rows = list(csv.reader(open(path, newline="", errors="replace")))
+hi = next(i for i, r in enumerate(rows) if any("Source" == c or c.startswith("Address") for c in r))
+head = rows[hi]
+print("columns:", " | ".join(head)[:600])
+col = {c: i for i, c in enumerate(head)}
+def find(*keys):
+    for k in keys:
+        for c, i in col.items():
+            if k.lower() in c.lower():
+                return i
+    return None
+isrc = find("Source")
+iexe = find("Instructions Executed")
+istall = find("Warp Stall Sampling (All", "Stall Sampling (All", "Sampling Data (All")
+inot = find("Warp Stall Sampling (Not-issued", "Not-Issued")
+iaddr = find("Address")
+def num(r, i):
+    try:
+        return float(r[i].replace(",", "")) if i is not None and i < len(r) and r[i] else 0.0
+    except ValueError:
+        return 0.0
+ops = collections.defaultdict(lambda: [0.0, 0.0, 0])
+body = [r for r in rows[hi + 1:] if isrc is not None and isrc < len(r)]
+tot_e = sum(num(r, iexe) for r in body) or 1
+tot_s = sum(num(r, istall) for r in body) or 1
+for r in body:
+    op = r[isrc].strip().split(" ")[0] if r[isrc].strip() else "?"
+    if op.startswith("@"):
+        op = r[isrc].strip().split(" ")[1] if len(r[isrc].strip().split(" ")) > 1 else op
+    op = op.split(".")[0]
+    ops[op][0] += num(r, iexe); ops[op][1] += num(r, istall); ops[op][2] += 1
+print(f"{len(body)} SASS rows, {tot_e:.0f} warp instructions executed, {tot_s:.0f} stall samples")
+print("opcode        exec%  stall%  static")
+for op, (e, s, n) in sorted(ops.items(), key=lambda kv: -kv[1][1])[:30]:
+    print(f"{op:12s} {100*e/tot_e:6.1f} {100*s/tot_s:6.1f} {n:7d}")
+print(f"top {top} instructions by stall samples (address, samples %, executed, text):")
+idx = sorted(range(len(body)), key=lambda k: -num(body[k], istall))[:top]
+for k in sorted(idx):
+    r = body[k]
+    print(f"  {r[iaddr] if iaddr is not None else k:>8} {100*num(r, istall)/tot_s:5.2f}% {num(r, iexe):10.0f}  {r[isrc].strip()[:90]}")
