@@ -136,7 +136,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
          * BT), one exponential per thread; into Xo, or (HALF) in place in Os once C_qᵀ Ō has read it */
         auto scale_o = [&](auto put) {
             const int i = threadIdx.x % BT;
-            const float gi = (VEC ? 1.f : expf(Gs[i])) * (REG ? p.scale : 1.f);
+            const float gi = (VEC ? 1.f : gexp(p, Gs[i])) * (REG ? p.scale : 1.f);
             for (int j = threadIdx.x / BT; j < BVT; j += NT / BT) put(i, j, gi * ldf(Os + i * ldvt + j));
         };
         if constexpr (HALF == 1) {
@@ -154,7 +154,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             bf_mma<NSX, false, false, 2>(acc, KPC, VEC ? Fs : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
             if (!VEC) { /* F = diag(e^{G_n − G}) K */
                 const int r = xi0 + ((threadIdx.x & 31) >> 2);
-                pf_scale_rows<NSX>(acc, r < n ? expf(gl - Gs[r]) : 0.f, r + 8 < n ? expf(gl - Gs[r + 8]) : 0.f);
+                pf_scale_rows<NSX>(acc, r < n ? gexp(p, gl - Gs[r]) : 0.f, r + 8 < n ? gexp(p, gl - Gs[r + 8]) : 0.f);
             }
             pf_mma<NSX, false, false>(acc, BT, Cs, 1, LDA, Os, ldvt, 1, xi0, xj0);
             pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) { st<RB>(Rb + j * LDX + i, acc[s2][e]); });
@@ -162,7 +162,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             bgemm<NW>(BT, BVT, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
         } else {
             bgemm<NW>(BT, BVT, Kp, Ks, ldk, 1, Sbt, 1, lds, [&](int i, int j, float cc) {
-                Rbt[j * LDX + i] = i < n ? expf(gl - Gs[i]) * cc : 0.f;
+                Rbt[j * LDX + i] = i < n ? gexp(p, gl - Gs[i]) * cc : 0.f;
             });
         }
         if constexpr (!BF)
@@ -178,14 +178,14 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         rp_t *PRc = PR + ch * BT * p.V + v0;
         bgemm<NW>(BT, BVT, BT, As, 1, LDA, Rb, 1, LDX, [&](int i, int j, float cc) {
             if (i < n && v0 + j < p.V) st<rp_t>(PRc + (size_t)i * p.V + j, wy ? ldf(Rb + j * LDX + i) : cc);
-            const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * expf(Gs[i]) * cc);
+            const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * gexp(p, Gs[i]) * cc);
             if constexpr (BF) st_hilo(Ph, scan_lo(Pl), j * LDX + i, pv);
             else Pst[j * LDX + i] = pv;
         });
         __syncthreads();
         if (has_next) issue_nn(As, A, c - 1);
         /* S̄ ← Λ S̄⁺ + Q_gᵀ Ō − Eᵀ P */
-        const float gn = expf(gl);
+        const float gn = gexp(p, gl);
         if constexpr (REG) {
             /* S̄ ← Λ S̄⁺ + (scale·Q_g)ᵀ Ō − Eᵀ P, in the registers (Xo carries the scale, Pst the sign) */
             const int r = tiles.row_lo();

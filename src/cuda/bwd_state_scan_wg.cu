@@ -123,8 +123,8 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         for (int e = 0; e < NCQ / 2; e += 2) {
             const int i = wg_row(e), j = wgi * NCQ + wg_col(e);
             const bool row = i < n;
-            const float c0 = row && j <= i ? p.scale * cq[e] * expf(Gs[i] - Gs[j]) : 0.f;
-            const float c1 = row && j + 1 <= i ? p.scale * cq[e + 1] * expf(Gs[i] - Gs[j + 1]) : 0.f;
+            const float c0 = row && j <= i ? p.scale * cq[e] * gexp(p, Gs[i] - Gs[j]) : 0.f;
+            const float c1 = row && j + 1 <= i ? p.scale * cq[e + 1] * gexp(p, Gs[i] - Gs[j + 1]) : 0.f;
             *reinterpret_cast<__nv_bfloat162 *>(Cs + cm_k<MAXBT>(i, j)) = __floats2bfloat162_rn(c0, c1);
         }
         wg_proxy_fence();
@@ -140,7 +140,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
 #pragma unroll
         for (int e = 0; e < NA; e++) {
             const int i = wg_row(e);
-            r[e] *= i < n ? expf(gl - Gs[i]) : 0.f;
+            r[e] *= i < n ? gexp(p, gl - Gs[i]) : 0.f;
         }
         wg_arrive();
         static_for<0, MAXBT / 16>([&](auto ks) {
@@ -163,7 +163,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                 else d[0] = r[e], d[1] = r[e + 1];
             }
         }
-        const float gn = expf(gl);
+        const float gn = gexp(p, gl);
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
@@ -173,7 +173,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
             const int o2 = 2 * ((tid & 127) + 128 * m), i = (o2 >> 6) / (BVT / 8) * 8 + ((o2 & 63) >> 3);
             __nv_bfloat162 *po = reinterpret_cast<__nv_bfloat162 *>(Os + o2);
             const float2 ov = __bfloat1622float2(*po);
-            const float sc = p.scale * expf(Gs[i]);
+            const float sc = p.scale * gexp(p, Gs[i]);
             *po = __floats2bfloat162_rn(sc * ov.x, sc * ov.y);
         }
         wg_proxy_fence();
@@ -199,7 +199,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         for (int e = 0; e < NA; e += 2) {
             const int i = wg_row(e), j = wg_col(e);
             if (!wy) *reinterpret_cast<__nv_bfloat162 *>(Po + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(pp[e], pp[e + 1]);
-            const float f = -bs[i] * expf(Gs[i]);
+            const float f = -bs[i] * gexp(p, Gs[i]);
             *reinterpret_cast<__nv_bfloat162 *>(Ps + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(f * pp[e], f * pp[e + 1]);
         }
         wg_proxy_fence();

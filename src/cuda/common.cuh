@@ -210,6 +210,9 @@ __device__ __forceinline__ __nv_bfloat16 *scan_lo(__nv_bfloat16 *lo) { return SC
 /* the scans' bf16 products on warp tiles of NS column blocks: two k chains (bf_mma's KI) when NS ≤ 2, where
  * one warp's mma per k step are too few to hide each other's latency (a scan step is a chain of them) */
 template <int NS> constexpr int SCAN_KI = NS <= 2 ? 2 : 1;
+/* e^x of a scalar-gate decay exponent (G sums, differences): DeltaNet (p.gated = 0, G = 0) takes the exact 1
+ * without the exponential, a uniform branch (its scans and kkt spent 4–8 % of their instructions on e^0) */
+__device__ __forceinline__ float gexp(const Prob &p, float x) { return p.gated ? expf(x) : 1.f; }
 /* acc += this warp's 16 × 8·NS tile of A·B, A and B bf16 in shared memory, Kd % 16 == 0:
  *   A(i, k): AT = false: A[i*lda + k] (k contiguous); AT = true: A[k*lda + i] (stored transposed, ldmatrix.trans)
  *   B(k, j): BK = false: Bh[j*ldb + k] (k contiguous); BK = true: Bh[k*ldb + j] (ldmatrix.trans);

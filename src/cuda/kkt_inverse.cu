@@ -74,12 +74,12 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
     if (Cq) {
         cq_t *dst = Cq + base;
         bgemm<KKT_THREADS / 32>(BT, BT, p.Kp, Qs, ldk, 1, Ks, 1, ldk, [&](int i, int j, float c) {
-            st<cq_t>(dst + i * BT + j, (i < n && j <= i) ? p.scale * c * expf(Gs[i] - Gs[j]) : 0.f);
+            st<cq_t>(dst + i * BT + j, (i < n && j <= i) ? p.scale * c * gexp(p, Gs[i] - Gs[j]) : 0.f);
         });
     }
     if (!needA) return;
     bgemm<KKT_THREADS / 32>(BT, BT, p.Kp, Ks, ldk, 1, Ks, 1, ldk, [&](int i, int j, float c) {
-        Ls[i * LDN + j] = (i < n && j < i) ? bs[i] * c * expf(Gs[i] - Gs[j]) : 0.f;
+        Ls[i * LDN + j] = (i < n && j < i) ? bs[i] * c * gexp(p, Gs[i] - Gs[j]) : 0.f;
     });
     for (int e = threadIdx.x; e < BT * BT; e += blockDim.x) {
         const int i = e / BT, j = e - i * BT;
@@ -163,7 +163,7 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
         pf_mma<1, true, true>(acc, KS, isL ? Ks : Qs, LDK, 1, Ks, 1, LDK, i0, j0);
         pf_each<1>(i0, j0, acc, [&](int i, int j, int s, int e) {
             const bool keep = i < n && (isL ? j < i : j <= i);
-            acc[s][e] = keep ? (isL ? bs[i] : p.scale) * acc[s][e] * expf(Gs[i] - Gs[j]) : 0.f;
+            acc[s][e] = keep ? (isL ? bs[i] : p.scale) * acc[s][e] * gexp(p, Gs[i] - Gs[j]) : 0.f;
         });
         if (isL) {
             if (m < 3) { /* task < 20 ⇒ m ≤ 2 */

@@ -51,7 +51,7 @@ output_kernel(Prob p, const T *q, const float *GB, const cq_t *Cq, const state_t
     __syncthreads();
     /* Q_g S_c (scale and, for scalar gates, γ_i in the epilogue) */
     bgemm<OUT_NW>(BT, OBV, Kp, Qs, ldq, 1, Ss, OLDS, 1, [&](int i, int j, float cc) {
-        Os[i * OLD + j] = (VEC ? p.scale : p.scale * expf(Gs[i])) * cc;
+        Os[i * OLD + j] = (VEC ? p.scale : p.scale * gexp(p, Gs[i])) * cc;
     });
     /* + C_q R: same (M, N) as the product above, so each thread adds to the elements it wrote */
     T *dst = o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0;
@@ -134,8 +134,8 @@ output_fast_kernel(Prob p, const T *q, const float *GB, const cq_t *Cq, const st
     float s_lo = p.scale, s_hi = p.scale;
     if (!VEC) {
         const float *Gc = GB + ch * 2 * MAXBT; /* [2][64]: G (rows ≥ n repeat G_{n-1}), β */
-        s_lo *= expf(__ldg(Gc + i0 + g));
-        s_hi *= expf(__ldg(Gc + i0 + g + 8));
+        s_lo *= gexp(p, __ldg(Gc + i0 + g));
+        s_hi *= gexp(p, __ldg(Gc + i0 + g + 8));
     }
     /* paired stores: element offsets of (i, j), (i, j+1) with v0 + j even are even when V is */
     const bool pair = (reinterpret_cast<uintptr_t>(o) & 3) == 0 && (p.V & 1) == 0;

@@ -148,7 +148,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         /* X = Z − E S,  Z = β v (w ⊙ v for GDN2); scalar gates: E = diag(βγ) K, applied here to (K S)_ij = cc */
         auto put_x = [&](int i, int j, float cc) {
             const float x = ldf(Vs + i * ldvt + j);
-            Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - expf(Gs[i]) * cc);
+            Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - gexp(p, Gs[i]) * cc);
         };
         /* BF: warp w's tile of the 64 × BVT results (X, and FO's O): rows 16·(w % 4), BVT/(NW/4) columns from
          * (w / 4)·BVT/(NW/4) */
@@ -173,7 +173,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         rp_t *Rc = Rout ? Rout + ch * BT * p.V + v0 : nullptr;
         bgemm<NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
             if (Rc && i < n && v0 + j < p.V) st<rp_t>(Rc + (size_t)i * p.V + j, cc);
-            const float r = VEC ? cc : (i < n ? expf(gl - Gs[i]) * cc : 0.f);
+            const float r = VEC ? cc : (i < n ? gexp(p, gl - Gs[i]) * cc : 0.f);
             if constexpr (BF) st_hilo(Rh, scan_lo(Rl), j * LDX + i, r);
             else Rt[j * LDX + i] = r;
             if constexpr (FO) st_hilo(Ruh, scan_lo(Rul), j * LDX + i, cc);
@@ -187,7 +187,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             /* S ← Λ S + Fᵀ R in the registers. Scalar gates need no barrier after it: the next chunk's
              * K goes to the other buffer, and St / Rt are rewritten only after the next barriers */
             const int r = tiles.row_lo();
-            tiles.scale_rows(Sf, VEC ? lm[r] : expf(gl), VEC ? lm[r + 8] : expf(gl));
+            tiles.scale_rows(Sf, VEC ? lm[r] : gexp(p, gl), VEC ? lm[r + 8] : gexp(p, gl));
             const T *FR = VEC ? Fs : Ks; /* on this path the factor type is T */
             tiles.each(Sf, [&](float (&a)[4][4], int ti, int tj) {
                 if constexpr (BF) bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, FR, VEC ? ldfe : ldk, ti, Rh, scan_lo(Rl), LDX, tj);
@@ -196,7 +196,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             if constexpr (FO) {
                 /* O = scale·γ_i (Q S_c)_i + C_q R on the rows of the chunk. C_q's buffer and Ru are rewritten only
                  * after the next chunk's first barrier. */
-                pf_each<NSX>(xi0, xj0, oacc, [&](int i, int, int s, int e) { oacc[s][e] *= p.scale * expf(Gs[i]); });
+                pf_each<NSX>(xi0, xj0, oacc, [&](int i, int, int s, int e) { oacc[s][e] *= p.scale * gexp(p, Gs[i]); });
                 bf_mma<NSX, false, false, 2>(oacc, MAXBT, cur ? Cq1 : Cq0, LDA, xi0, Ruh, scan_lo(Rul), LDX, xj0);
                 T *oc = static_cast<T *>(so.o) + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0;
                 pf_each<NSX>(xi0, xj0, oacc, [&](int i, int j, int s, int e) {
@@ -218,7 +218,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             if (has_next) issue_f(Fs, vo.F, c + 1);
         } else {
             /* S ← Λ S + Kᵀ diag(e^{G_n − G_j}) R */
-            const float gn = expf(gl);
+            const float gn = gexp(p, gl);
             bgemm<NW>(Kp, BVT, BT, Ks, 1, ldk, Rt, 1, LDX, [&](int i, int j, float cc) {
                 St[j * lds + i] = gn * St[j * lds + i] + cc;
             });

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
         for (int e = 0; e < NA; e += 2) {
             const int i = wg_row(e), j = wg_col(e);
             const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vs + cm_mn<BVT>(j, i)));
-            const float gi = expf(Gs[i]), bi = bs[i];
+            const float gi = gexp(p, Gs[i]), bi = bs[i];
             Xs[cm_t<MAXBT>(j, i)] = __uint_as_float(to_tf32(bi * (vv.x - gi * x[e])));
             Xs[cm_t<MAXBT>(j + 1, i)] = __uint_as_float(to_tf32(bi * (vv.y - gi * x[e + 1])));
         }
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
 #pragma unroll
         for (int e = 0; e < NA; e += 2) {
             const int i = wg_row(e), j = wg_col(e);
-            const float f = i < n ? expf(gl - Gs[i]) : 0.f;
+            const float f = i < n ? gexp(p, gl - Gs[i]) : 0.f;
             *reinterpret_cast<__nv_bfloat162 *>(Rs + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(f * x[e], f * x[e + 1]);
             if (Rout) *reinterpret_cast<__nv_bfloat162 *>(Ro + cm_mn<BVT>(j, i)) = __floats2bfloat162_rn(x[e], x[e + 1]);
         }
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
             cp_async_commit();
         }
         /* S ← e^{G_n} S + Kᵀ R̃ (MB row blocks of 64 features, k over the tokens) */
-        const float gn = expf(gl);
+        const float gn = gexp(p, gl);
 #pragma unroll
         for (int mb = 0; mb < MB; mb++)
 #pragma unroll
