@@ -111,8 +111,8 @@ run: all
 	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --reps 11 --max-seconds 40
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  $(MAKE) CUDA=1 BUILD=build/cuda-on lib && \
-	  impl=rewy; $(PYTHON) -c "import fla" 2>/dev/null && impl=rewy,fla; \
-	  FLA_DISABLE_BACKEND_DISPATCH=1 REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so $(PYTHON) bench/bench_gpu.py --impl $$impl; fi
+	  impl=rewy; extra=; $(PYTHON) -c "import fla" 2>/dev/null && impl=rewy,fla && extra="--rounds 3 --graph"; \
+	  FLA_DISABLE_BACKEND_DISPATCH=1 REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so $(PYTHON) bench/bench_gpu.py --impl $$impl $$extra; fi
 
 test: test-c test-asan cuda-compile test-python
 
