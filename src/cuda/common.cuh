@@ -121,6 +121,19 @@ template <class T> __device__ __forceinline__ void ld8(const T *a, float (&x)[8]
         for (int m = 0; m < 8; m++) x[m] = ldf(a + m);
     }
 }
+/* a[m] = x[m] for 8 contiguous elements (one 16-byte store for two-byte types; 16-byte aligned) */
+template <class T> __device__ __forceinline__ void st8(T *a, const float (&x)[8]) {
+    if constexpr (sizeof(T) == 2) {
+        uint4 u;
+        T *e = reinterpret_cast<T *>(&u);
+#pragma unroll
+        for (int m = 0; m < 8; m++) st<T>(e + m, x[m]);
+        *reinterpret_cast<uint4 *>(a) = u;
+    } else {
+#pragma unroll
+        for (int m = 0; m < 8; m++) st<T>(a + m, x[m]);
+    }
+}
 template <class T> __device__ __forceinline__ float dot8(const T *a, const T *b) {
     float x[8], y[8], s = 0.f;
     ld8(a, x);

@@ -33,31 +33,29 @@ vec_factors_kernel(Prob p, const T *q, const T *k, const T *beta, const T *b, co
 #pragma unroll
             for (int m = 0; m < 8; m++) gn[m] = n > 0 ? G[(size_t)(n - 1) * Kp + d0 + m] : 0.f;
             for (int i = threadIdx.x / gv; i < BT; i += rstep) {
-                uint4 eo = {}, fo = {}, qo = {};
+                float e8[8] = {}, f8[8] = {}, q8[8] = {}; /* rows past the chunk's end: zeros */
                 if (i < n) {
                     const size_t tok = tok0 + i, kq = tok * rsk + (size_t)h * p.K + d0;
-                    const uint4 kr = *reinterpret_cast<const uint4 *>(k + kq), qr = *reinterpret_cast<const uint4 *>(q + kq);
-                    uint4 br = {};
-                    if (b) br = *reinterpret_cast<const uint4 *>(b + (tok * p.HV + hv) * p.K + d0);
+                    float kx[8], qx[8], bx[8];
+                    ld8(k + kq, kx);
+                    ld8(q + kq, qx);
+                    if (b) ld8(b + (tok * p.HV + hv) * p.K + d0, bx);
                     const float bs = b ? 0.f : ld<T>(beta + tok * p.HV + hv);
                     const float4 g0 = *reinterpret_cast<const float4 *>(G + (size_t)i * Kp + d0);
                     const float4 g1 = *reinterpret_cast<const float4 *>(G + (size_t)i * Kp + d0 + 4);
                     const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-                    const T *kt = reinterpret_cast<const T *>(&kr), *qt = reinterpret_cast<const T *>(&qr),
-                            *bt = reinterpret_cast<const T *>(&br);
-                    T *et = reinterpret_cast<T *>(&eo), *ft = reinterpret_cast<T *>(&fo), *qo_ = reinterpret_cast<T *>(&qo);
 #pragma unroll
                     for (int m = 0; m < 8; m++) {
-                        const FactorEl x = factor_el(ld<T>(kt + m), b ? ld<T>(bt + m) : bs, ld<T>(qt + m), g[m], gn[m]);
-                        st<T>(et + m, x.e);
-                        st<T>(ft + m, x.f);
-                        st<T>(qo_ + m, x.q);
+                        const FactorEl x = factor_el(kx[m], b ? bx[m] : bs, qx[m], g[m], gn[m]);
+                        e8[m] = x.e;
+                        f8[m] = x.f;
+                        q8[m] = x.q;
                     }
                 }
                 const size_t o = ch * BT * Kp + (size_t)i * Kp + d0;
-                *reinterpret_cast<uint4 *>(E + o) = eo;
-                *reinterpret_cast<uint4 *>(F + o) = fo;
-                *reinterpret_cast<uint4 *>(Qg + o) = qo;
+                st8(E + o, e8);
+                st8(F + o, f8);
+                st8(Qg + o, q8);
             }
         }
     }
