@@ -393,8 +393,9 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
  *   Ḡ = ⟨k, β⊙B̂ − Ĉ − F̂⟩ + ⟨q, Q̂⟩,  Ḡ_n += γ_n⟨S̄⁺, S_c⟩ + Σ ⟨k, F̂⟩
  * Row scalings are applied to the per-warp results (rows are fixed per lane), the V-long products' once
  * after their sums over the slabs, so no scaled copy of any tile is made. D = P Rᵀ and H_q = Ō Rᵀ are also
- * register accumulators over the V slabs; the V slabs are read once. WY (the 7-product comparison) forms P = AᵀR̄ per slab and, after the
- * V loop, Ā = R̄Zᵀ + W̄Eᵀ, D = −AᵀĀAᵀ and Aᵀ W̄ in place of P S_cᵀ; everything else is shared.
+ * register accumulators over the V slabs; the V slabs are read once. WY (the 7-product comparison) forms
+ * P = AᵀR̄ per slab and, after the V loop, Ā = R̄Zᵀ + W̄Eᵀ, D = −AᵀĀAᵀ and Aᵀ W̄ in place of P S_cᵀ;
+ * everything else is shared.
  * One block of 16 warps per (chunk, key head); warp w owns rows 16(w%4)… and a quarter of the
  * columns of every K-wide result (and of the 64×64 ones).
  *
@@ -636,18 +637,18 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
 
         /* ---- the n×n coefficients, masked and decayed: Γ = 𝓛_<(D) ⊙ e^{G_i−G_j}, Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j};
          * stored with Γ_βᵀ and Γ_H'ᵀ so that all four K-side products read k-contiguous operands ---- */
-        /* the decay e^{G_i−G_j} with the mask (DeltaNet: the mask alone); at this warp's n×n elements (slot e of
-         * column block s) from G read once into registers: the stores in between would make the compiler
-         * re-read Gs for every element */
+        /* the decay e^{G_i−G_j} with the mask (DeltaNet: the mask alone, gexp); at this warp's n×n elements
+         * (slot e of column block s) from G read once into registers: the stores in between would make the
+         * compiler re-read Gs for every element */
         float gr[2], gc[NSN][2];
         gr[0] = Gs[i0 + g];
         gr[1] = Gs[i0 + g + 8];
 #pragma unroll
         for (int s = 0; s < NSN; s++) gc[s][0] = Gs[jn + 8 * s + 2 * t], gc[s][1] = Gs[jn + 8 * s + 2 * t + 1];
         auto decay_at = [&](int i, int j, int s, int e) {
-            return (i < n && j <= i) ? (p.gated ? expf(gr[e >> 1] - gc[s][e & 1]) : 1.f) : 0.f;
+            return (i < n && j <= i) ? gexp(p, gr[e >> 1] - gc[s][e & 1]) : 0.f;
         };
-        auto decay = [&](int i, int j) { return (i < n && j <= i) ? (p.gated ? expf(Gs[i] - Gs[j]) : 1.f) : 0.f; };
+        auto decay = [&](int i, int j) { return (i < n && j <= i) ? gexp(p, Gs[i] - Gs[j]) : 0.f; };
         pf_each<NSN>(i0, jn, Hh, [&](int i, int j, int s, int e) {
             const float x = sc * Hh[s][e] * decay_at(i, j, s, e);
             st<GT>(Hm + i * LDG + j, x);
