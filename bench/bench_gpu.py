@@ -462,28 +462,23 @@ def main():
               f"{f('fla_bwd_A'):.3f} | {bxa:.2f} | "
               f"{f('rewy_bwd_R_wy'):.3f} | {gain:.2f} | {f('rewy_peak_R'):.1f} | {f('rewy_peak_A'):.1f} | "
               f"{f('fla_peak'):.1f} | {f('fla_peak_A'):.1f} |")
-    if a.graph:
+    def side_table(tag, keys, label, note=""):
+        """forward and backward R, rewy against FLA, from the row keys (rewy fwd, FLA fwd, rewy bwd, FLA bwd)"""
         print()
-        print("| op | B,T,H | rewy fwd (graph) | FLA fwd (graph) | fwd × | rewy bwd R (graph) | FLA bwd (graph) | bwd × (R) |")
+        print(f"| op | B,T,H | rewy fwd ({label}) | FLA fwd ({label}) | fwd × | rewy bwd R ({label}) | FLA bwd ({label}) | bwd × (R) |{note}")
         print("|---|---|---|---|---|---|---|---|")
         for r in rows:
             f = lambda k: r.get(k) if r.get(k) is not None else float("nan")
-            fx, bx = f("fla_fwd_graph") / f("rewy_fwd_graph"), f("fla_bwd_graph") / f("rewy_bwd_R_graph")
-            geo.setdefault(("graph", r["op"]), []).append((fx, bx))
-            print(f"| {r['op']} | {r['B']},{r['T']},{r['H']} | {f('rewy_fwd_graph'):.3f} | {f('fla_fwd_graph'):.3f} | {fx:.2f} | "
-                  f"{f('rewy_bwd_R_graph'):.3f} | {f('fla_bwd_graph'):.3f} | {bx:.2f} |")
+            rf, ff, rb, fb = (f(k) for k in keys)
+            geo.setdefault((tag, r["op"]), []).append((ff / rf, fb / rb))
+            print(f"| {r['op']} | {r['B']},{r['T']},{r['H']} | {rf:.3f} | {ff:.3f} | {ff / rf:.2f} | "
+                  f"{rb:.3f} | {fb:.3f} | {fb / rb:.2f} |")
 
+    if a.graph:
+        side_table("graph", ("rewy_fwd_graph", "fla_fwd_graph", "rewy_bwd_R_graph", "fla_bwd_graph"), "graph")
     if a.rounds and any("rewy_bwd_il" in r for r in rows):
-        print()
-        print(f"| op | B,T,H | rewy fwd (il) | FLA fwd (il) | fwd × | rewy bwd R (il) | FLA bwd (il) | bwd × (R) |  ({a.rounds} interleaved rounds of {a.reps})")
-        print("|---|---|---|---|---|---|---|---|")
-        for r in rows:
-            if "rewy_bwd_il" not in r:
-                continue
-            fx, bx = r["fla_fwd_il"] / r["rewy_fwd_il"], r["fla_bwd_il"] / r["rewy_bwd_il"]
-            geo.setdefault(("interleaved", r["op"]), []).append((fx, bx))
-            print(f"| {r['op']} | {r['B']},{r['T']},{r['H']} | {r['rewy_fwd_il']:.3f} | {r['fla_fwd_il']:.3f} | {fx:.2f} | "
-                  f"{r['rewy_bwd_il']:.3f} | {r['fla_bwd_il']:.3f} | {bx:.2f} |")
+        side_table("interleaved", ("rewy_fwd_il", "fla_fwd_il", "rewy_bwd_il", "fla_bwd_il"), "il",
+                   f"  ({a.rounds} interleaved rounds of {a.reps})")
 
     def gmean(xs):
         """geometric mean, lowest value and count of the finite ratios (a shape without FLA has none)"""
