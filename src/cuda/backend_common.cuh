@@ -20,7 +20,8 @@
  *
  * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q cq_t [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
- * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved); at least 256 B
+ * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved) | ⟨W, U⟩ (over S_c, R under
+ *          policy R: the forward that reads W, U fuses the output and stores neither); at least 256 B
  * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
  *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩
  *
@@ -48,11 +49,12 @@ struct OpRegions {
     size_t head; /* at the start of both workspaces, a multiple of 256: vector factors / none */
     size_t Wbar; /* bwd ws: W̄ scratch of the WY pullback */
     size_t acc;  /* bwd ws: GVA q̄, k̄ accumulators when HV > H */
+    size_t W, U; /* fwd ws: W, U of the two-product forward chain (state_scan_uses_wu) where it may run */
 };
 
 struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     size_t ctab, coff, G, A, Cq, Sc, R, saved;    /* saved offsets */
-    size_t fCq, fSc, fR, fwd;                      /* fwd workspace */
+    size_t fCq, fSc, fR, fW, fU, fwd;              /* fwd workspace */
     size_t bCq, bSc, bR, Sbar, PR, Wbar, acc, bwd; /* bwd workspace */
 };
 
@@ -78,6 +80,12 @@ template <class Op> Layout plan(const rewy_config *c) {
     L.saved = o;
     o = r.head;
     if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR);
+    /* W, U: where the forward takes them it fuses the output, and under policy R it then writes no S_c or R,
+     * so they go over those regions (as far as they reach) */
+    const size_t wu_at = polA ? o : L.fSc;
+    L.fW = wu_at;
+    L.fU = wu_at + al(r.W);
+    if (L.fU + al(r.U) > o) o = L.fU + al(r.U);
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
     if (!polA) cq_sc_r(L.bCq, L.bSc, L.bR);
@@ -130,13 +138,19 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     cq_t *Cq = polA ? at<cq_t>(a->saved, L.Cq) : at<cq_t>(a->workspace, L.fCq);
     REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
     ScanGates sg;
-    REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s));
+    /* the two-product chain (W, U from the gates stage) where the scan fuses the output (scalar gates only) */
+    WuOut wu;
+    if (!Op::vector_gates && L.fU > L.fW && state_scan_uses_wu(p, c->dtype, a->k, a->v)) {
+        wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
+        wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
+    }
+    REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
     rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
     if (state_scan_fuses_output(p, c->dtype, a->k, a->v, sg.vo())) {
         /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
         ScanOut so;
-        so.q = a->q; so.Cq = Cq; so.o = a->o;
+        so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U;
         REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, polA ? Sc : nullptr,
                                    polA ? R : nullptr, s, &so));
         return REWY_OK;

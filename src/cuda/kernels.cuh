@@ -14,14 +14,22 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
 /* kkt_inverse.cu: chunk-local gate cumsum (G, MATH §2), L = 𝓛_<(E Yᵀ), A = (I+L)⁻¹, C_q = 𝓛_≤(Q_g Yᵀ).
  * GB: per chunk and value head, [2][BT] fp32 = G then β (the gather every later stage reads with one
  * 16-B copy). Any output pointer may be NULL (skipped); A NULL also skips L and the inverse. */
+/* wu (bf16, chunk 64, K = Kp and V of 64 or 128; v then required): also MATH §2's W = A E and U = A Z, bf16,
+ * [chunk][hv][BT][K] and [chunk][hv][BT][V], for the forward scan's two-product chain (state_scan_uses_wu). */
+struct WuOut {
+    __nv_bfloat16 *W = nullptr, *U = nullptr;
+};
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                               const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s);
+                               const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s,
+                               const void *v = nullptr, const WuOut &wu = {});
 
-/* The output's operands when the forward scan computes it (state_scan_fuses_output): q, C_q; o written. */
+/* The output's operands when the forward scan computes it (state_scan_fuses_output): q, C_q; o written.
+ * W, U (kkt_inverse's WuOut, where state_scan_uses_wu): the chain reads R = U − W S instead of A (Z − E S). */
 struct ScanOut {
     const void *q = nullptr;
     const cq_t *Cq = nullptr;
     void *o = nullptr;
+    const __nv_bfloat16 *W = nullptr, *U = nullptr;
 };
 
 /* state_scan.cu: forward chunk scan: store S_c; R = A(Z − E S) (stored); S ← Λ S + Fᵀ R; ht at the end.
@@ -29,6 +37,9 @@ struct ScanOut {
  * operands (KDA, GDN2). so: also the output O = Q_g S_c + C_q R, where state_scan_fuses_output says the
  * scan takes it (else NULL, and output.cu's launch_output follows). */
 bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo);
+/* Where the fused-output scan also takes W and U from kkt_inverse (FLA's chain: two products per chunk, not
+ * three): scalar gates, K = Kp and V of 64 or 128 */
+bool state_scan_uses_wu(const Prob &p, rewy_dtype dt, const void *k, const void *v);
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
                               cudaStream_t s, const ScanOut *so = nullptr);

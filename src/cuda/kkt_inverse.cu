@@ -105,18 +105,94 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
  * memory (bf16 pairs), its upper zeros by 16-B stores. L stays in registers over one barrier and
  * then goes over the dead K/Q tiles; A = (I + L)⁻¹ by blocks (tri_inverse.cuh: five barriers instead
  * of 63), fp32 throughout. Shared memory: max(K and Q tiles, two 64×68 fp32 tiles) + G, β. */
-template <int KS, class T>
+template <int KS, class T, int VS = 0>
 __host__ __device__ constexpr int kkt_fast_region() {
-    return 2 * MAXBT * (KS + 8) * (int)sizeof(T) > 2 * MAXBT * LDN * 4 ? 2 * MAXBT * (KS + 8) * (int)sizeof(T)
+    /* VS > 0 (W, U): K survives the inverse, so L goes over Q alone and A after it, then V [64][VS+8] */
+    return VS > 0 ? MAXBT * (KS + 8) * (int)sizeof(T) + 2 * MAXBT * LDN * 4 + MAXBT * (VS + 8) * (int)sizeof(T)
+           : 2 * MAXBT * (KS + 8) * (int)sizeof(T) > 2 * MAXBT * LDN * 4 ? 2 * MAXBT * (KS + 8) * (int)sizeof(T)
                                                                        : 2 * MAXBT * LDN * 4;
 }
 
-template <class T, int KS>
-__global__ void __launch_bounds__(KKT_THREADS)
-kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, cq_t *Cq) {
+/* W = A diag(βγ) K and U = A diag(β) V (MATH §2: W = A E, U = A Z for scalar gates, γ_j = e^{G_j}) from the
+ * finished inverse, rounded to bf16 as FLA's recompute_w_u rounds them. Warp w: rows 16·(w % 4) of both,
+ * columns from (w / 4)·KS/2 of W and (w / 4)·VS/2 of U. A is lower triangular by 16-row blocks, so row block
+ * bi needs only k blocks 0…bi: diagonal blocks in As, the ones below in Ls (tri_inverse64's layout, as
+ * tri_store_A reads it). A's fragments come from fp32 with the column scale applied before rounding; K and V
+ * enter as they were loaded ([token][feature]: the k = token operand through ldmatrix.trans). The results
+ * are staged over K and V and leave as 16-B rows. H200, DeltaNet (2,16384,8): kkt 0.085 → 0.215 ms with
+ * both products' accumulators live (97 registers, two blocks per SM); one at a time: PERF.md session 12. */
+template <int KS, int VS>
+__device__ __forceinline__ void kkt_wu(const Prob &p, __nv_bfloat16 *Ks, __nv_bfloat16 *Vs, const float *Ls,
+                                       const float *As, const float *Gs, const float *bs, int n, __nv_bfloat16 *W,
+                                       __nv_bfloat16 *U) {
+    constexpr int LDK = KS + 8, LDV = VS + 8;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int bi = warp & 3, i0 = 16 * bi;
+    const int m = lane >> 3, boff = (lane & 7) + (m & 1) * 8; /* ldmatrix.trans rows of B (k = token) */
+    auto pack = [](float x, float y) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+        return *reinterpret_cast<const uint32_t *>(&h);
+    };
+    /* this warp's 16 × N/2 block of A diag(β ⊙ γ^GAM) B (B = K: GAM, W; B = V: U), staged over B itself
+     * once every warp has read it (one accumulator set live at a time: three blocks per SM) */
+    auto product = [&](auto nc, auto gam, __nv_bfloat16 *B, int ldb) {
+        constexpr int N = decltype(nc)::value, NS = N / 16;
+        const int j0 = (warp >> 2) * (N / 2);
+        float acc[NS][4] = {};
+        for (int bj = 0; bj <= bi; bj++) {
+            const float *Ab = bj == bi ? As : Ls;
+            const int k0 = 16 * bj;
+            uint32_t f[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) { /* a fragment: rows g (q even), g + 8 (q odd); k 2t, 2t+1 (+8 for q ≥ 2) */
+                const int i = i0 + g + (q & 1) * 8, j = k0 + 2 * t + (q >> 1) * 8;
+                const float2 a = i < n ? *reinterpret_cast<const float2 *>(Ab + i * LDN + j) : make_float2(0.f, 0.f);
+                float s0 = bs[j], s1 = bs[j + 1];
+                if (decltype(gam)::value) {
+                    s0 *= gexp(p, Gs[j]);
+                    s1 *= gexp(p, Gs[j + 1]);
+                }
+                f[q] = pack(a.x * s0, a.y * s1);
+            }
+#pragma unroll
+            for (int s = 0; s < NS; s += 2) {
+                uint32_t b[4];
+                ldsm_x4_t(b, B + (k0 + boff) * ldb + j0 + 8 * s + (m >> 1) * 8);
+                mma_bf16(acc[s], f, b[0], b[1]);
+                mma_bf16(acc[s + 1], f, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* every warp is done reading B */
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *reinterpret_cast<uint32_t *>(B + (i0 + g + 8 * h) * ldb + j0 + 8 * s + 2 * t) = pack(acc[s][2 * h], acc[s][2 * h + 1]);
+    };
+    /* the staged [64][N] tile out as 16-B rows */
+    auto store = [&](auto nc, const __nv_bfloat16 *S, int lds, __nv_bfloat16 *dst) {
+        constexpr int N = decltype(nc)::value;
+        for (int e = threadIdx.x; e < MAXBT * N / 8; e += blockDim.x) {
+            const int i = e / (N / 8), j = (e % (N / 8)) * 8;
+            reinterpret_cast<uint4 *>(dst)[e] = *reinterpret_cast<const uint4 *>(S + i * lds + j);
+        }
+    };
+    product(std::integral_constant<int, KS>{}, std::true_type{}, Ks, LDK);  /* W = A diag(βγ) K */
+    product(std::integral_constant<int, VS>{}, std::false_type{}, Vs, LDV); /* U = A diag(β) V */
+    store(std::integral_constant<int, KS>{}, Ks, LDK, W); /* W was staged before U's barrier */
+    __syncthreads();
+    store(std::integral_constant<int, VS>{}, Vs, LDV, U);
+}
+
+template <class T, int KS, int VS = 0>
+__global__ void __launch_bounds__(KKT_THREADS, VS > 0 ? 3 : 1) /* W, U: 70 KB of shared memory, three blocks per SM */
+kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, cq_t *Cq,
+                const T *v, WuOut wu) {
     extern __shared__ __align__(16) char smc[];
     constexpr int LDK = KS + 8;
-    constexpr int REG = kkt_fast_region<KS, T>();
+    constexpr int REG = kkt_fast_region<KS, T, VS>();
+    constexpr bool WU = VS > 0; /* also W and U (kkt_wu); A is then always asked */
+    static_assert(!WU || std::is_same<T, __nv_bfloat16>::value, "W, U are for the bf16 fused-output scan");
     static_assert(KKT_THREADS == 256, "tri_inverse64 and the tile split assume 8 warps");
     const ChunkInfo ci = p.ctab[blockIdx.x];
     const int n = ci.n;
@@ -125,13 +201,16 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
     const bool needA = Aout != nullptr;
     T *Ks = reinterpret_cast<T *>(smc);  /* [64][KS+8] */
     T *Qs = Ks + MAXBT * LDK;            /* [64][KS+8] */
-    float *Ls = reinterpret_cast<float *>(smc), *As = Ls + MAXBT * LDN; /* over Ks/Qs once the products are done */
+    /* over Ks/Qs once the products are done; with W, U over Qs only (K is read again), then V's tile */
+    float *Ls = reinterpret_cast<float *>(WU ? smc + MAXBT * LDK * sizeof(T) : smc), *As = Ls + MAXBT * LDN;
+    T *Vs = reinterpret_cast<T *>(As + MAXBT * LDN);
     float *Gs = reinterpret_cast<float *>(smc + REG), *bs = Gs + MAXBT;
 
     const size_t rs = (size_t)p.H * p.K, ch = (size_t)blockIdx.x * p.HV + hv;
     if (needA || Cq) {
         copy_tile<T>(Ks, LDK, MAXBT, KS, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
         if (Cq) copy_tile<T>(Qs, LDK, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
+        if (WU) copy_tile<T>(Vs, VS + 8, MAXBT, VS, v + ((size_t)ci.tok0 * p.HV + hv) * p.V, (size_t)p.HV * p.V, n, 0, p.V);
     }
     /* G: chunk_gate_cumsum (rows ≥ n repeat G_{n-1}); β (0 on rows ≥ n); GB directly */
     float *gbd = GB ? GB + ch * 2 * MAXBT : nullptr;
@@ -178,25 +257,38 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
     if (!needA) return;
     __syncthreads(); /* every read of Ks/Qs is done: L goes over them */
     tri_finish_A(Aout + ch * MAXBT * MAXBT, Ls, As, n, nL, accL);
+    if constexpr (WU)
+        kkt_wu<KS, VS>(p, Ks, Vs, Ls, As, Gs, bs, n, wu.W + ch * MAXBT * KS, wu.U + ch * MAXBT * VS);
 }
 
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const float *g, const void *beta, float *GB,
-                       float *A, cq_t *Cq, cudaStream_t s) {
+                       float *A, cq_t *Cq, const void *v, const WuOut &wu, cudaStream_t s) {
     if constexpr (sizeof(T) == 2) {
         if (p.BT == MAXBT && (p.Kp == 64 || p.Kp == 128 || p.Kp == 256)) {
-            auto go = [&](auto ks) -> cudaError_t {
-                constexpr int KS = decltype(ks)::value;
-                constexpr size_t sm = kkt_fast_region<KS, T>() + 2 * MAXBT * sizeof(float);
-                cudaError_t e = ensure_smem<kkt_fast_kernel<T, KS>>(sm);
+            auto go = [&](auto ks, auto vs) -> cudaError_t {
+                constexpr int KS = decltype(ks)::value, VS = decltype(vs)::value;
+                constexpr size_t sm = kkt_fast_region<KS, T, VS>() + 2 * MAXBT * sizeof(float);
+                cudaError_t e = ensure_smem<kkt_fast_kernel<T, KS, VS>>(sm);
                 if (e != cudaSuccess) return e;
-                kkt_fast_kernel<T, KS><<<dim3(p.NC, p.HV), KKT_THREADS, sm, s>>>(
-                    p, (const T *)q, (const T *)k, g, (const T *)beta, GB, A, Cq);
+                kkt_fast_kernel<T, KS, VS><<<dim3(p.NC, p.HV), KKT_THREADS, sm, s>>>(
+                    p, (const T *)q, (const T *)k, g, (const T *)beta, GB, A, Cq, (const T *)v, wu);
                 return cudaGetLastError();
             };
-            if (p.Kp == 64) return go(std::integral_constant<int, 64>{});
-            if (p.Kp == 128) return go(std::integral_constant<int, 128>{});
-            return go(std::integral_constant<int, 256>{});
+            using I0 = std::integral_constant<int, 0>;
+            if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+                if (wu.W) { /* state_scan_uses_wu: K = Kp and V of 64 or 128, A asked */
+                    using I64 = std::integral_constant<int, 64>;
+                    using I128 = std::integral_constant<int, 128>;
+                    if (!A || !v || p.K != p.Kp || p.Kp > 128 || (p.V != 64 && p.V != 128)) return cudaErrorInvalidValue;
+                    if (p.Kp == 64) return p.V == 64 ? go(I64{}, I64{}) : go(I64{}, I128{});
+                    return p.V == 64 ? go(I128{}, I64{}) : go(I128{}, I128{});
+                }
+            }
+            auto go0 = [&](auto ks) { return go(ks, I0{}); };
+            if (p.Kp == 64) return go0(std::integral_constant<int, 64>{});
+            if (p.Kp == 128) return go0(std::integral_constant<int, 128>{});
+            return go0(std::integral_constant<int, 256>{});
         }
     }
     const int ldk = p.Kp + 8;
@@ -210,8 +302,10 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
 }
 
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
-                               const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s) {
-    return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, g, beta, GB, A, Cq, s); });
+                               const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s, const void *v,
+                               const WuOut &wu) {
+    if (wu.W && (dt != REWY_BF16 || p.BT != MAXBT)) return cudaErrorInvalidValue; /* W, U only on the bf16 fast path */
+    return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, g, beta, GB, A, Cq, v, wu, s); });
 }
 
 } // namespace rewy_cuda

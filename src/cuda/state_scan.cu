@@ -3,22 +3,22 @@
 
 namespace rewy_cuda {
 
-template <class T, bool VEC, int KPC, int BVT, int NT, bool FO>
+template <class T, bool VEC, int KPC, int BVT, int NT, bool FO, bool WU>
 __global__ void __launch_bounds__(NT, NT == 512 ? 1 : 2) /* the registers must not decide it */
 state_scan_kernel(Prob p, const T *k, const T *v, const float *GB, const float *A, VecOps vo, const float *h0,
                   float *ht, state_t *Sc, rp_t *Rout, ScanOut so) {
-    state_scan_block<T, VEC, KPC, BVT, NT, FO>(blockIdx.x, p, k, v, GB, A, vo, h0, ht, Sc, Rout, so);
+    state_scan_block<T, VEC, KPC, BVT, NT, FO, WU>(blockIdx.x, p, k, v, GB, A, vo, h0, ht, Sc, Rout, so);
 }
 
-template <class T, bool VEC, int KPC, int BVT, bool FO = false>
+template <class T, bool VEC, int KPC, int BVT, bool FO = false, bool WU = false>
 static cudaError_t run(const Prob &p, const void *k, const void *v, const float *GB, const float *A, const VecOps &vo,
                        const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s, const ScanOut &so = {}) {
     const size_t smem = state_scan_smem<T, VEC, KPC, BVT, FO>(p, vo);
     auto go = [&](auto nt) {
         constexpr int NT = decltype(nt)::value;
-        cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT, NT, FO>>(smem);
+        cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT, NT, FO, WU>>(smem);
         if (e != cudaSuccess) return e;
-        state_scan_kernel<T, VEC, KPC, BVT, NT, FO><<<scan_grid(p, BVT), NT, smem, s>>>(
+        state_scan_kernel<T, VEC, KPC, BVT, NT, FO, WU><<<scan_grid(p, BVT), NT, smem, s>>>(
             p, (const T *)k, (const T *)v, GB, A, vo, h0, ht, Sc, R, so);
         return cudaGetLastError();
     };
@@ -39,6 +39,15 @@ bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, const void *k, const 
     return 2L * scan_grid(p, scan_bv(p)).x >= (long)sm_count();
 }
 
+/* W and U from kkt_inverse (R = U − W S, two products per chunk; FLA's chain) wherever the scan fuses the output
+ * and K, V allow them (kkt_inverse's fast path: K = Kp, V of 64 or 128). REWY_CUDA_SCAN_WU=0 keeps A (Z − E S).
+ * Measured: docs/PERF.md, session 12. */
+bool state_scan_uses_wu(const Prob &p, rewy_dtype dt, const void *k, const void *v) {
+    if (!state_scan_fuses_output(p, dt, k, v, nullptr) || p.K != p.Kp || (p.V != 64 && p.V != 128)) return false;
+    const char *e = getenv("REWY_CUDA_SCAN_WU");
+    return !e || atoi(e) != 0;
+}
+
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
                               cudaStream_t s, const ScanOut *so) {
@@ -46,7 +55,10 @@ cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const
         using T = __nv_bfloat16;
         return with_scan_tiles<T>(p, [&](auto kp, auto bv) -> cudaError_t {
             constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
-            if constexpr (KPC == 64 || KPC == 128) return run<T, false, KPC, BVT, true>(p, k, v, GB, A, VecOps{}, h0, ht, Sc, R, s, *so);
+            if constexpr (KPC == 64 || KPC == 128) {
+                if (so->W) return run<T, false, KPC, BVT, true, true>(p, k, v, GB, A, VecOps{}, h0, ht, Sc, R, s, *so);
+                return run<T, false, KPC, BVT, true>(p, k, v, GB, A, VecOps{}, h0, ht, Sc, R, s, *so);
+            }
             return cudaErrorInvalidValue;
         });
     }

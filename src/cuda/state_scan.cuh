@@ -18,6 +18,8 @@
  *     epilogues apply; the K tile is double-buffered (the next chunk's loads while this one computes).
  *   vector (KDA, GDN2; VEC): E, F and Λ = Diag(γ_n) come precomputed per chunk (VecOps, from
  *     vec_factors.cu); Z = β v (KDA) or w ⊙ v (GDN2).
+ * WU (with FO, where state_scan_uses_wu): kkt_inverse wrote W = A E and U = A Z, and the chain is
+ * R = U − W S, S ← Λ S + Fᵀ R: two dependent products and two barriers per chunk instead of three.
  * Loads go through cp.async and are issued for chunk c+1 as soon as chunk c has consumed the buffer,
  * so only the first chunk's loads are exposed. */
 #ifndef REWY_CUDA_STATE_SCAN_CUH
@@ -27,8 +29,9 @@
 
 namespace rewy_cuda {
 
-/* NT: the block's threads, scan_threads<BVT>(), or 256 where scan_8w */
-template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>(), bool FO = false>
+/* NT: the block's threads, scan_threads<BVT>(), or 256 where scan_8w. WU (with FO): R = U − W S from kkt_inverse's
+ * W and U (so.W, so.U) in the tiles of A and V, FLA's chain of two products per chunk instead of three */
+template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>(), bool FO = false, bool WU = false>
 __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, const T *k, const T *v, const float *GB,
                                                  const float *A, VecOps vo, const float *h0, float *ht, state_t *Sc,
                                                  rp_t *Rout, const ScanOut so = {}) {
@@ -70,6 +73,8 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     constexpr bool REG = KPC == 64 || KPC == 128;
     constexpr bool BF = REG && std::is_same<T, __nv_bfloat16>::value;
     static_assert(!FO || (BF && !VEC), "the fused output is on the bf16 scalar-gate fast path only");
+    static_assert(!WU || FO, "W, U ride with the fused output");
+    T *Wt = reinterpret_cast<T *>(As); /* WU: W [64][ldk] bf16 in A's space (U takes V's) */
     using bf16 = __nv_bfloat16;
     bf16 *Ruh = reinterpret_cast<bf16 *>(Cq1 + (FO ? MAXBT * LDA : 0)), *Rul = Ruh + BVT * LDX; /* FO: R */
     bf16 *Sh = reinterpret_cast<bf16 *>(St), *Sl = Sh + BVT * lds; /* BF: S as hi/lo, [BVT][Kp+8] each */
@@ -102,6 +107,17 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
                                                  cj.n, v0, p.V);
     };
     auto issue_nn = [&](float *dst, const float *src, int cj) { scan_copy_nn<CR, NT>(dst, src, p, hv, BT, cj); };
+    /* chunk c's A and V tiles (WU: W and U) */
+    auto issue_av = [&](int c, const ChunkInfo &cj) {
+        if constexpr (WU) {
+            const size_t ch = (size_t)c * p.HV + hv;
+            copy_tile_k<T, CR, CK, NT>(Wt, ldk, BT, Kp, so.W + ch * MAXBT * p.K, p.K, cj.n, 0, p.K);
+            copy_tile_k<T, CR, CV, NT>(Vs, ldvt, BT, BVT, so.U + ch * MAXBT * p.V, p.V, cj.n, v0, p.V);
+        } else {
+            issue_nn(As, A, c);
+            issue_v(cj);
+        }
+    };
     auto issue_gb = [&](int buf, int cj) {
         scan_copy_gates<VEC>(GBs + buf * 2 * MAXBT, lam + buf * Kp, GB, vo.lam, p, hv, BT, Kp, cj);
     };
@@ -122,8 +138,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         } else {
             issue_k(K0, ci);
         }
-        issue_v(ci);
-        issue_nn(As, A, c_begin);
+        issue_av(c_begin, ci);
         issue_gb(0, c_begin);
         issue_out(0, ci, c_begin);
     }
@@ -150,12 +165,29 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             const float x = ldf(Vs + i * ldvt + j);
             Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - gexp(p, Gs[i]) * cc);
         };
-        /* BF: warp w's tile of the 64 × BVT results (X, and FO's O): rows 16·(w % 4), BVT/(NW/4) columns from
-         * (w / 4)·BVT/(NW/4) */
+        /* R = A X (or U − W S): stored as is (for the output and the pullback); kept on chip as
+         * diag(e^{G_n − G_j}) R for scalar gates, the row scaling that turns Kᵀ into Fᵀ */
+        const float gl = Gs[n - 1];
+        rp_t *Rc = Rout ? Rout + ch * BT * p.V + v0 : nullptr;
+        auto put_r = [&](int i, int j, float cc) {
+            if (Rc && i < n && v0 + j < p.V) st<rp_t>(Rc + (size_t)i * p.V + j, cc);
+            const float r = VEC ? cc : (i < n ? gexp(p, gl - Gs[i]) * cc : 0.f);
+            if constexpr (BF) st_hilo(Rh, scan_lo(Rl), j * LDX + i, r);
+            else Rt[j * LDX + i] = r;
+            if constexpr (FO) st_hilo(Ruh, scan_lo(Rul), j * LDX + i, cc);
+        };
+        /* BF: warp w's tile of the 64 × BVT results (X or R, and FO's O): rows 16·(w % 4), BVT/(NW/4) columns
+         * from (w / 4)·BVT/(NW/4) */
         constexpr int NSX = BF ? BVT / (NW / 4) / 8 : 1;
         const int warp = threadIdx.x >> 5, xi0 = (warp & 3) * 16, xj0 = (warp >> 2) * 8 * NSX;
         float oacc[4][4] = {}; /* FO: O = Q_g S_c + C_q R */
-        if constexpr (BF) {
+        if constexpr (WU) {
+            /* R = U − W S (W = A E, U = A Z): the chunk's third product A X is kkt_inverse's, off the chain */
+            float acc[4][4] = {};
+            bf_mma<NSX, false, false, 2>(acc, KPC, Wt, ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
+            bf_mma<NSX, false, false, 2>(oacc, KPC, cur ? Q1 : Q0, ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
+            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s, int e) { put_r(i, j, ldf(Vs + i * ldvt + j) - acc[s][e]); });
+        } else if constexpr (BF) {
             float acc[4][4] = {};
             bf_mma<NSX, false, false, 2>(acc, KPC, VEC ? Es : Ks, VEC ? ldfe : ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
             if constexpr (FO) bf_mma<NSX, false, false, 2>(oacc, KPC, cur ? Q1 : Q0, ldk, xi0, Sh, scan_lo(Sl), lds, xj0);
@@ -167,22 +199,11 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         }
         __syncthreads();
         if (VEC && has_next) issue_f(Es, vo.E, c + 1);
-        /* R = A X: stored as is (for the output and the pullback); kept on chip as diag(e^{G_n − G_j}) R
-         * for scalar gates, the row scaling that turns Kᵀ into Fᵀ */
-        const float gl = Gs[n - 1];
-        rp_t *Rc = Rout ? Rout + ch * BT * p.V + v0 : nullptr;
-        bgemm<NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, [&](int i, int j, float cc) {
-            if (Rc && i < n && v0 + j < p.V) st<rp_t>(Rc + (size_t)i * p.V + j, cc);
-            const float r = VEC ? cc : (i < n ? gexp(p, gl - Gs[i]) * cc : 0.f);
-            if constexpr (BF) st_hilo(Rh, scan_lo(Rl), j * LDX + i, r);
-            else Rt[j * LDX + i] = r;
-            if constexpr (FO) st_hilo(Ruh, scan_lo(Rul), j * LDX + i, cc);
-        });
-        __syncthreads();
-        if (has_next) {
-            issue_nn(As, A, c + 1);
-            issue_v(cn);
+        if constexpr (!WU) {
+            bgemm<NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, put_r); /* R = A X */
+            __syncthreads();
         }
+        if (has_next) issue_av(c + 1, cn);
         if constexpr (REG) {
             /* S ← Λ S + Fᵀ R in the registers. Scalar gates need no barrier after it: the next chunk's
              * K goes to the other buffer, and St / Rt are rewritten only after the next barriers */

@@ -61,7 +61,7 @@ struct VectorGates {
      * (it holds G, k, q, b already), else by vec_factors.cu from the saved Gc */
     template <class Args>
     static cudaError_t gates(const Prob &p, const Args *a, const Layout &L, float *Gout, float *A, cq_t *Cq,
-                             const float *Gc, ScanGates *sg, cudaStream_t s) {
+                             const float *Gc, ScanGates *sg, cudaStream_t s, const WuOut & = {}) {
         const Factors f = factor_plan(L);
         const FactorOut fo = {at<void>(a->workspace, f.E), at<void>(a->workspace, f.F), at<void>(a->workspace, f.Q),
                               at<float>(a->workspace, f.lam), at<float>(a->workspace, f.GB)};
