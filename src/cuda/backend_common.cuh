@@ -23,7 +23,7 @@
  * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved) | ⟨W, U⟩ (over S_c, R under
  *          policy R: the forward that reads W, U fuses the output and stores neither); at least 256 B
  * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
- *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩
+ *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩ | policy R: ⟨W (the reverse scan's W chain)⟩
  *
  * The operators' regions are in the file-top comments of cuda_backend.cu and vec_backend.cu, next to
  * ScalarGates::regions and VectorGates::regions / factor_plan, which size them.
@@ -49,13 +49,14 @@ struct OpRegions {
     size_t head; /* at the start of both workspaces, a multiple of 256: vector factors / none */
     size_t Wbar; /* bwd ws: W̄ scratch of the WY pullback */
     size_t acc;  /* bwd ws: GVA q̄, k̄ accumulators when HV > H */
-    size_t W, U; /* fwd ws: W, U of the two-product forward chain (state_scan_uses_wu) where it may run */
+    size_t W, U; /* fwd ws: W, U of the two-product forward chain (state_scan_uses_wu) where it may run;
+                  * W also in the policy-R bwd ws (the reverse scan's W chain, bwd_scan_uses_w) */
 };
 
 struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     size_t ctab, coff, G, A, Cq, Sc, R, saved;    /* saved offsets */
     size_t fCq, fSc, fR, fW, fU, fwd;              /* fwd workspace */
-    size_t bCq, bSc, bR, Sbar, PR, Wbar, acc, bwd; /* bwd workspace */
+    size_t bCq, bSc, bR, Sbar, PR, Wbar, acc, bW, bwd; /* bwd workspace */
 };
 
 template <class Op> Layout plan(const rewy_config *c) {
@@ -93,6 +94,8 @@ template <class Op> Layout plan(const rewy_config *c) {
     L.PR = o; o += al(rv);
     L.Wbar = o; o += al(r.Wbar);
     L.acc = o; o += al(r.acc);
+    L.bW = o;
+    if (!polA) o += al(r.W);
     L.bwd = o;
     return L;
 }
@@ -187,11 +190,19 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
         state_t *sc = at<state_t>(a->workspace, L.bSc);
         rp_t *r = at<rp_t>(a->workspace, L.bR);
         /* recompute: C_q only (G and A are saved; the wgmma reverse scan forms C_q itself), then S_c and R by
-         * one forward scan without output, paired with the reverse scan (independent of S_c and R) */
+         * one forward scan without output, paired with the reverse scan (independent of S_c and R). Where the
+         * reverse scan runs the W chain, the gates stage also forms W from the saved A, the scan stores R̄, and
+         * P = Aᵀ R̄ follows in parallel for ReWY. */
         const bool cq_in_scan = !Op::vector_gates && bwd_state_scan_wg_ok(p, c->dtype, a->q, a->k, a->do_, nullptr);
-        REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s));
+        WuOut wu;
+        if (!Op::vector_gates && !cq_in_scan && L.bwd > L.bW && bwd_scan_uses_w(p, c->dtype, a->q, a->k, a->v, a->do_)) {
+            wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
+            wu.A = A;
+        }
+        REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s, wu));
         REWY_TRY(launch_scan_pair(p, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), a->h0, sc, r, a->do_, a->dht,
-                                  a->dh0, Sbar, PR, wy, s));
+                                  a->dh0, Sbar, PR, wy, s, wu.W));
+        if (wu.W && !wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));
         Cq = cq; Sc = sc; R = r;
     }
     REWY_TRY(Op::pullback(p, a, Gc, A, Sc, Sbar, R, PR, wy, at<float>(a->workspace, L.Wbar),

@@ -40,19 +40,31 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
  * than the SMs ran as two waves (DeltaNet (4,4096,16), 256 blocks, H200: backward 1.41 → 1.27 ms). Not where
  * either scan alone runs as 8-warp blocks (scan_8w: a grid of two blocks per SM, which the pair would not
  * overlap anyway). */
-template <class T, bool VEC, int KPC, int BVT, int NT>
+template <class T, bool VEC, int KPC, int BVT, int NT, bool WF = false>
 __global__ void __launch_bounds__(NT, NT == 512 ? 1 : 2)
 scan_pair_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const cq_t *Cq, VecOps vo,
                  const float *h0, state_t *Sc, rp_t *R, const T *do_, const float *dht, float *dh0, state_t *Sbar,
-                 rp_t *PR, int wy, int nb) {
-    if ((int)blockIdx.x < nb) bwd_state_scan_block<T, VEC, KPC, BVT, NT>(blockIdx.x, p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy);
+                 rp_t *PR, int wy, int nb, const __nv_bfloat16 *W) {
+    if ((int)blockIdx.x < nb)
+        bwd_state_scan_block<T, VEC, KPC, BVT, NT, WF>(blockIdx.x, p, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, W);
     else state_scan_block<T, VEC, KPC, BVT, NT>(blockIdx.x - nb, p, k, v, GB, A, vo, h0, nullptr, Sc, R);
+}
+
+/* The reverse scan's W chain (bwd_state_scan.cuh, WF) where the policy-R pair runs 16-column mma.sync blocks on the
+ * bf16 fast path with K = Kp: the small grids, whose chunk steps are latency-bound. REWY_CUDA_SCAN_WF=0 keeps P in
+ * the chain. Measured: docs/PERF.md, session 12. */
+bool bwd_scan_uses_w(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const void *do_) {
+    if (dt != REWY_BF16 || SCAN_LO || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128) || p.K != p.Kp) return false;
+    if (state_scan_wg_ok(p, dt, k, v, nullptr) || bwd_state_scan_wg_ok(p, dt, q, k, do_, nullptr)) return false;
+    if (scan_bv(p) != 16) return false;
+    const char *e = getenv("REWY_CUDA_SCAN_WF");
+    return !e || atoi(e) != 0;
 }
 
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
                              const float *A, const cq_t *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
                              const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
-                             cudaStream_t s) {
+                             cudaStream_t s, const __nv_bfloat16 *W) {
     const VecOps none = {};
     const VecOps &ops = vo ? *vo : none;
     return with_dtype(dt, [&](auto t) {
@@ -64,17 +76,29 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
             if constexpr (BVT != BV) if (!wg) {
                 auto go = [&](auto vc) {
                     constexpr bool VEC = decltype(vc)::value;
-                    const size_t sf = state_scan_smem<T, VEC, KPC, BVT>(p, ops), sb = bwd_state_scan_smem<T, VEC, KPC, BVT>(p, ops);
+                    /* W: the reverse scan's W chain (bwd_scan_uses_w: bf16 scalar gates at 16 columns) */
+                    constexpr bool WFOK = !VEC && BVT == 16 && scan_half<T, KPC>() == 2 &&
+                                          std::is_same<T, __nv_bfloat16>::value && (KPC == 64 || KPC == 128);
+                    const size_t sf = state_scan_smem<T, VEC, KPC, BVT>(p, ops);
+                    const size_t sb = W && WFOK ? bwd_state_scan_smem<T, VEC, KPC, BVT, WFOK>(p, ops)
+                                                : bwd_state_scan_smem<T, VEC, KPC, BVT>(p, ops);
                     const size_t smem = sf > sb ? sf : sb;
                     auto launch = [&](auto nt) {
                         constexpr int NT = decltype(nt)::value;
-                        cudaError_t e = ensure_smem<scan_pair_kernel<T, VEC, KPC, BVT, NT>>(smem);
-                        if (e != cudaSuccess) return e;
                         const int nb = (int)scan_grid(p, BVT).x;
-                        scan_pair_kernel<T, VEC, KPC, BVT, NT><<<2 * nb, NT, smem, s>>>(
-                            p, (const T *)q, (const T *)k, (const T *)v, GB, A, Cq, ops, h0, Sc, R, (const T *)do_, dht,
-                            dh0, Sbar, PR, wy, nb);
-                        return cudaGetLastError();
+                        auto fire = [&](auto wf) {
+                            constexpr bool WF = decltype(wf)::value;
+                            cudaError_t e = ensure_smem<scan_pair_kernel<T, VEC, KPC, BVT, NT, WF>>(smem);
+                            if (e != cudaSuccess) return e;
+                            scan_pair_kernel<T, VEC, KPC, BVT, NT, WF><<<2 * nb, NT, smem, s>>>(
+                                p, (const T *)q, (const T *)k, (const T *)v, GB, A, Cq, ops, h0, Sc, R, (const T *)do_, dht,
+                                dh0, Sbar, PR, wy, nb, W);
+                            return cudaGetLastError();
+                        };
+                        if constexpr (WFOK)
+                            if (W) return fire(std::true_type{});
+                        if (W) return cudaErrorInvalidValue; /* the caller asked bwd_scan_uses_w */
+                        return fire(std::false_type{});
                     };
                     if constexpr (BVT == 64 && scan_half<T, KPC>() == 2)
                         if (scan_8w_fits<T, KPC, BVT>(smem)) return launch(std::integral_constant<int, 256>{});
@@ -88,6 +112,7 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
                 if (vo ? pair(std::true_type{}) : pair(std::false_type{}))
                     return vo ? go(std::true_type{}) : go(std::false_type{});
             }
+            if (W) return cudaErrorInvalidValue; /* the W chain is the pair's (bwd_scan_uses_w) */
             cudaError_t e = launch_state_scan(p, dt, k, v, GB, A, vo, h0, nullptr, Sc, R, s);
             if (e != cudaSuccess) return e;
             return launch_bwd_state_scan(p, dt, q, k, GB, A, Cq, vo, do_, dht, dh0, Sbar, PR, wy, s);

@@ -8,7 +8,12 @@
  * Stores P (ReWY) or R̄ (WY: its pullback starts from R̄), and dh0 = S̄ at each sequence start.
  * Scalar gates: F, Q_g, E are k, q, k scaled per row, applied around the products. Vector gates
  * (VEC): F, Q_g, E and Λ = Diag(γ_n) come precomputed per chunk (VecOps, vec_factors.cu), in three
- * single-buffered tiles, each reloaded for the next chunk as soon as its product is done. */
+ * single-buffered tiles, each reloaded for the next chunk as soon as its product is done.
+ *
+ * WF (bf16 scalar gates at 16 columns, where bwd_scan_uses_w): FLA's dhu chain. With W = A E from kkt_inverse,
+ * Eᵀ P = Wᵀ R̄, so S̄ ← Q_gᵀ Ō + Λ S̄⁺ − Wᵀ R̄ needs no P: two dependent products and three barriers per chunk
+ * instead of three and four. The scan stores R̄, and P = Aᵀ R̄ is formed afterwards in parallel over the
+ * chunks (launch_p_from_rbar) where the pullback takes P (ReWY). */
 #ifndef REWY_CUDA_BWD_STATE_SCAN_CUH
 #define REWY_CUDA_BWD_STATE_SCAN_CUH
 
@@ -18,11 +23,13 @@ namespace rewy_cuda {
 
 constexpr size_t BSCAN_SHARE_KQ_BYTES = 512;
 
-/* NT: the block's threads, scan_threads<BVT>(), or 256 where scan_8w */
-template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>()>
+/* NT: the block's threads, scan_threads<BVT>(), or 256 where scan_8w. WF: the chain with W (Wg, [chunk][hv][64][K]
+ * bf16) in place of A; PR then receives R̄ whatever wy says. */
+template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>(), bool WF = false>
 __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &p, const T *q, const T *k, const float *GB,
                                                      const float *A, const cq_t *Cq, VecOps vo, const T *do_,
-                                                     const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy) {
+                                                     const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
+                                                     const __nv_bfloat16 *Wg = nullptr) {
     using FT = factor_t<T>;
     constexpr int NW = NT / 32;
     extern __shared__ __align__(16) float sm[];
@@ -54,13 +61,14 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
      * fp32 slots), and γ⊙Ō is formed in place in Os after C_qᵀ Ō (no Xo tile): 108 KB for a 64-column
      * tile with scalar gates, so two 8-warp blocks fit an SM (scan_8w) */
     constexpr int HALF = scan_half<T, KPC>();
+    static_assert(!WF || (BF && !VEC && HALF == 2), "the W chain is on the bf16 scalar-gate fast path");
     float *Sbt = sm;                 /* [BVT][Kp+8] */
     float *As = Sbt + BVT * lds / HALF; /* [64][LDA] */
     cq_t *Cs = reinterpret_cast<cq_t *>(As + MAXBT * LDA);
     float *Rbt = reinterpret_cast<float *>(Cs + MAXBT * LDA); /* [BVT][LDX] */
     float *Pst = Rbt + BVT * LDX / HALF;
     float *Xo = Pst + BVT * LDX / HALF;
-    float *GBs = Xo + (HALF == 2 ? 0 : BVT * LDX); /* [2][2][64] */
+    float *GBs = Xo + (HALF == 2 && !WF ? 0 : BVT * LDX); /* [2][2][64]; WF: γ⊙Ō in Xo (Os is reloaded early) */
     float *lam = GBs + 4 * MAXBT;    /* VEC: [2][Kp] γ_n */
     T *KQ0 = reinterpret_cast<T *>(lam + (VEC ? 2 * Kp : 0)); /* scalar: [64][ldk] ×2 (×1 when sharing) */
     T *KQ1 = (VEC || share) ? KQ0 : KQ0 + MAXBT * ldk;
@@ -73,6 +81,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
     bf16 *Ph = reinterpret_cast<bf16 *>(Pst), *Pl = Ph + BVT * LDX;
     using RB = typename std::conditional<HALF == 2, bf16, float>::type; /* R̄ᵀ's element type */
     RB *Rb = reinterpret_cast<RB *>(Rbt);
+    T *Wt = reinterpret_cast<T *>(As); /* WF: W [64][ldk] in A's space */
 
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     if constexpr (REG) tiles.load(Sf, p, dht, sbase, v0);
@@ -90,6 +99,10 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
                                               cj.n, v0, p.V);
     };
     auto issue_nn = [&](auto *dst, const auto *src, int cj) { scan_copy_nn<CR, NT>(dst, src, p, hv, BT, cj); };
+    auto issue_w = [&](int c, const ChunkInfo &cj) { /* WF: chunk c's W tile */
+        if constexpr (WF)
+            copy_tile_k<T, CR, CK, NT>(Wt, ldk, BT, Kp, Wg + ((size_t)c * p.HV + hv) * MAXBT * p.K, p.K, cj.n, 0, p.K);
+    };
     auto issue_gb = [&](int buf, int cj) {
         scan_copy_gates<VEC>(GBs + buf * 2 * MAXBT, lam + buf * Kp, GB, vo.lam, p, hv, BT, Kp, cj);
     };
@@ -112,7 +125,8 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             if (!share) issue_q(KQ1, ci);
         }
         issue_o(ci);
-        issue_nn(As, A, c_last);
+        if (WF) issue_w(c_last, ci);
+        else issue_nn(As, A, c_last);
         issue_nn(Cs, Cq, c_last);
         issue_gb(0, c_last);
     }
@@ -139,7 +153,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             const float gi = (VEC ? 1.f : gexp(p, Gs[i])) * (REG ? p.scale : 1.f);
             for (int j = threadIdx.x / BT; j < BVT; j += NT / BT) put(i, j, gi * ldf(Os + i * ldvt + j));
         };
-        if constexpr (HALF == 1) {
+        if constexpr (HALF == 1 || WF) { /* WF: beside C_qᵀ Ō (both read Os), so that Os is free after R̄ */
             scale_o([&](int i, int j, float x) {
                 if constexpr (BF) st_hilo(Xh, scan_lo(Xl), j * LDX + i, x);
                 else Xo[j * LDX + i] = x;
@@ -157,7 +171,15 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
                 pf_scale_rows<NSX>(acc, r < n ? gexp(p, gl - Gs[r]) : 0.f, r + 8 < n ? gexp(p, gl - Gs[r + 8]) : 0.f);
             }
             pf_mma<NSX, false, false>(acc, BT, Cs, 1, LDA, Os, ldvt, 1, xi0, xj0);
-            pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) { st<RB>(Rb + j * LDX + i, acc[s2][e]); });
+            if constexpr (WF) { /* R̄ for the pullback (or P from it); −R̄ for the state update's Wᵀ R̄ */
+                rp_t *Rc = PR + ch * BT * p.V + v0;
+                pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) {
+                    if (i < n && v0 + j < p.V) st<rp_t>(Rc + (size_t)i * p.V + j, acc[s2][e]);
+                    st<RB>(Rb + j * LDX + i, -acc[s2][e]);
+                });
+            } else {
+                pf_each<NSX>(xi0, xj0, acc, [&](int i, int j, int s2, int e) { st<RB>(Rb + j * LDX + i, acc[s2][e]); });
+            }
         } else if (VEC) {
             bgemm<NW>(BT, BVT, Kp, Fs, ldfe, 1, Sbt, 1, lds, [&](int i, int j, float cc) { Rbt[j * LDX + i] = cc; });
         } else {
@@ -171,19 +193,21 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         if (has_next) {
             if (VEC) issue_f(Fs, vo.F, c - 1);
             issue_nn(Cs, Cq, c - 1);
-            if (HALF == 1) issue_o(cn); /* HALF: Os is read to the end of the chunk */
+            if (HALF == 1 || WF) issue_o(cn); /* HALF: Os is read to the end of the chunk */
         }
-        if constexpr (HALF == 2) scale_o([&](int i, int j, float x) { st<T>(Os + i * ldvt + j, x); });
+        if constexpr (HALF == 2 && !WF) scale_o([&](int i, int j, float x) { st<T>(Os + i * ldvt + j, x); });
         /* P = Aᵀ R̄; stored as P (ReWY) or R̄ (WY) for the pullback, kept as βγ⊙P for Eᵀ P (scalar gates) */
-        rp_t *PRc = PR + ch * BT * p.V + v0;
-        bgemm<NW>(BT, BVT, BT, As, 1, LDA, Rb, 1, LDX, [&](int i, int j, float cc) {
-            if (i < n && v0 + j < p.V) st<rp_t>(PRc + (size_t)i * p.V + j, wy ? ldf(Rb + j * LDX + i) : cc);
-            const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * gexp(p, Gs[i]) * cc);
-            if constexpr (BF) st_hilo(Ph, scan_lo(Pl), j * LDX + i, pv);
-            else Pst[j * LDX + i] = pv;
-        });
-        __syncthreads();
-        if (has_next) issue_nn(As, A, c - 1);
+        if constexpr (!WF) {
+            rp_t *PRc = PR + ch * BT * p.V + v0;
+            bgemm<NW>(BT, BVT, BT, As, 1, LDA, Rb, 1, LDX, [&](int i, int j, float cc) {
+                if (i < n && v0 + j < p.V) st<rp_t>(PRc + (size_t)i * p.V + j, wy ? ldf(Rb + j * LDX + i) : cc);
+                const float pv = (REG ? -1.f : 1.f) * (VEC ? cc : bs[i] * gexp(p, Gs[i]) * cc);
+                if constexpr (BF) st_hilo(Ph, scan_lo(Pl), j * LDX + i, pv);
+                else Pst[j * LDX + i] = pv;
+            });
+            __syncthreads();
+            if (has_next) issue_nn(As, A, c - 1);
+        }
         /* S̄ ← Λ S̄⁺ + Q_gᵀ Ō − Eᵀ P */
         const float gn = gexp(p, gl);
         if constexpr (REG) {
@@ -191,7 +215,10 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             const int r = tiles.row_lo();
             tiles.scale_rows(Sf, VEC ? lm[r] : gn, VEC ? lm[r + 8] : gn);
             tiles.each(Sf, [&](float (&a)[4][4], int ti, int tj) {
-                if constexpr (HALF == 2) { /* γ⊙Ō in Os ([token][column]: k-major B, ldmatrix.trans) */
+                if constexpr (WF) { /* (scale·γ⊙Ō)ᵀ in Xh, −R̄ᵀ in Rb: + Q_gᵀ Ō − Wᵀ R̄ */
+                    bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, Qs, ldk, ti, Xh, nullptr, LDX, tj);
+                    bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, Wt, ldk, ti, Rb, nullptr, LDX, tj);
+                } else if constexpr (HALF == 2) { /* γ⊙Ō in Os ([token][column]: k-major B, ldmatrix.trans) */
                     bf_mma<NS, true, true, SCAN_KI<NS>>(a, MAXBT, VEC ? Qv : Qs, VEC ? ldfe : ldk, ti, Os, nullptr, ldvt, tj);
                     bf_mma<NS, true, false, SCAN_KI<NS>>(a, MAXBT, VEC ? Es : Ks, VEC ? ldfe : ldk, ti, Ph, nullptr, LDX, tj);
                 } else if constexpr (BF) {
@@ -214,7 +241,8 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
                     issue_k(Qs, cn);
                     issue_q(Ks, cn);
                 }
-                if (HALF == 2) issue_o(cn);
+                if (HALF == 2 && !WF) issue_o(cn);
+                if (WF) issue_w(c - 1, cn);
             }
             kb ^= 1;
         } else if (VEC) {
@@ -258,11 +286,12 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
     else if (dh0) state_to<BVT>(Sbt, lds, p, dh0, sbase, v0);
 }
 
-template <class T, bool VEC, int KPC, int BVT> inline size_t bwd_state_scan_smem(const Prob &p, const VecOps &vo) {
+template <class T, bool VEC, int KPC, int BVT, bool WF = false>
+inline size_t bwd_state_scan_smem(const Prob &p, const VecOps &vo) {
     using FT = factor_t<T>;
     constexpr int HALF = scan_half<T, KPC>();
     size_t smem = sizeof(float) * ((size_t)BVT * scan_lds(p.Kp) / HALF + (size_t)MAXBT * LDA +
-                                   2 * (size_t)BVT * LDX / HALF + (HALF == 2 ? 0 : (size_t)BVT * LDX) + 4 * MAXBT) +
+                                   2 * (size_t)BVT * LDX / HALF + (HALF == 2 && !WF ? 0 : (size_t)BVT * LDX) + 4 * MAXBT) +
                   sizeof(cq_t) * (size_t)MAXBT * LDA + sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);
     if (VEC)
         smem += sizeof(float) * 2 * p.Kp + sizeof(FT) * 3 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);

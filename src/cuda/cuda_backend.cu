@@ -11,7 +11,7 @@
  * saved gate table: GB fp32 [NC*HV][2][BT] (G, β per chunk; kkt_inverse writes it, every later stage reads it)
  * workspace head:   none (E, F, Q_g are formed per row inside the scans)
  * fwd ws W, U:      bf16 [NC*HV][BT][K], [NC*HV][BT][V] (the two-product forward chain) for bf16, chunk 64,
- *                   K and V of 64 or 128
+ *                   K and V of 64 or 128; bwd ws (policy R) W alike (the reverse scan's W chain)
  * bwd ws W̄:         fp32 [NC*HV][BT][Kp] (WY scratch) only for K > 128 or fp32 (else in shared memory)
  * bwd ws GVA:       HV > H: q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp] */
 #include "cuda_backend.h"
@@ -37,11 +37,10 @@ struct ScalarGates {
          * algorithm: a backward may switch bwd_algo against the same workspace size. */
         if (!wbar_in_smem(g.Kp, c->dtype == REWY_F32 ? 4 : 2)) r.Wbar = sizeof(float) * chh * g.BT * g.Kp;
         if (g.HV > c->H) r.acc = 2 * sizeof(float) * (size_t)g.NC * c->H * g.BT * g.Kp;
-        /* W, U (bf16) of the two-product forward chain, for the shapes state_scan_uses_wu may pick */
-        if (c->dtype == REWY_BF16 && g.BT == MAXBT && (c->K == 64 || c->K == 128) && c->K == g.Kp &&
-            (c->V == 64 || c->V == 128)) {
+        /* W, U (bf16) of the two-product chains, for the shapes state_scan_uses_wu and bwd_scan_uses_w may pick */
+        if (c->dtype == REWY_BF16 && g.BT == MAXBT && (c->K == 64 || c->K == 128) && c->K == g.Kp) {
             r.W = sizeof(__nv_bfloat16) * chh * g.BT * c->K;
-            r.U = sizeof(__nv_bfloat16) * chh * g.BT * c->V;
+            if (c->V == 64 || c->V == 128) r.U = sizeof(__nv_bfloat16) * chh * g.BT * c->V;
         }
         return r;
     }
@@ -53,8 +52,8 @@ struct ScalarGates {
     static cudaError_t gates(const Prob &p, const Args *a, const Layout &, float *Gout, float *A, cq_t *Cq,
                              const float *GB, ScanGates *sg, cudaStream_t s, const WuOut &wu = {}) {
         sg->GB = GB;
-        if (!Gout && !A && !Cq) return cudaSuccess;
-        return launch_kkt_inverse(p, a->cfg.dtype, a->q, a->k, a->g, a->beta, Gout, A, Cq, s, wu.W ? a->v : nullptr, wu);
+        if (!Gout && !A && !Cq && !wu.W) return cudaSuccess;
+        return launch_kkt_inverse(p, a->cfg.dtype, a->q, a->k, a->g, a->beta, Gout, A, Cq, s, wu.U ? a->v : nullptr, wu);
     }
 
     static cudaError_t pullback(const Prob &p, const rewy_bwd_params *a, const float *GB, const float *A,

@@ -14,10 +14,13 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
 /* kkt_inverse.cu: chunk-local gate cumsum (G, MATH §2), L = 𝓛_<(E Yᵀ), A = (I+L)⁻¹, C_q = 𝓛_≤(Q_g Yᵀ).
  * GB: per chunk and value head, [2][BT] fp32 = G then β (the gather every later stage reads with one
  * 16-B copy). Any output pointer may be NULL (skipped); A NULL also skips L and the inverse. */
-/* wu (bf16, chunk 64, K = Kp and V of 64 or 128; v then required): also MATH §2's W = A E and U = A Z, bf16,
- * [chunk][hv][BT][K] and [chunk][hv][BT][V], for the forward scan's two-product chain (state_scan_uses_wu). */
+/* wu (bf16, chunk 64, K = Kp of 64 or 128): also MATH §2's W = A E (bf16, [chunk][hv][BT][K]) and
+ *   U = A Z (bf16, [chunk][hv][BT][V], V of 64 or 128; v then required), from the inverse it forms (A asked):
+ *     the forward scan's two-product chain (state_scan_uses_wu);
+ *   or, with wu.A (the saved A; A not asked, U NULL), W alone: the reverse scan's W chain (bwd_scan_uses_w). */
 struct WuOut {
     __nv_bfloat16 *W = nullptr, *U = nullptr;
+    const float *A = nullptr;
 };
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                                const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s,
@@ -76,10 +79,15 @@ cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k
 
 /* bwd_state_scan.cu: policy R's recompute scan (launch_state_scan with ht NULL) and the reverse scan
  * (launch_bwd_state_scan), in one launch where their tiles allow it, else one after the other. */
+/* W (kkt_inverse's, where bwd_scan_uses_w): the reverse scan runs FLA's dhu chain, S̄ ← Q_gᵀŌ + ΛS̄⁺ − Wᵀ R̄, and
+ * stores R̄ in PR whatever wy says (launch_p_from_rbar turns it into P for ReWY). */
+bool bwd_scan_uses_w(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const void *do_);
+/* pullback_p.cu: P = Aᵀ R̄ (MATH §4b (1)) in place of R̄ in PR, in parallel over the chunks */
+cudaError_t launch_p_from_rbar(const Prob &p, const float *A, rp_t *PR, cudaStream_t s);
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
                              const float *A, const cq_t *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
                              const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
-                             cudaStream_t s);
+                             cudaStream_t s, const __nv_bfloat16 *W = nullptr);
 
 /* pullback.cu: per chunk, the local pullback (ReWY: 3 products, or the 7-product WY graph) fused with
  * the output-gradient consumers, Gram elimination for ḡ, the reverse in-chunk cumsum of ḡ and the

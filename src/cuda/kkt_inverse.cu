@@ -106,10 +106,12 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
  * memory (bf16 pairs), its upper zeros by 16-B stores. L stays in registers over one barrier and
  * then goes over the dead K/Q tiles; A = (I + L)⁻¹ by blocks (tri_inverse.cuh: five barriers instead
  * of 63), fp32 throughout. Shared memory: max(K and Q tiles, two 64×68 fp32 tiles) + G, β. */
-template <int KS, class T, int VS = 0>
+template <int KS, class T, int VS = 0, bool WA = false>
 __host__ __device__ constexpr int kkt_fast_region() {
-    /* VS > 0 (W, U): K survives the inverse, so L goes over Q alone and A after it, then V [64][VS+8] */
-    return VS > 0 ? MAXBT * (KS + 8) * (int)sizeof(T) + 2 * MAXBT * LDN * 4 + MAXBT * (VS + 8) * (int)sizeof(T)
+    /* VS > 0 (W, U): K survives the inverse, so L goes over Q alone and A after it, then V [64][VS+8];
+     * WA (W from the saved A): K, Q, then A [64][LDN] */
+    return WA ? 2 * MAXBT * (KS + 8) * (int)sizeof(T) + MAXBT * LDN * 4
+           : VS > 0 ? MAXBT * (KS + 8) * (int)sizeof(T) + 2 * MAXBT * LDN * 4 + MAXBT * (VS + 8) * (int)sizeof(T)
            : 2 * MAXBT * (KS + 8) * (int)sizeof(T) > 2 * MAXBT * LDN * 4 ? 2 * MAXBT * (KS + 8) * (int)sizeof(T)
                                                                        : 2 * MAXBT * LDN * 4;
 }
@@ -120,7 +122,7 @@ __host__ __device__ constexpr int kkt_fast_region() {
  * bi needs only k blocks 0…bi: diagonal blocks in As, the ones below in Ls (tri_inverse64's layout, as
  * tri_store_A reads it). A's fragments come from fp32 with the column scale applied before rounding; K and V
  * enter as they were loaded ([token][feature]: the k = token operand through ldmatrix.trans). The results
- * are staged over K and V and leave as 16-B rows. H200, DeltaNet (2,16384,8): kkt 0.085 → 0.215 ms with
+ * are staged over K and V and leave as 16-B rows. VS = 0: W alone (from a dense A: Ls = As). H200, DeltaNet (2,16384,8): kkt 0.085 → 0.215 ms with
  * both products' accumulators live (97 registers, two blocks per SM); one at a time: PERF.md session 12. */
 template <int KS, int VS>
 __device__ __forceinline__ void kkt_wu(const Prob &p, __nv_bfloat16 *Ks, __nv_bfloat16 *Vs, const float *Ls,
@@ -178,21 +180,26 @@ __device__ __forceinline__ void kkt_wu(const Prob &p, __nv_bfloat16 *Ks, __nv_bf
             reinterpret_cast<uint4 *>(dst)[e] = *reinterpret_cast<const uint4 *>(S + i * lds + j);
         }
     };
-    product(std::integral_constant<int, KS>{}, std::true_type{}, Ks, LDK);  /* W = A diag(βγ) K */
-    product(std::integral_constant<int, VS>{}, std::false_type{}, Vs, LDV); /* U = A diag(β) V */
-    store(std::integral_constant<int, KS>{}, Ks, LDK, W); /* W was staged before U's barrier */
-    __syncthreads();
-    store(std::integral_constant<int, VS>{}, Vs, LDV, U);
+    product(std::integral_constant<int, KS>{}, std::true_type{}, Ks, LDK);      /* W = A diag(βγ) K */
+    if constexpr (VS > 0) product(std::integral_constant<int, VS>{}, std::false_type{}, Vs, LDV); /* U = A diag(β) V */
+    else __syncthreads(); /* (with U, its first barrier ends W's staging) */
+    store(std::integral_constant<int, KS>{}, Ks, LDK, W);
+    if constexpr (VS > 0) {
+        __syncthreads();
+        store(std::integral_constant<int, VS>{}, Vs, LDV, U);
+    }
 }
 
-template <class T, int KS, int VS = 0>
+template <class T, int KS, int VS = 0, bool WA = false>
 __global__ void __launch_bounds__(KKT_THREADS, VS > 0 ? 3 : 1) /* W, U: 70 KB of shared memory, three blocks per SM */
 kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, cq_t *Cq,
                 const T *v, WuOut wu) {
     extern __shared__ __align__(16) char smc[];
     constexpr int LDK = KS + 8;
-    constexpr int REG = kkt_fast_region<KS, T, VS>();
-    constexpr bool WU = VS > 0; /* also W and U (kkt_wu); A is then always asked */
+    constexpr int REG = kkt_fast_region<KS, T, VS, WA>();
+    constexpr bool WU = VS > 0; /* also W and U (kkt_wu) from the inverse; A is then always asked */
+    static_assert(!(WU && WA), "W from the inverse or from the saved A");
+    static_assert(!WA || std::is_same<T, __nv_bfloat16>::value, "W is for the bf16 reverse scan");
     static_assert(!WU || std::is_same<T, __nv_bfloat16>::value, "W, U are for the bf16 fused-output scan");
     static_assert(KKT_THREADS == 256, "tri_inverse64 and the tile split assume 8 warps");
     const ChunkInfo ci = p.ctab[blockIdx.x];
@@ -205,13 +212,15 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
     /* over Ks/Qs once the products are done; with W, U over Qs only (K is read again), then V's tile */
     float *Ls = reinterpret_cast<float *>(WU ? smc + MAXBT * LDK * sizeof(T) : smc), *As = Ls + MAXBT * LDN;
     T *Vs = reinterpret_cast<T *>(As + MAXBT * LDN);
+    float *Ad = reinterpret_cast<float *>(Qs + MAXBT * LDK); /* WA: the saved A, dense [64][LDN] */
     float *Gs = reinterpret_cast<float *>(smc + REG), *bs = Gs + MAXBT;
 
     const size_t rs = (size_t)p.H * p.K, ch = (size_t)blockIdx.x * p.HV + hv;
-    if (needA || Cq) {
+    if (needA || Cq || WA) {
         copy_tile<T>(Ks, LDK, MAXBT, KS, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
         if (Cq) copy_tile<T>(Qs, LDK, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
         if (WU) copy_tile<T>(Vs, VS + 8, MAXBT, VS, v + ((size_t)ci.tok0 * p.HV + hv) * p.V, (size_t)p.HV * p.V, n, 0, p.V);
+        if (WA) copy_tile<float>(Ad, LDN, MAXBT, MAXBT, wu.A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
     }
     /* G: chunk_gate_cumsum (rows ≥ n repeat G_{n-1}); β (0 on rows ≥ n); GB directly */
     float *gbd = GB ? GB + ch * 2 * MAXBT : nullptr;
@@ -230,7 +239,7 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
         bs[i] = bv;
         if (gbd) gbd[MAXBT + i] = bv;
     }
-    if (!needA && !Cq) return;
+    if (!needA && !Cq && !WA) return;
     cp_async_wait();
     __syncthreads();
 
@@ -255,6 +264,10 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
         }
     });
     if (Cq) tri_store_upper_zeros(cqd);
+    if constexpr (WA) { /* the backward: W from the saved A (K is intact: no L was formed) */
+        kkt_wu<KS, 0>(p, Ks, nullptr, Ad, Ad, Gs, bs, n, wu.W + ch * MAXBT * KS, nullptr);
+        return;
+    }
     if (!needA) return;
     __syncthreads(); /* every read of Ks/Qs is done: L goes over them */
     tri_finish_A(Aout + ch * MAXBT * MAXBT, Ls, As, n, nL, accL);
@@ -267,26 +280,32 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                        float *A, cq_t *Cq, const void *v, const WuOut &wu, cudaStream_t s) {
     if constexpr (sizeof(T) == 2) {
         if (p.BT == MAXBT && (p.Kp == 64 || p.Kp == 128 || p.Kp == 256)) {
-            auto go = [&](auto ks, auto vs) -> cudaError_t {
+            auto go = [&](auto ks, auto vs, auto wa) -> cudaError_t {
                 constexpr int KS = decltype(ks)::value, VS = decltype(vs)::value;
-                constexpr size_t sm = kkt_fast_region<KS, T, VS>() + 2 * MAXBT * sizeof(float);
-                cudaError_t e = ensure_smem<kkt_fast_kernel<T, KS, VS>>(sm);
+                constexpr bool WA = decltype(wa)::value;
+                constexpr size_t sm = kkt_fast_region<KS, T, VS, WA>() + 2 * MAXBT * sizeof(float);
+                cudaError_t e = ensure_smem<kkt_fast_kernel<T, KS, VS, WA>>(sm);
                 if (e != cudaSuccess) return e;
-                kkt_fast_kernel<T, KS, VS><<<dim3(p.NC, p.HV), KKT_THREADS, sm, s>>>(
+                kkt_fast_kernel<T, KS, VS, WA><<<dim3(p.NC, p.HV), KKT_THREADS, sm, s>>>(
                     p, (const T *)q, (const T *)k, g, (const T *)beta, GB, A, Cq, (const T *)v, wu);
                 return cudaGetLastError();
             };
             using I0 = std::integral_constant<int, 0>;
+            using NO = std::false_type;
             if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+                using I64 = std::integral_constant<int, 64>;
+                using I128 = std::integral_constant<int, 128>;
+                if (wu.W && wu.A) { /* bwd_scan_uses_w: W alone from the saved A, K = Kp of 64 or 128 */
+                    if (A || wu.U || p.K != p.Kp || p.Kp > 128) return cudaErrorInvalidValue;
+                    return p.Kp == 64 ? go(I64{}, I0{}, std::true_type{}) : go(I128{}, I0{}, std::true_type{});
+                }
                 if (wu.W) { /* state_scan_uses_wu: K = Kp and V of 64 or 128, A asked */
-                    using I64 = std::integral_constant<int, 64>;
-                    using I128 = std::integral_constant<int, 128>;
-                    if (!A || !v || p.K != p.Kp || p.Kp > 128 || (p.V != 64 && p.V != 128)) return cudaErrorInvalidValue;
-                    if (p.Kp == 64) return p.V == 64 ? go(I64{}, I64{}) : go(I64{}, I128{});
-                    return p.V == 64 ? go(I128{}, I64{}) : go(I128{}, I128{});
+                    if (!A || !v || !wu.U || p.K != p.Kp || p.Kp > 128 || (p.V != 64 && p.V != 128)) return cudaErrorInvalidValue;
+                    if (p.Kp == 64) return p.V == 64 ? go(I64{}, I64{}, NO{}) : go(I64{}, I128{}, NO{});
+                    return p.V == 64 ? go(I128{}, I64{}, NO{}) : go(I128{}, I128{}, NO{});
                 }
             }
-            auto go0 = [&](auto ks) { return go(ks, I0{}); };
+            auto go0 = [&](auto ks) { return go(ks, I0{}, NO{}); };
             if (p.Kp == 64) return go0(std::integral_constant<int, 64>{});
             if (p.Kp == 128) return go0(std::integral_constant<int, 128>{});
             return go0(std::integral_constant<int, 256>{});
