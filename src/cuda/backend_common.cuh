@@ -12,8 +12,9 @@
  *   pullback        §4a/§4b, §5 and §7 pullback.cu (Gram elimination) / §6 vec_pullback.cu (matrix intra)
  *
  * Forward:  chunk_plan → gates (G, A, C_q; factors) → state_scan (S_c, R, ht) → output (o)
- * Backward: gates (policy R: C_q only, G and A are saved; factors) → [policy R: state_scan (S_c, R), in one
- *           launch with:] bwd_state_scan (S̄⁺, P or R̄, dh0) → pullback (dq, dk, dv, dβ, dg | db, dw)
+ * Backward: gates (policy R: C_q only, G and A are saved, and W for the W chain; factors) → [policy R: state_scan
+ *           (S_c, R), in one launch with:] bwd_state_scan (S̄⁺, P or R̄, dh0) [→ P from R̄ after the W chain]
+ *           → pullback (dq, dk, dv, dβ, dg | db, dw)
  * Policy R (§8) recomputes C_q, S_c and R in the backward from the saved G and A; policy A saves them.
  * Every kernel runs on cfg.stream; nothing synchronizes the host; all scratch comes from the caller's
  * workspace or saved buffer. Layouts (each region 256-B aligned; ⟨⟩: the operator's regions):
@@ -49,8 +50,8 @@ struct OpRegions {
     size_t head; /* at the start of both workspaces, a multiple of 256: vector factors / none */
     size_t Wbar; /* bwd ws: W̄ scratch of the WY pullback */
     size_t acc;  /* bwd ws: GVA q̄, k̄ accumulators when HV > H */
-    size_t W, U; /* fwd ws: W, U of the two-product forward chain (state_scan_uses_wu) where it may run;
-                  * W also in the policy-R bwd ws (the reverse scan's W chain, bwd_scan_uses_w) */
+    size_t W, U; /* fwd ws: W, U of the two-product forward chain (state_scan_uses_wu) where it may run */
+    size_t Wb;   /* policy-R bwd ws: W of the reverse scan's W chain (bwd_scan_uses_w) where it may run */
 };
 
 struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
@@ -95,7 +96,7 @@ template <class Op> Layout plan(const rewy_config *c) {
     L.Wbar = o; o += al(r.Wbar);
     L.acc = o; o += al(r.acc);
     L.bW = o;
-    if (!polA) o += al(r.W);
+    if (!polA) o += al(r.Wb);
     L.bwd = o;
     return L;
 }

@@ -3,9 +3,10 @@
  * the size queries and the stage sequence are backend_common.cuh's, shared with vec_backend.cu; this
  * file supplies only the scalar stages and regions (ScalarGates):
  *
- * Forward:  chunk_plan → kkt_inverse (G, A, C_q) → state_scan (S_c, R, ht) → output (o)
- * Backward: [policy R: kkt_inverse (C_q) → state_scan (S_c, R)] → bwd_state_scan (S̄⁺, P or R̄, dh0)
- *           → pullback (dq, dk, dv, dβ, dg)
+ * Forward:  chunk_plan → kkt_inverse (G, A, C_q; W, U where the scan fuses the output) → state_scan (S_c, R, ht)
+ *           → output (o), or state_scan with o (fused)
+ * Backward: [policy R: kkt_inverse (C_q; W at small grids) → state_scan (S_c, R)] → bwd_state_scan (S̄⁺, P or R̄,
+ *           dh0) [→ P = Aᵀ R̄ where the reverse scan ran the W chain] → pullback (dq, dk, dv, dβ, dg)
  * The scalar regions of the layouts (backend_common.cuh; each 256-B aligned):
  *
  * saved gate table: GB fp32 [NC*HV][2][BT] (G, β per chunk; kkt_inverse writes it, every later stage reads it)
@@ -41,6 +42,10 @@ struct ScalarGates {
         if (c->dtype == REWY_BF16 && g.BT == MAXBT && (c->K == 64 || c->K == 128) && c->K == g.Kp) {
             r.W = sizeof(__nv_bfloat16) * chh * g.BT * c->K;
             if (c->V == 64 || c->V == 128) r.U = sizeof(__nv_bfloat16) * chh * g.BT * c->V;
+            /* the reverse scan takes W only at 16-column tiles (small grids): elsewhere no bwd region */
+            Prob pr = {};
+            pr.N = g.N; pr.HV = g.HV; pr.V = c->V;
+            if (scan_bv(pr) == 16) r.Wb = r.W;
         }
         return r;
     }
