@@ -58,6 +58,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     size_t ctab, coff, G, A, Cq, Sc, R, saved;    /* saved offsets */
     size_t fCq, fSc, fR, fW, fU, fwd;              /* fwd workspace */
     size_t bCq, bSc, bR, Sbar, PR, Wbar, acc, bW, bwd; /* bwd workspace */
+    bool has_wu, has_bw;                               /* the layouts hold fwd W, U / bwd W */
 };
 
 template <class Op> Layout plan(const rewy_config *c) {
@@ -88,6 +89,7 @@ template <class Op> Layout plan(const rewy_config *c) {
     L.fW = wu_at;
     L.fU = wu_at + al(r.W);
     if (L.fU + al(r.U) > o) o = L.fU + al(r.U);
+    L.has_wu = r.W > 0 && r.U > 0;
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
     if (!polA) cq_sc_r(L.bCq, L.bSc, L.bR);
@@ -97,6 +99,7 @@ template <class Op> Layout plan(const rewy_config *c) {
     L.acc = o; o += al(r.acc);
     L.bW = o;
     if (!polA) o += al(r.Wb);
+    L.has_bw = !polA && r.Wb > 0;
     L.bwd = o;
     return L;
 }
@@ -144,7 +147,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     ScanGates sg;
     /* the two-product chain (W, U from the gates stage) where the scan fuses the output (scalar gates only) */
     WuOut wu;
-    if (!Op::vector_gates && L.fU > L.fW && state_scan_uses_wu(p, c->dtype, a->k, a->v)) {
+    if (L.has_wu && state_scan_uses_wu(p, c->dtype, a->k, a->v)) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
     }
@@ -196,7 +199,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
          * P = Aᵀ R̄ follows in parallel for ReWY. */
         const bool cq_in_scan = !Op::vector_gates && bwd_state_scan_wg_ok(p, c->dtype, a->q, a->k, a->do_, nullptr);
         WuOut wu;
-        if (!Op::vector_gates && !cq_in_scan && L.bwd > L.bW && bwd_scan_uses_w(p, c->dtype, a->q, a->k, a->v, a->do_)) {
+        if (L.has_bw && !cq_in_scan && bwd_scan_uses_w(p, c->dtype, a->q, a->k, a->v, a->do_)) {
             wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
             wu.A = A;
         }

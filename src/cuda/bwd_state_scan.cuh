@@ -99,9 +99,8 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
                                               cj.n, v0, p.V);
     };
     auto issue_nn = [&](auto *dst, const auto *src, int cj) { scan_copy_nn<CR, NT>(dst, src, p, hv, BT, cj); };
-    auto issue_w = [&](int c, const ChunkInfo &cj) { /* WF: chunk c's W tile */
-        if constexpr (WF)
-            copy_tile_k<T, CR, CK, NT>(Wt, ldk, BT, Kp, Wg + ((size_t)c * p.HV + hv) * MAXBT * p.K, p.K, cj.n, 0, p.K);
+    auto issue_w = [&](int c) { /* WF: chunk c's W tile ([chunk][hv][64][K], K = Kp: a factor tile's layout) */
+        if constexpr (WF) scan_copy_factor<T, CR, CK, NT>(Wt, ldk, Wg, p, hv, BT, Kp, c);
     };
     auto issue_gb = [&](int buf, int cj) {
         scan_copy_gates<VEC>(GBs + buf * 2 * MAXBT, lam + buf * Kp, GB, vo.lam, p, hv, BT, Kp, cj);
@@ -125,7 +124,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             if (!share) issue_q(KQ1, ci);
         }
         issue_o(ci);
-        if (WF) issue_w(c_last, ci);
+        if (WF) issue_w(c_last);
         else issue_nn(As, A, c_last);
         issue_nn(Cs, Cq, c_last);
         issue_gb(0, c_last);
@@ -242,7 +241,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
                     issue_q(Ks, cn);
                 }
                 if (HALF == 2 && !WF) issue_o(cn);
-                if (WF) issue_w(c - 1, cn);
+                if (WF) issue_w(c - 1);
             }
             kb ^= 1;
         } else if (VEC) {

@@ -109,10 +109,9 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     auto issue_nn = [&](float *dst, const float *src, int cj) { scan_copy_nn<CR, NT>(dst, src, p, hv, BT, cj); };
     /* chunk c's A and V tiles (WU: W and U) */
     auto issue_av = [&](int c, const ChunkInfo &cj) {
-        if constexpr (WU) {
-            const size_t ch = (size_t)c * p.HV + hv;
-            copy_tile_k<T, CR, CK, NT>(Wt, ldk, BT, Kp, so.W + ch * MAXBT * p.K, p.K, cj.n, 0, p.K);
-            copy_tile_k<T, CR, CV, NT>(Vs, ldvt, BT, BVT, so.U + ch * MAXBT * p.V, p.V, cj.n, v0, p.V);
+        if constexpr (WU) { /* W: [chunk][hv][64][K], K = Kp (a factor tile's layout); U: [chunk][hv][64][V] */
+            scan_copy_factor<T, CR, CK, NT>(Wt, ldk, so.W, p, hv, BT, Kp, c);
+            copy_tile_k<T, CR, CV, NT>(Vs, ldvt, BT, BVT, so.U + ((size_t)c * p.HV + hv) * MAXBT * p.V, p.V, cj.n, v0, p.V);
         } else {
             issue_nn(As, A, c);
             issue_v(cj);
