@@ -145,16 +145,18 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     cq_t *Cq = polA ? at<cq_t>(a->saved, L.Cq) : at<cq_t>(a->workspace, L.fCq);
     REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
     ScanGates sg;
-    /* the two-product chain (W, U from the gates stage) where the scan fuses the output (scalar gates only) */
+    /* the scan computes o itself (scalar gates only: vector gates' operands come from the gates stage), and then
+     * runs the two-product chain, with W and U from the gates stage, where the shapes allow */
+    const bool fo = !Op::vector_gates && state_scan_fuses_output(p, c->dtype, a->k, a->v, nullptr);
     WuOut wu;
-    if (L.has_wu && state_scan_uses_wu(p, c->dtype, a->k, a->v)) {
+    if (fo && L.has_wu && state_scan_uses_wu(p, c->dtype)) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
     }
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
     rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
-    if (state_scan_fuses_output(p, c->dtype, a->k, a->v, sg.vo())) {
+    if (fo) {
         /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
         ScanOut so;
         so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U;

@@ -54,7 +54,7 @@ scan_pair_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, co
  * bf16 fast path with K = Kp: the small grids, whose chunk steps are latency-bound. REWY_CUDA_SCAN_WF=0 keeps P in
  * the chain. Measured: docs/PERF.md, session 12. */
 bool bwd_scan_uses_w(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const void *do_) {
-    if (dt != REWY_BF16 || SCAN_LO || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128) || p.K != p.Kp) return false;
+    if (SCAN_LO || !w_shape_ok(dt, p.BT, p.K, p.Kp)) return false;
     if (state_scan_wg_ok(p, dt, k, v, nullptr) || bwd_state_scan_wg_ok(p, dt, q, k, do_, nullptr)) return false;
     if (scan_bv(p) != 16) return false;
     const char *e = getenv("REWY_CUDA_SCAN_WF");

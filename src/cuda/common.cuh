@@ -677,6 +677,14 @@ inline int sm_count() {
     return sms;
 }
 
+/* The shapes for which kkt_fast forms W = A E (bf16, chunk 64, K = Kp of 64 or 128) and, with V of 64 or 128,
+ * U = A Z: the two-product chains (state_scan_uses_wu, bwd_scan_uses_w). The size query, those predicates and
+ * kkt_inverse's launcher all ask here. */
+inline bool w_shape_ok(rewy_dtype dt, int BT, int K, int Kp) {
+    return dt == REWY_BF16 && BT == MAXBT && (K == 64 || K == 128) && K == Kp;
+}
+inline bool u_shape_ok(int V) { return V == 64 || V == 128; }
+
 /* The scans' value-column tile. A scan block walks one sequence's chunks one after another, so its
  * time is a chain of small products per chunk, and every block of a (sequence, head) reads the same
  * K, A, C_q (factor) tiles: at 32 columns the scans were bound by L2 throughput (Nsight, H200: 83 %).

@@ -39,9 +39,9 @@ struct ScalarGates {
         if (!wbar_in_smem(g.Kp, c->dtype == REWY_F32 ? 4 : 2)) r.Wbar = sizeof(float) * chh * g.BT * g.Kp;
         if (g.HV > c->H) r.acc = 2 * sizeof(float) * (size_t)g.NC * c->H * g.BT * g.Kp;
         /* W, U (bf16) of the two-product chains, for the shapes state_scan_uses_wu and bwd_scan_uses_w may pick */
-        if (c->dtype == REWY_BF16 && g.BT == MAXBT && (c->K == 64 || c->K == 128) && c->K == g.Kp) {
+        if (w_shape_ok(c->dtype, g.BT, c->K, g.Kp)) {
             r.W = sizeof(__nv_bfloat16) * chh * g.BT * c->K;
-            if (c->V == 64 || c->V == 128) r.U = sizeof(__nv_bfloat16) * chh * g.BT * c->V;
+            if (u_shape_ok(c->V)) r.U = sizeof(__nv_bfloat16) * chh * g.BT * c->V;
             /* the reverse scan takes W only at 16-column tiles (small grids): elsewhere no bwd region */
             Prob pr = {};
             pr.N = g.N; pr.HV = g.HV; pr.V = c->V;

@@ -40,9 +40,9 @@ struct ScanOut {
  * operands (KDA, GDN2). so: also the output O = Q_g S_c + C_q R, where state_scan_fuses_output says the
  * scan takes it (else NULL, and output.cu's launch_output follows). */
 bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo);
-/* Where the fused-output scan also takes W and U from kkt_inverse (FLA's chain: two products per chunk, not
- * three): scalar gates, K = Kp and V of 64 or 128 */
-bool state_scan_uses_wu(const Prob &p, rewy_dtype dt, const void *k, const void *v);
+/* Whether a scan that fuses the output (state_scan_fuses_output) also takes W and U from kkt_inverse (FLA's
+ * chain: two products per chunk, not three): w_shape_ok and u_shape_ok */
+bool state_scan_uses_wu(const Prob &p, rewy_dtype dt);
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
                               cudaStream_t s, const ScanOut *so = nullptr);

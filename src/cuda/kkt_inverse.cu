@@ -295,12 +295,12 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
             if constexpr (std::is_same<T, __nv_bfloat16>::value) {
                 using I64 = std::integral_constant<int, 64>;
                 using I128 = std::integral_constant<int, 128>;
-                if (wu.W && wu.A) { /* bwd_scan_uses_w: W alone from the saved A, K = Kp of 64 or 128 */
-                    if (A || wu.U || p.K != p.Kp || p.Kp > 128) return cudaErrorInvalidValue;
+                if (wu.W && wu.A) { /* bwd_scan_uses_w: W alone from the saved A */
+                    if (A || wu.U) return cudaErrorInvalidValue;
                     return p.Kp == 64 ? go(I64{}, I0{}, std::true_type{}) : go(I128{}, I0{}, std::true_type{});
                 }
-                if (wu.W) { /* state_scan_uses_wu: K = Kp and V of 64 or 128, A asked */
-                    if (!A || !v || !wu.U || p.K != p.Kp || p.Kp > 128 || (p.V != 64 && p.V != 128)) return cudaErrorInvalidValue;
+                if (wu.W) { /* state_scan_uses_wu: with U, A asked */
+                    if (!A || !v || !wu.U) return cudaErrorInvalidValue;
                     if (p.Kp == 64) return p.V == 64 ? go(I64{}, I64{}, NO{}) : go(I64{}, I128{}, NO{});
                     return p.V == 64 ? go(I128{}, I64{}, NO{}) : go(I128{}, I128{}, NO{});
                 }
@@ -324,7 +324,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                                const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s, const void *v,
                                const WuOut &wu) {
-    if (wu.W && (dt != REWY_BF16 || p.BT != MAXBT)) return cudaErrorInvalidValue; /* W, U only on the bf16 fast path */
+    if (wu.W && (!w_shape_ok(dt, p.BT, p.K, p.Kp) || (wu.U && !u_shape_ok(p.V)))) return cudaErrorInvalidValue;
     return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, g, beta, GB, A, Cq, v, wu, s); });
 }
 

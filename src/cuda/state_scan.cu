@@ -39,11 +39,11 @@ bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, const void *k, const 
     return 2L * scan_grid(p, scan_bv(p)).x >= (long)sm_count();
 }
 
-/* W and U from kkt_inverse (R = U − W S, two products per chunk; FLA's chain) wherever the scan fuses the output
- * and K, V allow them (kkt_inverse's fast path: K = Kp, V of 64 or 128). REWY_CUDA_SCAN_WU=0 keeps A (Z − E S).
- * Measured: docs/PERF.md, session 12. */
-bool state_scan_uses_wu(const Prob &p, rewy_dtype dt, const void *k, const void *v) {
-    if (!state_scan_fuses_output(p, dt, k, v, nullptr) || p.K != p.Kp || (p.V != 64 && p.V != 128)) return false;
+/* W and U from kkt_inverse (R = U − W S, two products per chunk; FLA's chain) for a scan that fuses the output
+ * (the caller asked state_scan_fuses_output) where K, V allow them (w_shape_ok, u_shape_ok). REWY_CUDA_SCAN_WU=0
+ * keeps A (Z − E S). Measured: docs/PERF.md, session 12. */
+bool state_scan_uses_wu(const Prob &p, rewy_dtype dt) {
+    if (!w_shape_ok(dt, p.BT, p.K, p.Kp) || !u_shape_ok(p.V)) return false;
     const char *e = getenv("REWY_CUDA_SCAN_WU");
     return !e || atoi(e) != 0;
 }
