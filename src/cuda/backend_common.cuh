@@ -22,7 +22,8 @@
  * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q cq_t [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
  * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved) | ⟨W, U⟩ (over S_c, R under
- *          policy R: the forward that reads W, U fuses the output and stores neither); at least 256 B
+ *          policy R: the forward that reads W, U fuses the output and stores neither) | with W, U: int
+ *          ready flags [NC*HV] (the scan beside kkt); at least 256 B
  * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
  *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩ | policy R: ⟨W (the reverse scan's W chain)⟩
  *
@@ -56,7 +57,7 @@ struct OpRegions {
 
 struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     size_t ctab, coff, G, A, Cq, Sc, R, saved;    /* saved offsets */
-    size_t fCq, fSc, fR, fW, fU, fwd;              /* fwd workspace */
+    size_t fCq, fSc, fR, fW, fU, fRdy, fwd;        /* fwd workspace */
     size_t bCq, bSc, bR, Sbar, PR, Wbar, acc, bW, bwd; /* bwd workspace */
     bool has_wu, has_bw;                               /* the layouts hold fwd W, U / bwd W */
 };
@@ -86,10 +87,12 @@ template <class Op> Layout plan(const rewy_config *c) {
     /* W, U: where the forward takes them it fuses the output, and under policy R it then writes no S_c or R,
      * so they go over those regions (as far as they reach) */
     const size_t wu_at = polA ? o : L.fSc;
+    L.has_wu = r.W > 0 && r.U > 0;
     L.fW = wu_at;
     L.fU = wu_at + al(r.W);
-    if (L.fU + al(r.U) > o) o = L.fU + al(r.U);
-    L.has_wu = r.W > 0 && r.U > 0;
+    L.fRdy = L.fU + al(r.U); /* kkt's ready flags, one int per chunk and value head (state_scan_beside_kkt) */
+    const size_t wu_end = L.fRdy + (L.has_wu ? al(sizeof(int) * chh) : 0);
+    if (wu_end > o) o = wu_end;
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
     if (!polA) cq_sc_r(L.bCq, L.bSc, L.bR);
@@ -152,6 +155,11 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     if (fo && L.has_wu && state_scan_uses_wu(p, c->dtype)) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
+        if (state_scan_beside_kkt(p)) { /* the scan starts beside kkt and waits per chunk on its flags */
+            wu.ready = at<int>(a->workspace, L.fRdy);
+            wu.seq_nc = c->cu_seqlens ? 0 : p.NC / p.N;
+            REWY_TRY(cudaMemsetAsync(wu.ready, 0, sizeof(int) * (size_t)p.NC * p.HV, s));
+        }
     }
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
@@ -159,7 +167,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     if (fo) {
         /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
         ScanOut so;
-        so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U;
+        so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U; so.ready = wu.ready;
         REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, polA ? Sc : nullptr,
                                    polA ? R : nullptr, s, &so));
         return REWY_OK;

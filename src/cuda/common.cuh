@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <type_traits>
+#include <utility>
 #include "rewy.h"
 
 namespace rewy_cuda {
@@ -829,6 +830,59 @@ inline cudaError_t ensure_smem(size_t smem) {
     const size_t mx = smem_optin();
     if (smem > mx) return cudaErrorInvalidValue;
     return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx);
+}
+
+/* ==== A producer kernel and its consumer side by side (the forward's kkt_fast and state scan) ====
+ * The consumer is launched with programmatic dependent launch (sm_90: it may start once every block of the
+ * producer has run griddepcontrol.launch_dependents) and waits per chunk on a ready flag that the producer
+ * sets after the chunk's stores; the flags are zeroed before the producer starts. The producer never waits,
+ * and all of its blocks are resident before any consumer block starts, so the consumer's waits always end.
+ * Without PDL (an sm_80 device or binary) the same launches run one after the other and every flag is set
+ * when the consumer starts. */
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+/* the producer: after a __syncthreads() that follows every thread's stores of the item (the fence is cumulative) */
+__device__ __forceinline__ void set_ready(int *f) {
+    __threadfence();
+    asm volatile("st.relaxed.gpu.global.s32 [%0], %1;\n" ::"l"(f), "r"(1) : "memory");
+}
+/* the consumer's early look (a relaxed L2 read: its value is used a chunk step later, so the read never
+ * stalls the chain); a 1 read here orders the copies that follow it through the block barrier between them */
+__device__ __forceinline__ int peek_ready(const int *f) {
+    int v;
+    asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
+    return v;
+}
+/* the consumer's wait; a flag that never comes (a bug, not an input) traps after seconds instead of hanging */
+__device__ __forceinline__ void wait_ready(const int *f) {
+    for (unsigned i = 0;; i++) {
+        int v;
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
+        if (v) return;
+        if (i > (1u << 26)) __trap();
+        __nanosleep(64);
+    }
+}
+/* the consumer's launch (PDL); both kernels prefer the whole unified L1 as shared memory, so that their
+ * blocks can share an SM (an SM runs one carveout at a time) */
+template <class... P, class... A>
+inline cudaError_t launch_beside(void (*kern)(P...), dim3 grid, int nt, size_t smem, cudaStream_t s, A &&...args) {
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess) return e;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(nt);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
 }
 
 /* Rows [0, K) × columns [v0, v0 + BVT) of a [K][V] chunk-state matrix (state_t) from the block's

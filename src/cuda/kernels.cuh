@@ -21,6 +21,11 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
 struct WuOut {
     __nv_bfloat16 *W = nullptr, *U = nullptr;
     const float *A = nullptr;
+    /* with W, U: where the scan runs beside (state_scan_beside_kkt), one flag per chunk and value head, zeroed,
+     * set once the chunk's outputs are stored; the grid is then one block per SM, taking the chunks in the order
+     * the scans need them: rank within the sequence first where every sequence has seq_nc chunks (else 0) */
+    int *ready = nullptr;
+    int seq_nc = 0;
 };
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                                const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s,
@@ -33,6 +38,7 @@ struct ScanOut {
     const cq_t *Cq = nullptr;
     void *o = nullptr;
     const __nv_bfloat16 *W = nullptr, *U = nullptr;
+    const int *ready = nullptr; /* WuOut's flags: the scan runs beside kkt_inverse and waits on them */
 };
 
 /* state_scan.cu: forward chunk scan: store S_c; R = A(Z − E S) (stored); S ← Λ S + Fᵀ R; ht at the end.
@@ -43,6 +49,11 @@ bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, const void *k, const 
 /* Whether a scan that fuses the output (state_scan_fuses_output) also takes W and U from kkt_inverse (FLA's
  * chain: two products per chunk, not three): w_shape_ok and u_shape_ok */
 bool state_scan_uses_wu(const Prob &p, rewy_dtype dt);
+/* Whether that scan (with W, U) starts beside kkt_inverse, waiting per chunk on its ready flags instead of its
+ * end: small grids (16-column tiles, at most one scan block per SM) on sm_90, where a kkt block fits beside a
+ * scan block. kkt_beside_smem: the shared memory of such a kkt block. */
+bool state_scan_beside_kkt(const Prob &p);
+size_t kkt_beside_smem(const Prob &p);
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
                               const float *A, const VecOps *vo, const float *h0, float *ht, state_t *Sc, rp_t *R,
                               cudaStream_t s, const ScanOut *so = nullptr);

@@ -190,10 +190,11 @@ __device__ __forceinline__ void kkt_wu(const Prob &p, __nv_bfloat16 *Ks, __nv_bf
     }
 }
 
-template <class T, int KS, int VS = 0, bool WA = false>
-__global__ void __launch_bounds__(KKT_THREADS, VS > 0 ? 3 : 1) /* W, U: 70 KB of shared memory, three blocks per SM */
-kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, cq_t *Cq,
-                const T *v, WuOut wu) {
+/* chunk c of value head hv */
+template <class T, int KS, int VS, bool WA>
+__device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const T *k, const float *g, const T *beta,
+                                               float *GB, float *Aout, cq_t *Cq, const T *v, const WuOut &wu, int c,
+                                               int hv) {
     extern __shared__ __align__(16) char smc[];
     constexpr int LDK = KS + 8;
     constexpr int REG = kkt_fast_region<KS, T, VS, WA>();
@@ -202,10 +203,10 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
     static_assert(!WA || std::is_same<T, __nv_bfloat16>::value, "W is for the bf16 reverse scan");
     static_assert(!WU || std::is_same<T, __nv_bfloat16>::value, "W, U are for the bf16 fused-output scan");
     static_assert(KKT_THREADS == 256, "tri_inverse64 and the tile split assume 8 warps");
-    const ChunkInfo ci = p.ctab[blockIdx.x];
+    const ChunkInfo ci = p.ctab[c];
     const int n = ci.n;
     if (n == 0) return;
-    const int hv = blockIdx.y, h = hv / p.G, tid = threadIdx.x;
+    const int h = hv / p.G, tid = threadIdx.x;
     const bool needA = Aout != nullptr;
     T *Ks = reinterpret_cast<T *>(smc);  /* [64][KS+8] */
     T *Qs = Ks + MAXBT * LDK;            /* [64][KS+8] */
@@ -215,7 +216,7 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
     float *Ad = reinterpret_cast<float *>(Qs + MAXBT * LDK); /* WA: the saved A, dense [64][LDN] */
     float *Gs = reinterpret_cast<float *>(smc + REG), *bs = Gs + MAXBT;
 
-    const size_t rs = (size_t)p.H * p.K, ch = (size_t)blockIdx.x * p.HV + hv;
+    const size_t rs = (size_t)p.H * p.K, ch = (size_t)c * p.HV + hv;
     if (needA || Cq || WA) {
         copy_tile<T>(Ks, LDK, MAXBT, KS, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
         if (Cq) copy_tile<T>(Qs, LDK, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
@@ -275,6 +276,35 @@ kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, f
         kkt_wu<KS, VS>(p, Ks, Vs, Ls, As, Gs, bs, n, wu.W + ch * MAXBT * KS, wu.U + ch * MAXBT * VS);
 }
 
+/* Grid (NC, HV): one chunk per block. With wu.ready (W, U; the scan runs beside, state_scan_beside_kkt): one
+ * block per SM walks the chunks in the order the scans consume them, and flags each one when it is stored. */
+template <class T, int KS, int VS = 0, bool WA = false>
+__global__ void __launch_bounds__(KKT_THREADS, VS > 0 ? 3 : 1) /* W, U: 70 KB of shared memory, three blocks per SM */
+kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, cq_t *Cq,
+                const T *v, WuOut wu) {
+    if (VS == 0 || !wu.ready) {
+        kkt_fast_chunk<T, KS, VS, WA>(p, q, k, g, beta, GB, Aout, Cq, v, wu, blockIdx.x, blockIdx.y);
+        return;
+    }
+    pdl_launch_dependents(); /* every block is resident: the scan may start */
+    const int per_rank = p.N * p.HV;
+    for (int t = blockIdx.x; t < p.NC * p.HV; t += gridDim.x) {
+        /* uniform sequences: rank j of every sequence before rank j + 1; else chunk-major */
+        int c, hv;
+        if (wu.seq_nc > 0) {
+            const int j = t / per_rank, r = t - j * per_rank;
+            c = (r / p.HV) * wu.seq_nc + j;
+            hv = r % p.HV;
+        } else {
+            c = t / p.HV;
+            hv = t % p.HV;
+        }
+        kkt_fast_chunk<T, KS, VS, WA>(p, q, k, g, beta, GB, Aout, Cq, v, wu, c, hv);
+        __syncthreads(); /* every thread's stores are issued, and the shared memory is free for the next chunk */
+        if (threadIdx.x == 0) set_ready(wu.ready + (size_t)c * p.HV + hv);
+    }
+}
+
 template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const float *g, const void *beta, float *GB,
                        float *A, cq_t *Cq, const void *v, const WuOut &wu, cudaStream_t s) {
@@ -286,7 +316,15 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                 constexpr size_t sm = kkt_fast_region<KS, T, VS, WA>() + 2 * MAXBT * sizeof(float);
                 cudaError_t e = ensure_smem<kkt_fast_kernel<T, KS, VS, WA>>(sm);
                 if (e != cudaSuccess) return e;
-                kkt_fast_kernel<T, KS, VS, WA><<<dim3(p.NC, p.HV), KKT_THREADS, sm, s>>>(
+                dim3 grid(p.NC, p.HV);
+                if (wu.ready) { /* state_scan_beside_kkt: one block per SM, room for a scan block beside each */
+                    e = cudaFuncSetAttribute(kkt_fast_kernel<T, KS, VS, WA>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared);
+                    if (e != cudaSuccess) return e;
+                    const long tasks = (long)p.NC * p.HV, sms = sm_count();
+                    grid = dim3((unsigned)(sms < tasks ? sms : tasks));
+                }
+                kkt_fast_kernel<T, KS, VS, WA><<<grid, KKT_THREADS, sm, s>>>(
                     p, (const T *)q, (const T *)k, g, (const T *)beta, GB, A, Cq, (const T *)v, wu);
                 return cudaGetLastError();
             };
@@ -321,10 +359,18 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
     return cudaGetLastError();
 }
 
+size_t kkt_beside_smem(const Prob &p) {
+    using T = __nv_bfloat16;
+    constexpr size_t gb = 2 * MAXBT * sizeof(float);
+    if (p.Kp == 64) return (p.V == 64 ? kkt_fast_region<64, T, 64>() : kkt_fast_region<64, T, 128>()) + gb;
+    return (p.V == 64 ? kkt_fast_region<128, T, 64>() : kkt_fast_region<128, T, 128>()) + gb;
+}
+
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                                const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s, const void *v,
                                const WuOut &wu) {
     if (wu.W && (!w_shape_ok(dt, p.BT, p.K, p.Kp) || (wu.U && !u_shape_ok(p.V)))) return cudaErrorInvalidValue;
+    if (wu.ready && !wu.U) return cudaErrorInvalidValue; /* the flags are the forward's, with W and U */
     return with_dtype(dt, [&](auto t) { return run<decltype(t)>(p, q, k, g, beta, GB, A, Cq, v, wu, s); });
 }
 

@@ -21,7 +21,10 @@
  * WU (with FO, where state_scan_uses_wu): kkt_inverse wrote W = A E and U = A Z, and the chain is
  * R = U − W S, S ← Λ S + Fᵀ R: two dependent products and two barriers per chunk instead of three.
  * Loads go through cp.async and are issued for chunk c+1 as soon as chunk c has consumed the buffer,
- * so only the first chunk's loads are exposed. */
+ * so only the first chunk's loads are exposed.
+ * Beside kkt_inverse (WU with so.ready, state_scan_beside_kkt): on small grids the scan starts while kkt_fast
+ * still runs (one kkt block per SM beside the scan block) and waits per chunk on kkt's ready flags, so that
+ * kkt's time hides behind the chain instead of preceding it. */
 #ifndef REWY_CUDA_STATE_SCAN_CUH
 #define REWY_CUDA_STATE_SCAN_CUH
 
@@ -124,11 +127,24 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         scan_copy_factor<FT, CR, CK, NT>(dst, ldfe, src, p, hv, BT, Kp, cj);
     };
     const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
+    /* beside kkt_inverse (so.ready, state_scan_beside_kkt): chunk c's GB, C_q, W, U are read only once its flag
+     * is set. Thread 0 reads the flag a step ahead (rnext: chunk c + 1's at step c) and waits only where it
+     * was not yet set, before the barrier that precedes the copies. */
+    const int *rdy = WU ? so.ready : nullptr;
+    auto ready = [&](int c) { return rdy + (size_t)c * p.HV + hv; };
+    int rnext = 1;
     /* this chunk's and the next one's table entries in registers, c + 2's loaded an iteration ahead: loaded
      * where it was needed, the entry was a dependent global load on the chain (6 % of the stall samples at
      * GDN (2,16384,8), Nsight) */
     ChunkInfo ci = {}, cn = {};
     if (c_begin < c_end) {
+        if (rdy) {
+            if (threadIdx.x == 0) {
+                wait_ready(ready(c_begin));
+                if (c_begin + 1 < c_end) rnext = peek_ready(ready(c_begin + 1));
+            }
+            __syncthreads();
+        }
         ci = p.ctab[c_begin];
         cn = c_begin + 1 < c_end ? p.ctab[c_begin + 1] : ci;
         if (VEC) {
@@ -151,6 +167,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
         if constexpr (BF) tiles.spill(Sf, Sh, Sl, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
         else if constexpr (REG) tiles.spill(Sf, St, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
+        if (rdy && has_next && threadIdx.x == 0 && !rnext) wait_ready(ready(c + 1));
         cp_async_wait();
         __syncthreads();
         if (has_next) {
@@ -203,6 +220,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             __syncthreads();
         }
         if (has_next) issue_av(c + 1, cn);
+        if (rdy && threadIdx.x == 0 && c + 2 < c_end) rnext = peek_ready(ready(c + 2));
         if constexpr (REG) {
             /* S ← Λ S + Fᵀ R in the registers. Scalar gates need no barrier after it: the next chunk's
              * K goes to the other buffer, and St / Rt are rewritten only after the next barriers */
