@@ -11,7 +11,8 @@
  *                   vec_intra's fast path while it runs anyway)
  *   pullback        §4a/§4b, §5 and §7 pullback.cu (Gram elimination) / §6 vec_pullback.cu (matrix intra)
  *
- * Forward:  chunk_plan → gates (G, A, C_q; factors) → state_scan (S_c, R, ht) → output (o)
+ * Forward:  chunk_plan → gates (G, A, C_q; factors) → state_scan (S_c, R, ht) → output (o); on small grids
+ *           the fused-output scan starts beside the gates stage and waits per chunk (state_scan_beside_kkt)
  * Backward: gates (policy R: C_q only, G and A are saved, and W for the W chain; factors) → [policy R: state_scan
  *           (S_c, R), in one launch with:] bwd_state_scan (S̄⁺, P or R̄, dh0) [→ P from R̄ after the W chain]
  *           → pullback (dq, dk, dv, dβ, dg | db, dw)

@@ -116,6 +116,11 @@ __host__ __device__ constexpr int kkt_fast_region() {
                                                                        : 2 * MAXBT * LDN * 4;
 }
 
+/* the block's shared memory: the region and the G, β table after it */
+template <int KS, class T, int VS = 0, bool WA = false> constexpr size_t kkt_fast_smem() {
+    return kkt_fast_region<KS, T, VS, WA>() + 2 * MAXBT * sizeof(float);
+}
+
 /* W = A diag(βγ) K and U = A diag(β) V (MATH §2: W = A E, U = A Z for scalar gates, γ_j = e^{G_j}) from the
  * finished inverse, rounded to bf16 as FLA's recompute_w_u rounds them. Warp w: rows 16·(w % 4) of both,
  * columns from (w / 4)·KS/2 of W and (w / 4)·VS/2 of U. A is lower triangular by 16-row blocks, so row block
@@ -313,7 +318,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
             auto go = [&](auto ks, auto vs, auto wa) -> cudaError_t {
                 constexpr int KS = decltype(ks)::value, VS = decltype(vs)::value;
                 constexpr bool WA = decltype(wa)::value;
-                constexpr size_t sm = kkt_fast_region<KS, T, VS, WA>() + 2 * MAXBT * sizeof(float);
+                constexpr size_t sm = kkt_fast_smem<KS, T, VS, WA>();
                 cudaError_t e = ensure_smem<kkt_fast_kernel<T, KS, VS, WA>>(sm);
                 if (e != cudaSuccess) return e;
                 dim3 grid(p.NC, p.HV);
@@ -361,9 +366,8 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
 
 size_t kkt_beside_smem(const Prob &p) {
     using T = __nv_bfloat16;
-    constexpr size_t gb = 2 * MAXBT * sizeof(float);
-    if (p.Kp == 64) return (p.V == 64 ? kkt_fast_region<64, T, 64>() : kkt_fast_region<64, T, 128>()) + gb;
-    return (p.V == 64 ? kkt_fast_region<128, T, 64>() : kkt_fast_region<128, T, 128>()) + gb;
+    if (p.Kp == 64) return p.V == 64 ? kkt_fast_smem<64, T, 64>() : kkt_fast_smem<64, T, 128>();
+    return p.V == 64 ? kkt_fast_smem<128, T, 64>() : kkt_fast_smem<128, T, 128>();
 }
 
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
