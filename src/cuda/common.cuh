@@ -753,14 +753,19 @@ inline dim3 scan_grid(const Prob &p, int bvt) { return dim3((unsigned)p.N * p.HV
  * 0.764 ms at (4,4096,16), 128 blocks). REWY_CUDA_SCAN_8W = 1 / 0 forces it where it fits (the tests'
  * shapes are too small to take it). Only 64-column tiles on the halved bf16 path (scan_half) have it.
  * scan_8w_fits: the shared-memory test alone (the scan pair, whose grid is the two scans' together). */
-template <class T, int KPC, int BVT> inline bool scan_8w_fits(size_t smem) {
-    if constexpr (BVT != 64 || scan_half<T, KPC>() != 2) return false;
+/* Whether a block taking a bytes of dynamic shared memory and one taking b fit one SM together (each also takes
+ * the per-block reserve); false where the device cannot be asked */
+inline bool blocks_fit_sm(size_t a, size_t b) {
     int dev = 0, per_sm = 0, rsv = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&rsv, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
         return false;
-    if (2 * (smem + (size_t)rsv) > (size_t)per_sm) return false;
+    return a + b + 2 * (size_t)rsv <= (size_t)per_sm;
+}
+template <class T, int KPC, int BVT> inline bool scan_8w_fits(size_t smem) {
+    if constexpr (BVT != 64 || scan_half<T, KPC>() != 2) return false;
+    if (!blocks_fit_sm(smem, smem)) return false;
     if (const char *e = getenv("REWY_CUDA_SCAN_8W")) return atoi(e) != 0;
     return true;
 }
@@ -866,11 +871,15 @@ __device__ __forceinline__ void wait_ready(const int *f) {
         __nanosleep(64);
     }
 }
-/* the consumer's launch (PDL); both kernels prefer the whole unified L1 as shared memory, so that their
- * blocks can share an SM (an SM runs one carveout at a time) */
+/* Both kernels prefer the whole unified L1 as shared memory, so that their blocks can share an SM (an SM runs
+ * one carveout at a time). Not stream-ordered, so legal under capture, like ensure_smem. */
+inline cudaError_t prefer_shared(const void *kern) {
+    return cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+}
+/* the consumer's launch (PDL) */
 template <class... P, class... A>
 inline cudaError_t launch_beside(void (*kern)(P...), dim3 grid, int nt, size_t smem, cudaStream_t s, A &&...args) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    cudaError_t e = prefer_shared((const void *)kern);
     if (e != cudaSuccess) return e;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;

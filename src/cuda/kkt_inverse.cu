@@ -323,8 +323,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                 if (e != cudaSuccess) return e;
                 dim3 grid(p.NC, p.HV);
                 if (wu.ready) { /* state_scan_beside_kkt: one block per SM, room for a scan block beside each */
-                    e = cudaFuncSetAttribute(kkt_fast_kernel<T, KS, VS, WA>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             cudaSharedmemCarveoutMaxShared);
+                    e = prefer_shared((const void *)kkt_fast_kernel<T, KS, VS, WA>);
                     if (e != cudaSuccess) return e;
                     const long tasks = (long)p.NC * p.HV, sms = sm_count();
                     grid = dim3((unsigned)(sms < tasks ? sms : tasks));

@@ -52,24 +52,19 @@ bool state_scan_uses_wu(const Prob &p, rewy_dtype dt) {
 }
 
 /* Beside kkt_inverse: where the scan's grid is 16-column tiles of at most one block per SM (each chain as short as it
- * gets, and kkt's 0.2 ms of 0.86 at DeltaNet (2,16384,8) ran before it), on sm_90 (programmatic dependent launch),
- * and a kkt block fits beside a scan block in an SM's shared memory (the registers fit by the launch bounds: 256
- * threads of at most 128 and 256 of at most 85). Measured: docs/PERF.md, session 13. REWY_CUDA_SCAN_BESIDE=0 keeps
- * the scan after kkt. */
+ * gets, and kkt's 0.2 ms of 0.86 at DeltaNet (2,16384,8) ran before it), where the device runs the library's sm_90a
+ * code (p.wgmma: there kkt's blocks signal the programmatic dependent launch; an sm_80 binary would not), and a kkt
+ * block fits beside a scan block in an SM's shared memory (the registers fit by the launch bounds: 256 threads of at
+ * most 128 and 256 of at most 85). Measured: docs/PERF.md, session 13. REWY_CUDA_SCAN_BESIDE=0 keeps the scan after
+ * kkt. */
 bool state_scan_beside_kkt(const Prob &p) {
-    if (scan_bv(p) != 16 || (long)scan_grid(p, 16).x > (long)sm_count()) return false;
+    if (!p.wgmma || scan_bv(p) != 16 || (long)scan_grid(p, 16).x > (long)sm_count()) return false;
     if (const char *e = getenv("REWY_CUDA_SCAN_BESIDE"))
         if (atoi(e) == 0) return false;
-    int dev = 0, major = 0, per_sm = 0, rsv = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&rsv, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
-        return false;
     using T = __nv_bfloat16;
     const size_t scan = p.Kp == 64 ? state_scan_smem<T, false, 64, 16, true>(p, VecOps{})
                                    : state_scan_smem<T, false, 128, 16, true>(p, VecOps{});
-    return major >= 9 && scan + kkt_beside_smem(p) + 2 * (size_t)rsv <= (size_t)per_sm;
+    return blocks_fit_sm(scan, kkt_beside_smem(p));
 }
 
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
