@@ -11,8 +11,9 @@
  * single-buffered tiles, each reloaded for the next chunk as soon as its product is done.
  *
  * WF (bf16 scalar gates at 16 columns, where bwd_scan_uses_w): FLA's dhu chain. With W = A E from kkt_inverse,
- * Eᵀ P = Wᵀ R̄, so S̄ ← Q_gᵀ Ō + Λ S̄⁺ − Wᵀ R̄ needs no P: two dependent products and three barriers per chunk
- * instead of three and four. The scan stores R̄, and P = Aᵀ R̄ is formed afterwards in parallel over the
+ * Eᵀ P = Wᵀ R̄, so S̄ ← Q_gᵀ Ō + Λ S̄⁺ − Wᵀ R̄ needs no P: two dependent products and two barriers per chunk
+ * instead of three and four (K double-buffered, Q and W issued after the first barrier, so nothing waits on a
+ * third). The scan stores R̄, and P = Aᵀ R̄ is formed afterwards in parallel over the
  * chunks (launch_p_from_rbar) where the pullback takes P (ReWY). */
 #ifndef REWY_CUDA_BWD_STATE_SCAN_CUH
 #define REWY_CUDA_BWD_STATE_SCAN_CUH
@@ -74,6 +75,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
     T *KQ1 = (VEC || share) ? KQ0 : KQ0 + MAXBT * ldk;
     T *Os = KQ1 + (VEC ? 0 : MAXBT * ldk);              /* [64][ldvt] */
     FT *Fs = reinterpret_cast<FT *>(Os + MAXBT * ldvt);  /* VEC: F, Q_g, E [64][ldfe] */
+    T *Qw = reinterpret_cast<T *>(Fs);                   /* WF: Q [64][ldk] (K double-buffered in KQ0, KQ1) */
     FT *Qv = Fs + MAXBT * ldfe;
     FT *Es = Qv + MAXBT * ldfe;
     bf16 *Sh = reinterpret_cast<bf16 *>(Sbt), *Sl = Sh + BVT * lds; /* BF: hi/lo tiles */
@@ -121,11 +123,10 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             issue_f(Es, vo.E, c_last);
         } else {
             issue_k(KQ0, ci);
-            if (!share) issue_q(KQ1, ci);
+            if (!share && !WF) issue_q(KQ1, ci);
         }
         issue_o(ci);
-        if (WF) issue_w(c_last);
-        else issue_nn(As, A, c_last);
+        if (!WF) issue_nn(As, A, c_last); /* WF: Q and W are issued inside the step */
         issue_nn(Cs, Cq, c_last);
         issue_gb(0, c_last);
     }
@@ -135,14 +136,25 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         const bool has_next = c - 1 >= c_begin;
         const ChunkInfo cnn = c - 2 >= c_begin ? p.ctab[c - 2] : cn;
         const size_t ch = (size_t)c * p.HV + hv;
-        T *Ks = kb ? KQ1 : KQ0, *Qs = kb ? KQ0 : KQ1;
+        T *Ks = kb ? KQ1 : KQ0, *Qs = WF ? Qw : kb ? KQ0 : KQ1;
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
         /* S̄⁺: the shared copy for F S̄⁺, and the saved one for the pullback */
         if constexpr (BF) tiles.spill(Sf, Sh, Sl, lds, Sbar + ch * p.K * p.V, p.K, p.V, v0);
         else if constexpr (REG) tiles.spill(Sf, Sbt, lds, Sbar + ch * p.K * p.V, p.K, p.V, v0);
         cp_async_wait();
         __syncthreads();
+        if constexpr (WF) {
+            /* this chunk's Q and W (read by the state update, after the second barrier: their single buffers were
+             * last read by the previous step's update, before the barrier above), then the next chunk's K into the
+             * other K buffer (last read before the previous step's second barrier) with its gates. So every copy
+             * but Q and W has a whole step to land, and the step needs no barrier after its update. */
+            issue_q(Qw, ci);
+            issue_w(c);
+            cp_async_commit();
+            if (has_next) issue_k(kb ? KQ0 : KQ1, cn);
+        }
         if (has_next) issue_gb(cur ^ 1, c - 1);
+        if constexpr (WF) cp_async_commit();
         if constexpr (!REG) store_state_tile<BVT>(Sbar + ch * p.K * p.V, Sbt, lds, p.K, p.V, v0);
         const float gl = Gs[n - 1];
         /* γ⊙Ō (scale too on the REG path; Ō for vector gates): one row per thread (blockDim is a multiple of
@@ -188,6 +200,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         }
         if constexpr (!BF)
             bgemm<NW>(BT, BVT, BT, Cs, 1, LDA, Os, ldvt, 1, [&](int i, int j, float cc) { Rbt[j * LDX + i] += cc; });
+        if constexpr (WF) cp_async_wait_group<1>(); /* Q and W (the next K and gates may still run) */
         __syncthreads();
         if (has_next) {
             if (VEC) issue_f(Fs, vo.F, c - 1);
@@ -231,17 +244,18 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
                     pf_mma<NS, false, true>(a, BT, Ks, 1, ldk, Pst, 1, LDX, ti, tj);
                 }
             });
-            __syncthreads();
-            if (has_next) {
-                if constexpr (VEC) {
-                    issue_f(Qv, vo.Qg, c - 1);
-                    issue_f(Es, vo.E, c - 1);
-                } else {
-                    issue_k(Qs, cn);
-                    issue_q(Ks, cn);
+            if constexpr (!WF) {
+                __syncthreads();
+                if (has_next) {
+                    if constexpr (VEC) {
+                        issue_f(Qv, vo.Qg, c - 1);
+                        issue_f(Es, vo.E, c - 1);
+                    } else {
+                        issue_k(Qs, cn);
+                        issue_q(Ks, cn);
+                    }
+                    if (HALF == 2) issue_o(cn);
                 }
-                if (HALF == 2 && !WF) issue_o(cn);
-                if (WF) issue_w(c - 1);
             }
             kb ^= 1;
         } else if (VEC) {
@@ -295,7 +309,7 @@ inline size_t bwd_state_scan_smem(const Prob &p, const VecOps &vo) {
     if (VEC)
         smem += sizeof(float) * 2 * p.Kp + sizeof(FT) * 3 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
     else
-        smem += sizeof(T) * (sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES ? 1 : 2) * (size_t)MAXBT * scan_ldk<T>(p.Kp);
+        smem += sizeof(T) * (sizeof(T) * p.Kp > BSCAN_SHARE_KQ_BYTES ? 1 : WF ? 3 : 2) * (size_t)MAXBT * scan_ldk<T>(p.Kp);
     return smem;
 }
 
