@@ -32,6 +32,11 @@
 
 namespace rewy_cuda {
 
+/* whether the forward scan double-buffers A and V (DAV in state_scan_block) */
+template <bool VEC, int KPC, int BVT, bool FO, bool WU> constexpr bool dav_scan() {
+    return !VEC && !WU && !FO && BVT <= 32 && (KPC == 64 || KPC == 128);
+}
+
 /* NT: the block's threads, scan_threads<BVT>(), or 256 where scan_8w. WU (with FO): R = U − W S from kkt_inverse's
  * W and U (so.W, so.U) in the tiles of A and V, FLA's chain of two products per chunk instead of three */
 template <class T, bool VEC, int KPC, int BVT, int NT = scan_threads<BVT>(), bool FO = false, bool WU = false>
@@ -78,6 +83,15 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     static_assert(!FO || (BF && !VEC), "the fused output is on the bf16 scalar-gate fast path only");
     static_assert(!WU || FO, "W, U ride with the fused output");
     T *Wt = reinterpret_cast<T *>(As); /* WU: W [64][ldk] bf16 in A's space (U takes V's) */
+    /* DAV (scalar gates, A (Z − E S), no fused output, 16 or 32 columns, K of 64 or 128: the policy-R pair's
+     * recompute, whose reverse half sets the pair's shared memory): A and V double-buffered in the space FO and VEC would take, so that the
+     * next chunk's copies are issued after the first barrier and have a whole step to land (single-buffered,
+     * they are issued after the third and the chain waits on them at the next step's first barrier) */
+    constexpr bool DAV = dav_scan<VEC, KPC, BVT, FO, WU>();
+    float *As1 = DAV ? reinterpret_cast<float *>(Ws) : As;
+    T *Vs1 = DAV ? reinterpret_cast<T *>(As1 + MAXBT * LDA) : Vs;
+    auto a_buf = [&](int b) { return b ? As1 : As; };
+    auto v_buf = [&](int b) { return b ? Vs1 : Vs; };
     using bf16 = __nv_bfloat16;
     bf16 *Ruh = reinterpret_cast<bf16 *>(Cq1 + (FO ? MAXBT * LDA : 0)), *Rul = Ruh + BVT * LDX; /* FO: R */
     bf16 *Sh = reinterpret_cast<bf16 *>(St), *Sl = Sh + BVT * lds; /* BF: S as hi/lo, [BVT][Kp+8] each */
@@ -102,22 +116,22 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             scan_copy_nn<CR, NT>(buf ? Cq1 : Cq0, so.Cq, p, hv, BT, c);
         }
     };
-    auto issue_v = [&](const ChunkInfo &cj) {
-        copy_tile_k<T, CR, CV, NT>(Vs, ldvt, BT, BVT, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n,
+    auto issue_v = [&](const ChunkInfo &cj, T *vdst) {
+        copy_tile_k<T, CR, CV, NT>(vdst, ldvt, BT, BVT, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n,
                                              v0, p.V);
         if (VEC && wg)
             copy_tile_k<T, CR, CV, NT>(Ws, ldvt, BT, BVT, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
                                                  cj.n, v0, p.V);
     };
     auto issue_nn = [&](float *dst, const float *src, int cj) { scan_copy_nn<CR, NT>(dst, src, p, hv, BT, cj); };
-    /* chunk c's A and V tiles (WU: W and U) */
-    auto issue_av = [&](int c, const ChunkInfo &cj) {
+    /* chunk c's A and V tiles (WU: W and U) into buffer b (DAV; else the one buffer) */
+    auto issue_av = [&](int c, const ChunkInfo &cj, int b) {
         if constexpr (WU) { /* W: [chunk][hv][64][K], K = Kp (a factor tile's layout); U: [chunk][hv][64][V] */
             scan_copy_factor<T, CR, CK, NT>(Wt, ldk, so.W, p, hv, BT, Kp, c);
             copy_tile_k<T, CR, CV, NT>(Vs, ldvt, BT, BVT, so.U + ((size_t)c * p.HV + hv) * MAXBT * p.V, p.V, cj.n, v0, p.V);
         } else {
-            issue_nn(As, A, c);
-            issue_v(cj);
+            issue_nn(a_buf(b), A, c);
+            issue_v(cj, v_buf(b));
         }
     };
     auto issue_gb = [&](int buf, int cj) {
@@ -153,7 +167,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         } else {
             issue_k(K0, ci);
         }
-        issue_av(c_begin, ci);
+        issue_av(c_begin, ci, 0);
         issue_gb(0, c_begin);
         issue_out(0, ci, c_begin);
     }
@@ -164,6 +178,8 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         const ChunkInfo cnn = c + 2 < c_end ? p.ctab[c + 2] : cn;
         const size_t ch = (size_t)c * p.HV + hv;
         T *Ks = kb ? K1 : K0;
+        const float *Ac = DAV ? a_buf(cur) : As;
+        const T *Vc = DAV ? v_buf(cur) : Vs;
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
         if constexpr (BF) tiles.spill(Sf, Sh, Sl, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
         else if constexpr (REG) tiles.spill(Sf, St, lds, Sc ? Sc + ch * p.K * p.V : nullptr, p.K, p.V, v0);
@@ -174,11 +190,12 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             issue_gb(cur ^ 1, c + 1);
             if (!VEC) issue_k(kb ? K0 : K1, cn);
             issue_out(cur ^ 1, cn, c + 1);
+            if constexpr (DAV) issue_av(c + 1, cn, cur ^ 1); /* buffer cur^1: last read before the previous B3 */
         }
         if (!REG && Sc) store_state_tile<BVT>(Sc + ch * p.K * p.V, St, lds, p.K, p.V, v0);
         /* X = Z − E S,  Z = β v (w ⊙ v for GDN2); scalar gates: E = diag(βγ) K, applied here to (K S)_ij = cc */
         auto put_x = [&](int i, int j, float cc) {
-            const float x = ldf(Vs + i * ldvt + j);
+            const float x = ldf(Vc + i * ldvt + j);
             Xt[j * LDX + i] = VEC ? x * (wg ? ldf(Ws + i * ldvt + j) : bs[i]) - cc : bs[i] * (x - gexp(p, Gs[i]) * cc);
         };
         /* R = A X (or U − W S): stored as is (for the output and the pullback); kept on chip as
@@ -216,10 +233,10 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         __syncthreads();
         if (VEC && has_next) issue_f(Es, vo.E, c + 1);
         if constexpr (!WU) {
-            bgemm<NW>(BT, BVT, BT, As, LDA, 1, Xt, 1, LDX, put_r); /* R = A X */
+            bgemm<NW>(BT, BVT, BT, Ac, LDA, 1, Xt, 1, LDX, put_r); /* R = A X */
             __syncthreads();
         }
-        if (has_next) issue_av(c + 1, cn);
+        if (has_next && !DAV) issue_av(c + 1, cn, 0);
         if (rdy && threadIdx.x == 0 && c + 2 < c_end) rnext = peek_ready(ready(c + 2));
         if constexpr (REG) {
             /* S ← Λ S + Fᵀ R in the registers. Scalar gates need no barrier after it: the next chunk's
@@ -282,6 +299,8 @@ template <class T, bool VEC, int KPC, int BVT, bool FO = false> inline size_t st
                 sizeof(FT) * 2 * (size_t)MAXBT * scan_ldk<FT>(p.Kp);
     else
         smem += sizeof(T) * 2 * (size_t)MAXBT * scan_ldk<T>(p.Kp);
+    if (dav_scan<VEC, KPC, BVT, FO, false>()) /* the second A and V buffers */
+        smem += sizeof(float) * (size_t)MAXBT * LDA + sizeof(T) * (size_t)MAXBT * scan_ldvt<T>(BVT);
     if (FO) /* Q buffers, C_q buffers, R (and its lo half with REWY_CUDA_SCAN_HILO) */
         smem += sizeof(T) * 2 * (size_t)MAXBT * scan_ldk<T>(p.Kp) + sizeof(cq_t) * 2 * (size_t)MAXBT * LDA +
                 sizeof(__nv_bfloat16) * (SCAN_LO ? 2 : 1) * (size_t)BVT * LDX;
