@@ -210,14 +210,26 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
          * P = Aᵀ R̄ follows in parallel for ReWY. */
         const bool cq_in_scan = !Op::vector_gates && bwd_state_scan_wg_ok(p, c->dtype, a->q, a->k, a->do_, nullptr);
         WuOut wu;
-        if (L.has_bw && !cq_in_scan && bwd_scan_uses_w(p, c->dtype, a->q, a->k, a->v, a->do_)) {
+        /* the register chains (small grids): W, and U over R's region, from the saved A; then both chains in one
+         * launch, and P = Aᵀ R̄ for ReWY */
+        if (!Op::vector_gates && L.has_bw && chain_scan_bvc(p, c->dtype) > 0) {
             wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
+            wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
             wu.A = A;
+            REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq, Gc, &sg, s, wu));
+            REWY_TRY(launch_chain_pair(p, c->dtype, a->q, a->k, sg.GB, wu.W, cq, a->h0, sc, r, a->do_, a->dht, a->dh0,
+                                       Sbar, PR, s));
+            if (!wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));
+        } else {
+            if (L.has_bw && !cq_in_scan && bwd_scan_uses_w(p, c->dtype, a->q, a->k, a->v, a->do_)) {
+                wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
+                wu.A = A;
+            }
+            REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s, wu));
+            REWY_TRY(launch_scan_pair(p, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), a->h0, sc, r, a->do_, a->dht,
+                                      a->dh0, Sbar, PR, wy, s, wu.W));
+            if (wu.W && !wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));
         }
-        REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s, wu));
-        REWY_TRY(launch_scan_pair(p, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), a->h0, sc, r, a->do_, a->dht,
-                                  a->dh0, Sbar, PR, wy, s, wu.W));
-        if (wu.W && !wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));
         Cq = cq; Sc = sc; R = r;
     }
     REWY_TRY(Op::pullback(p, a, Gc, A, Sc, Sbar, R, PR, wy, at<float>(a->workspace, L.Wbar),

@@ -42,10 +42,11 @@ struct ScalarGates {
         if (w_shape_ok(c->dtype, g.BT, c->K, g.Kp)) {
             r.W = sizeof(__nv_bfloat16) * chh * g.BT * c->K;
             if (u_shape_ok(c->V)) r.U = sizeof(__nv_bfloat16) * chh * g.BT * c->V;
-            /* the reverse scan takes W only at 16-column tiles (small grids): elsewhere no bwd region */
+            /* the reverse scan takes W only at 16-column tiles (small grids), the register chains (chain_scan_bvc:
+             * W, and U over R's region) on small grids too: elsewhere no bwd region */
             Prob pr = {};
-            pr.N = g.N; pr.HV = g.HV; pr.V = c->V;
-            if (scan_bv(pr) == 16) r.Wb = r.W;
+            pr.N = g.N; pr.HV = g.HV; pr.V = c->V; pr.K = c->K; pr.Kp = g.Kp; pr.BT = g.BT;
+            if (scan_bv(pr) == 16 || chain_scan_bvc(pr, c->dtype) > 0) r.Wb = r.W;
         }
         return r;
     }

@@ -95,6 +95,14 @@ cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k
 bool bwd_scan_uses_w(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const void *do_);
 /* pullback_p.cu: P = Aᵀ R̄ (MATH §4b (1)) in place of R̄ in PR, in parallel over the chunks */
 cudaError_t launch_p_from_rbar(const Prob &p, const float *A, rp_t *PR, cudaStream_t s);
+/* chain_scan.cu: policy R's two chains in register form (FLA's h and dhu chains) on small grids of the bf16
+ * scalar-gate fast path: chain_scan_bvc > 0 (the value columns per block; 0: not here). kkt_inverse has written
+ * W ([chunk][hv][64][K]) and U over R's region ([chunk][hv][64][V]) from the saved A; the forward half writes
+ * S_c and R (in place of U), the reverse half S̄⁺, R̄ (into PR) and dh0. P = Aᵀ R̄ then follows for ReWY. */
+int chain_scan_bvc(const Prob &p, rewy_dtype dt);
+cudaError_t launch_chain_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
+                              const __nv_bfloat16 *W, const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R,
+                              const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s);
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
                              const float *A, const cq_t *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
                              const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,

@@ -109,8 +109,8 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
 template <int KS, class T, int VS = 0, bool WA = false>
 __host__ __device__ constexpr int kkt_fast_region() {
     /* VS > 0 (W, U): K survives the inverse, so L goes over Q alone and A after it, then V [64][VS+8];
-     * WA (W from the saved A): K, Q, then A [64][LDN] */
-    return WA ? 2 * MAXBT * (KS + 8) * (int)sizeof(T) + MAXBT * LDN * 4
+     * WA (W from the saved A): K, Q, then A [64][LDN] (and V with VS > 0: U too, for the register chains) */
+    return WA ? 2 * MAXBT * (KS + 8) * (int)sizeof(T) + MAXBT * LDN * 4 + (VS > 0 ? MAXBT * (VS + 8) * (int)sizeof(T) : 0)
            : VS > 0 ? MAXBT * (KS + 8) * (int)sizeof(T) + 2 * MAXBT * LDN * 4 + MAXBT * (VS + 8) * (int)sizeof(T)
            : 2 * MAXBT * (KS + 8) * (int)sizeof(T) > 2 * MAXBT * LDN * 4 ? 2 * MAXBT * (KS + 8) * (int)sizeof(T)
                                                                        : 2 * MAXBT * LDN * 4;
@@ -203,8 +203,7 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     extern __shared__ __align__(16) char smc[];
     constexpr int LDK = KS + 8;
     constexpr int REG = kkt_fast_region<KS, T, VS, WA>();
-    constexpr bool WU = VS > 0; /* also W and U (kkt_wu) from the inverse; A is then always asked */
-    static_assert(!(WU && WA), "W from the inverse or from the saved A");
+    constexpr bool WU = VS > 0 && !WA; /* also W and U (kkt_wu) from the inverse; A is then always asked */
     static_assert(!WA || std::is_same<T, __nv_bfloat16>::value, "W is for the bf16 reverse scan");
     static_assert(!WU || std::is_same<T, __nv_bfloat16>::value, "W, U are for the bf16 fused-output scan");
     static_assert(KKT_THREADS == 256, "tri_inverse64 and the tile split assume 8 warps");
@@ -217,15 +216,15 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     T *Qs = Ks + MAXBT * LDK;            /* [64][KS+8] */
     /* over Ks/Qs once the products are done; with W, U over Qs only (K is read again), then V's tile */
     float *Ls = reinterpret_cast<float *>(WU ? smc + MAXBT * LDK * sizeof(T) : smc), *As = Ls + MAXBT * LDN;
-    T *Vs = reinterpret_cast<T *>(As + MAXBT * LDN);
     float *Ad = reinterpret_cast<float *>(Qs + MAXBT * LDK); /* WA: the saved A, dense [64][LDN] */
+    T *Vs = reinterpret_cast<T *>(WA ? Ad + MAXBT * LDN : As + MAXBT * LDN);
     float *Gs = reinterpret_cast<float *>(smc + REG), *bs = Gs + MAXBT;
 
     const size_t rs = (size_t)p.H * p.K, ch = (size_t)c * p.HV + hv;
     if (needA || Cq || WA) {
         copy_tile<T>(Ks, LDK, MAXBT, KS, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
         if (Cq) copy_tile<T>(Qs, LDK, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
-        if (WU) copy_tile<T>(Vs, VS + 8, MAXBT, VS, v + ((size_t)ci.tok0 * p.HV + hv) * p.V, (size_t)p.HV * p.V, n, 0, p.V);
+        if (VS > 0) copy_tile<T>(Vs, VS + 8, MAXBT, VS, v + ((size_t)ci.tok0 * p.HV + hv) * p.V, (size_t)p.HV * p.V, n, 0, p.V);
         if (WA) copy_tile<float>(Ad, LDN, MAXBT, MAXBT, wu.A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
     }
     /* G: chunk_gate_cumsum (rows ≥ n repeat G_{n-1}); β (0 on rows ≥ n); GB directly */
@@ -270,8 +269,8 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
         }
     });
     if (Cq) tri_store_upper_zeros(cqd);
-    if constexpr (WA) { /* the backward: W from the saved A (K is intact: no L was formed) */
-        kkt_wu<KS, 0>(p, Ks, nullptr, Ad, Ad, Gs, bs, n, wu.W + ch * MAXBT * KS, nullptr);
+    if constexpr (WA) { /* the backward: W (and U) from the saved A (K is intact: no L was formed) */
+        kkt_wu<KS, VS>(p, Ks, Vs, Ad, Ad, Gs, bs, n, wu.W + ch * MAXBT * KS, VS > 0 ? wu.U + ch * MAXBT * VS : nullptr);
         return;
     }
     if (!needA) return;
@@ -337,9 +336,14 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
             if constexpr (std::is_same<T, __nv_bfloat16>::value) {
                 using I64 = std::integral_constant<int, 64>;
                 using I128 = std::integral_constant<int, 128>;
-                if (wu.W && wu.A) { /* bwd_scan_uses_w: W alone from the saved A */
-                    if (A || wu.U) return cudaErrorInvalidValue;
-                    return p.Kp == 64 ? go(I64{}, I0{}, std::true_type{}) : go(I128{}, I0{}, std::true_type{});
+                if (wu.W && wu.A) { /* bwd_scan_uses_w: W alone from the saved A; chain_scan_bvc: W and U */
+                    using WA_ = std::true_type;
+                    if (A || (wu.U && !v)) return cudaErrorInvalidValue;
+                    if (wu.U) {
+                        if (p.Kp == 64) return p.V == 64 ? go(I64{}, I64{}, WA_{}) : go(I64{}, I128{}, WA_{});
+                        return p.V == 64 ? go(I128{}, I64{}, WA_{}) : go(I128{}, I128{}, WA_{});
+                    }
+                    return p.Kp == 64 ? go(I64{}, I0{}, WA_{}) : go(I128{}, I0{}, WA_{});
                 }
                 if (wu.W) { /* state_scan_uses_wu: with U, A asked */
                     if (!A || !v || !wu.U) return cudaErrorInvalidValue;

@@ -1,0 +1,315 @@
+/* chain_scan.cu: policy R's two chunk chains in register form, FLA's h and dhu chains, for the bf16 scalar-gate
+ * fast path on small grids (chain_scan_ok). One launch: blocks [0, nb) run the reverse scan, [nb, 2nb) the
+ * forward recompute; both walk one sequence's chunks for one value head and BVC value columns, one warp per 16
+ * columns, the state tile of each warp in its registers for the whole chain.
+ *
+ * Forward (MATH §2), W = A E and U = A Z from kkt_inverse (U written over R's region, R then written in place):
+ *   store S_c;   R = U − W S;   store R;   S ← γ_n S + Fᵀ R,   F_j = k_j e^{G_n − G_j} (j < n)
+ * Reverse (MATH §3, §4b (1), §5 in the W form, as bwd_state_scan.cuh's WF chain):
+ *   store S̄⁺;   R̄ = F S̄⁺ + C_qᵀ Ō;   store R̄;   S̄ ← γ_n S̄⁺ + Q_gᵀ Ō − Wᵀ R̄,   Q_g = scale·γ ⊙ q
+ * and dh0 = S̄ at the sequence start; P = Aᵀ R̄ follows in parallel (launch_p_from_rbar).
+ *
+ * Why registers: a warp holds the transposed state Sᵀ (its 16 value columns × K) as mma accumulators. The
+ * accumulator layout of m16n8k16 is the layout of its A operand, so every product whose left factor is the
+ * state or R (Sᵀ Wᵀ, Rᵀ F, S̄ᵀ Fᵀ, R̄ᵀ W) takes it straight from the registers, rounded to bf16, with
+ * no shared-memory round trip and no barrier between the products. The warps of a block share only the
+ * chunk's input tiles (K, W, U; K, Q, W, Ō, C_q), double-buffered: one barrier per chunk, after which the
+ * next chunk's copies are issued, so each has a whole step to land. */
+#include "kernels.cuh"
+
+namespace rewy_cuda {
+
+using bf16 = __nv_bfloat16;
+
+/* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets */
+template <int KS, int BVC> struct ChainLayout {
+    static constexpr int LDK = KS + 8, LDV = BVC + 8;
+    static constexpr int KT = MAXBT * LDK * 2;  /* a [64][KS] bf16 tile (K, Q, W) */
+    static constexpr int VT = MAXBT * LDV * 2;  /* a [64][BVC] bf16 tile (U, Ō) */
+    static constexpr int CT = MAXBT * LDA * 2;  /* C_q [64][64] (LDA = 72) */
+    static constexpr int GBB = 2 * MAXBT * 4;   /* G, β */
+    /* offsets in a stage: K, W, X (U or Ō), GB, then the reverse scan's Q, C_q */
+    static constexpr int oK = 0, oW = KT, oX = 2 * KT, oGB = 2 * KT + VT, oQ = oGB + GBB, oC = oQ + KT;
+    static constexpr int STAGE = oC + CT;
+    static constexpr int TOTAL = 2 * STAGE;
+};
+
+__device__ __forceinline__ uint32_t pack_bf2(float x, float y) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+__device__ __forceinline__ float2 unpack_bf2(uint32_t u) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u));
+}
+
+/* acc[s] (s < NB: the warp's 16 × 8 column blocks) += A · B, A the warp's 16 × 16·KST operand given per k step
+ * by afrag(ks, a) (an m16n8k16 A fragment), B in shared memory: BT = false stored [n][k] (row n, k contiguous),
+ * BT = true stored [k][n] (ldmatrix.trans) */
+template <int NB, int KST, bool BT, class AF>
+__device__ __forceinline__ void chain_mma(float (&acc)[NB][4], AF afrag, const bf16 *B, int ldb) {
+    const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+    const bf16 *bp = BT ? B + (r + (m & 1) * 8) * ldb + (m >> 1) * 8 : B + (r + (m >> 1) * 8) * ldb + (m & 1) * 8;
+#pragma unroll
+    for (int ks = 0; ks < KST; ks++) {
+        uint32_t a[4], b[NB / 2][4];
+        afrag(ks, a);
+        /* all of the k step's B fragments first: the loads (in program order, asm volatile) then overlap, and the
+         * products wait once per k step instead of once per pair of column blocks */
+#pragma unroll
+        for (int s = 0; s < NB; s += 2) {
+            if (BT) ldsm_x4_t(b[s / 2], bp + 16 * ks * ldb + 8 * s);
+            else ldsm_x4(b[s / 2], bp + 8 * s * ldb + 16 * ks);
+        }
+#pragma unroll
+        for (int s = 0; s < NB; s += 2) {
+            mma_bf16(acc[s], a, b[s / 2][0], b[s / 2][1]);
+            mma_bf16(acc[s + 1], a, b[s / 2][2], b[s / 2][3]);
+        }
+    }
+}
+
+/* The A fragment of k step ks from accumulators X (16 × 8·NB, the layout chain_mma writes), scaled by sgn */
+template <int NB>
+__device__ __forceinline__ void acc_afrag(const float (&X)[NB][4], int ks, uint32_t (&a)[4], float sgn = 1.f) {
+    a[0] = pack_bf2(sgn * X[2 * ks][0], sgn * X[2 * ks][1]);
+    a[1] = pack_bf2(sgn * X[2 * ks][2], sgn * X[2 * ks][3]);
+    a[2] = pack_bf2(sgn * X[2 * ks + 1][0], sgn * X[2 * ks + 1][1]);
+    a[3] = pack_bf2(sgn * X[2 * ks + 1][2], sgn * X[2 * ks + 1][3]);
+}
+/* The A fragment of k step ks of Xᵀ, X stored [k][i] in shared memory (Xᵀ rows i0…i0+15): ldmatrix.trans */
+__device__ __forceinline__ void smem_afrag_t(const bf16 *X, int ldx, int i0, int ks, uint32_t (&a)[4]) {
+    const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+    ldsm_x4_t(a, X + (16 * ks + r + (m >> 1) * 8) * ldx + i0 + (m & 1) * 8);
+}
+
+/* Stores this warp's 16 × 8·NB accumulator tile X (rows: value columns vw + g, + 8; columns: n·8 + 2t, + 1 of the
+ * other index) to dst[col * LD + row] as bf16: the saved chunk states ([K][V]) and R, R̄ ([token][V]); columns (rows
+ * of dst) from nmax on are skipped (V is a multiple of the block's columns: no row check). Neighbouring lanes (g, g + 1)
+ * trade one value each, so that every lane stores two adjacent value columns in one 4-byte store. */
+template <int NB, int LD>
+__device__ __forceinline__ void store_t(const float (&X)[NB][4], bf16 *dst, int vw, int nmax) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, odd = g & 1;
+    /* one base per lane; the (s, h) offsets are compile-time (LD is), so each store is one instruction */
+    bf16 *d0 = dst + (size_t)(2 * t + odd) * LD + vw + (g & ~1);
+    const bool all = nmax >= 8 * NB;
+#pragma unroll
+    for (int s = 0; s < NB; s++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* rows g (h = 0) and g + 8 */
+            /* even g keeps column 2t and takes the odd neighbour's; odd g keeps 2t + 1 and takes the even one's */
+            const float x0 = X[s][2 * h], x1 = X[s][2 * h + 1]; /* selects, not a lane-dependent index (local memory) */
+            const float mine = odd ? x1 : x0, give = odd ? x0 : x1;
+            const float got = __shfl_xor_sync(0xffffffffu, give, 4);
+            if (all || 8 * s + 2 * t + odd < nmax)
+                *reinterpret_cast<__nv_bfloat162 *>(d0 + 8 * s * LD + 8 * h) =
+                    odd ? __floats2bfloat162_rn(got, mine) : __floats2bfloat162_rn(mine, got);
+        }
+    }
+}
+
+template <int KS, int BVC, int VV>
+__global__ void __launch_bounds__(BVC * 2)
+chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const cq_t *Cq, const float *h0,
+                  state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int nb) {
+    using L = ChainLayout<KS, BVC>;
+    constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
+    constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
+    constexpr int NTH = BVC * 2;  /* threads: one warp per 16 value columns */
+    extern __shared__ __align__(16) char smc[];
+    const bool rev = (int)blockIdx.x < nb;
+    const int bid = rev ? blockIdx.x : blockIdx.x - nb;
+    const int nvt = ceil_div(p.V, BVC), sh = bid / nvt;
+    const int sq = sh / p.HV, hv = sh % p.HV, v0 = (bid % nvt) * BVC, h = hv / p.G;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int vw = v0 + 16 * warp; /* this warp's first value column */
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+    const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
+    if (c_end <= c_begin) return;
+
+    /* the state tile: element (value column vw + g (+8), k = 8s + 2t (+1)) at S[s][…] */
+    float S[NK][4];
+    const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+    {
+        const float *src = rev ? dht : h0;
+#pragma unroll
+        for (int s = 0; s < NK; s++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int kk = 8 * s + 2 * t + (e & 1), vv = vw + g + 8 * (e >> 1);
+                S[s][e] = (src && kk < p.K && vv < p.V) ? src[sbase + st_idx(p, kk, vv)] : 0.f;
+            }
+    }
+    auto stage = [&](int b) { return smc + b * L::STAGE; };
+    /* chunk c's tiles into stage b: K, W, U (forward) or Ō, Q, C_q (reverse), G and β */
+    auto issue = [&](int c, int b, const ChunkInfo &cj) {
+        const size_t ch = (size_t)c * p.HV + hv;
+        char *st = stage(b);
+        copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oK), L::LDK, MAXBT, KS,
+                                          k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+        copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oW), L::LDK, MAXBT, KS, W + ch * MAXBT * KS, KS,
+                                          MAXBT, 0, KS);
+        if (rev) {
+            copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
+                                               do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+            copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oQ), L::LDK, MAXBT, KS,
+                                              q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
+            scan_copy_nn<MAXBT, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq, p, hv, MAXBT, c);
+        } else { /* U: kkt_inverse wrote it into R's region, [chunk][hv][64][V] */
+            copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
+                                               R + ch * MAXBT * p.V, p.V, MAXBT, v0, p.V);
+        }
+        copy_tile<float>(reinterpret_cast<float *>(st + L::oGB), 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1,
+                         0, 2 * MAXBT);
+        cp_async_commit();
+    };
+
+    const int nch = c_end - c_begin;
+    /* the chunk-table entry of the next chunk is loaded with its copies, a step before it is needed */
+    ChunkInfo cn = p.ctab[rev ? c_end - 1 : c_begin];
+    issue(rev ? c_end - 1 : c_begin, 0, cn);
+    for (int it = 0; it < nch; it++) {
+        const int c = rev ? c_end - 1 - it : c_begin + it, b = it & 1;
+        const ChunkInfo ci = cn;
+        const int n = ci.n;
+        const size_t ch = (size_t)c * p.HV + hv;
+        cp_async_wait_group<0>();
+        __syncthreads(); /* chunk c's tiles are in; every warp is done with the other stage (the step before) */
+        if (it + 1 < nch) {
+            cn = p.ctab[rev ? c - 1 : c + 1];
+            issue(rev ? c - 1 : c + 1, b ^ 1, cn);
+        }
+        const char *st = stage(b);
+        const bf16 *Ks = reinterpret_cast<const bf16 *>(st + L::oK), *Ws = reinterpret_cast<const bf16 *>(st + L::oW);
+        const bf16 *Xs = reinterpret_cast<const bf16 *>(st + L::oX);
+        const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
+        const float gl = Gs[n - 1], gn = gexp(p, gl);
+        float X[NT][4] = {}; /* Rᵀ / R̄ᵀ: value columns × tokens */
+        /* F's row factor e^{G_n − G_j} (0 from n on) at this lane's token columns 8s + 2t (+1); DeltaNet's full
+         * chunks have none, and no γ_n (uniform branches around those multiplications) */
+        auto fdec = [&](int j) { return j < n ? gexp(p, gl - Gs[j]) : 0.f; };
+        const bool plain = !p.gated && n == MAXBT;
+        auto scale_cols = [&]() {
+            if (plain) return;
+#pragma unroll
+            for (int s = 0; s < NT; s++) {
+                const float f0 = fdec(8 * s + 2 * t), f1 = fdec(8 * s + 2 * t + 1);
+                X[s][0] *= f0; X[s][1] *= f1; X[s][2] *= f0; X[s][3] *= f1;
+            }
+        };
+        auto decay_state = [&]() {
+            if (!p.gated) return;
+#pragma unroll
+            for (int s = 0; s < NK; s++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[s][e] *= gn;
+        };
+
+        /* the incoming state (S_c) or the outgoing state's gradient (S̄⁺), for the pullback */
+        store_t<NK, VV>(S, (rev ? Sbar : Sc) + ch * KS * VV, vw, KS);
+
+        if (!rev) {
+            /* Rᵀ = Uᵀ − Sᵀ Wᵀ: Sᵀ Wᵀ, then U (A-fragment order = accumulator order) from the stage minus it */
+            chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ws, L::LDK);
+#pragma unroll
+            for (int ks = 0; ks < NT / 2; ks++) {
+                uint32_t a[4];
+                smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a);
+                const float2 x0 = unpack_bf2(a[0]), x1 = unpack_bf2(a[1]), x2 = unpack_bf2(a[2]), x3 = unpack_bf2(a[3]);
+                X[2 * ks][0] = x0.x - X[2 * ks][0]; X[2 * ks][1] = x0.y - X[2 * ks][1];
+                X[2 * ks][2] = x1.x - X[2 * ks][2]; X[2 * ks][3] = x1.y - X[2 * ks][3];
+                X[2 * ks + 1][0] = x2.x - X[2 * ks + 1][0]; X[2 * ks + 1][1] = x2.y - X[2 * ks + 1][1];
+                X[2 * ks + 1][2] = x3.x - X[2 * ks + 1][2]; X[2 * ks + 1][3] = x3.y - X[2 * ks + 1][3];
+            }
+            store_t<NT, VV>(X, R + ch * MAXBT * VV, vw, n);
+            /* S ← γ_n S + Fᵀ R:  Sᵀ ← γ_n Sᵀ + (Rᵀ diag(f)) K */
+            scale_cols();
+            decay_state();
+            chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a); }, Ks, L::LDK);
+        } else {
+            const bf16 *Qs = reinterpret_cast<const bf16 *>(st + L::oQ);
+            const cq_t *Cs = reinterpret_cast<const cq_t *>(st + L::oC);
+            /* R̄ᵀ = S̄⁺ᵀ Fᵀ + Ōᵀ C_q: first S̄⁺ᵀ Kᵀ, its token columns scaled by f, then Ōᵀ C_q */
+            chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ks, L::LDK);
+            scale_cols();
+            chain_mma<NT, NT / 2, true>(X, [&](int ks, uint32_t (&a)[4]) { smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a); },
+                                        Cs, LDA);
+            store_t<NT, VV>(X, PR + ch * MAXBT * VV, vw, n);
+            /* S̄ ← γ_n S̄⁺ + Q_gᵀ Ō − Wᵀ R̄:  S̄ᵀ ← γ_n S̄ᵀ + (Ōᵀ diag(scale·γ)) Q − R̄ᵀ W */
+            decay_state();
+            chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) {
+                smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a);
+                /* a[0], a[1]: tokens 16ks + 2t (+1); a[2], a[3]: + 8 */
+                const int j0 = 16 * ks + 2 * t, j1 = j0 + 8;
+                const float s0 = p.scale * gexp(p, Gs[j0]), s1 = p.scale * gexp(p, Gs[j0 + 1]);
+                const float s2 = p.scale * gexp(p, Gs[j1]), s3 = p.scale * gexp(p, Gs[j1 + 1]);
+#pragma unroll
+                for (int q2 = 0; q2 < 4; q2++) {
+                    const float2 x = unpack_bf2(a[q2]);
+                    a[q2] = q2 < 2 ? pack_bf2(x.x * s0, x.y * s1) : pack_bf2(x.x * s2, x.y * s3);
+                }
+            }, Qs, L::LDK);
+            chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a, -1.f); }, Ws, L::LDK);
+        }
+    }
+    if (rev && dh0) {
+#pragma unroll
+        for (int s = 0; s < NK; s++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int kk = 8 * s + 2 * t + (e & 1), vv = vw + g + 8 * (e >> 1);
+                if (kk < p.K && vv < p.V) dh0[sbase + st_idx(p, kk, vv)] = S[s][e];
+            }
+    }
+}
+
+/* The value columns per block (0: the chains do not apply). Each block is one chain on one SM (more chains than SMs
+ * would run as waves). By default the chains run where the mma.sync scan pair would take 64-column tiles (its
+ * slowest chain step: two 8-warp blocks of each scan per SM) and the 128-column chains fit the SMs: DeltaNet and GDN
+ * (4,4096,16) on the H200. Where the pair takes 16-column tiles (longer sequences, fewer heads), its chains are
+ * shorter per step than these (docs/PERF.md, session 16). REWY_CUDA_CHAIN=1 takes them wherever they fit (64 columns
+ * where those fit, the tests), =0 never. */
+int chain_scan_bvc(const Prob &p, rewy_dtype dt) {
+    if (!std::is_same<state_t, bf16>::value) return 0;
+    if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || !u_shape_ok(p.V)) return 0;
+    const char *e = getenv("REWY_CUDA_CHAIN");
+    const int force = e ? atoi(e) : -1;
+    const long sh = (long)p.N * p.HV, sms = sm_count();
+    if (force == 0 || sms == 0) return 0;
+    int bvc = 0;
+    if (force == 1) bvc = 2 * sh * (p.V / 64) <= sms ? 64 : p.V == 128 && 2 * sh <= sms ? 128 : 0;
+    else bvc = p.V == 128 && 2 * sh <= sms && scan_bv(p) == 64 ? 128 : 0;
+    /* two stages of tiles must fit the device's shared memory (A100: 163 KB) */
+    const size_t need = p.Kp == 64 ? (bvc == 64 ? ChainLayout<64, 64>::TOTAL : ChainLayout<64, 128>::TOTAL)
+                                   : (bvc == 64 ? ChainLayout<128, 64>::TOTAL : ChainLayout<128, 128>::TOTAL);
+    return bvc > 0 && need <= smem_optin() ? bvc : 0;
+}
+
+cudaError_t launch_chain_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB, const bf16 *W,
+                              const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_, const float *dht,
+                              float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s) {
+    const int bvc = chain_scan_bvc(p, dt);
+    if (bvc == 0) return cudaErrorInvalidValue;
+    auto go = [&](auto ks, auto bv) -> cudaError_t {
+        constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value;
+        constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
+        const int nb = p.N * p.HV * ceil_div(p.V, BVC);
+        auto fire = [&](auto vv) {
+            constexpr int VV = decltype(vv)::value;
+            cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV>>(sm);
+            if (e != cudaSuccess) return e;
+            chain_pair_kernel<KS, BVC, VV><<<2 * nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, W, Cq, h0,
+                                                                      Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR, nb);
+            return cudaGetLastError();
+        };
+        if constexpr (BVC == 128) return fire(std::integral_constant<int, 128>{});
+        else return p.V == 64 ? fire(std::integral_constant<int, 64>{}) : fire(std::integral_constant<int, 128>{});
+    };
+    using K64 = std::integral_constant<int, 64>;
+    using K128 = std::integral_constant<int, 128>;
+    using B64 = std::integral_constant<int, 64>;
+    using B128 = std::integral_constant<int, 128>;
+    if (p.Kp == 64) return bvc == 64 ? go(K64{}, B64{}) : go(K64{}, B128{});
+    return bvc == 64 ? go(K128{}, B64{}) : go(K128{}, B128{});
+}
+
+} // namespace rewy_cuda
