@@ -151,9 +151,10 @@ test-cuda:
 	@# where K and V allow (REWY_CUDA_SCAN_WU=0: A and V instead); the policy-R reverse scan at 16 columns runs the W
 	@# chain with P formed afterwards (REWY_CUDA_SCAN_WF=0: P in the chain); the fused-output scan with W and U at 16
 	@# columns starts beside kkt_inverse and waits on its ready flags (REWY_CUDA_SCAN_BESIDE=0: after it); policy R's
-	@# register chains (chain_scan.cu) run on the test shapes only where told (REWY_CUDA_CHAIN=1)
+	@# register chains (chain_scan.cu) run on the test shapes only where told (REWY_CUDA_CHAIN=1: 64-column blocks,
+	@# =2: the 128-column blocks the default takes on larger grids)
 	@set -eo pipefail; for t in $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c)); do echo "== $$t"; $$t; \
-	  for e in REWY_CUDA_CHAIN=1 REWY_CUDA_SCAN_WF=0 REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_WU=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BESIDE=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32 REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 \
+	  for e in REWY_CUDA_CHAIN=1 REWY_CUDA_CHAIN=2 REWY_CUDA_SCAN_WF=0 REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_WU=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BESIDE=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32 REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0"; do \
 	    echo "== $$t, $$e"; env $$e $$t | tail -1; done; \
@@ -161,6 +162,7 @@ test-cuda:
 	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
+	  REWY_CUDA_CHAIN=2 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_SCAN_OUT=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_SCAN_OUT=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \

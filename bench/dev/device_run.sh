@@ -37,6 +37,12 @@ for s in $steps; do
     # the scans' wider value tiles (the test shapes take 16 on their own) and the forward scan's 8-warp blocks
     # and the wgmma scans (REWY_CUDA_SCAN_WG=1; 64 columns as two warpgroups per block, or one with WG2=0)
     # the forward scan's own output (the test shapes' grids are too small to take it unless told)
+    # policy R's register chains (chain_scan.cu): 64-column blocks (=1) and the default's 128-column blocks (=2)
+    for ch in 1 2; do
+      REWY_CUDA_CHAIN=$ch timeout 400 $RB/tests/cuda/test_cuda > "$OUT/test_cuda_chain$ch.log" 2>&1
+      log "test_cuda REWY_CUDA_CHAIN=$ch rc=$?: $(tail -1 "$OUT/test_cuda_chain$ch.log")"
+      grep -E "FAIL|CUDA error" "$OUT/test_cuda_chain$ch.log" | head -20
+    done
     for bv in 16 64; do
       REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=$bv timeout 400 $RB/tests/cuda/test_cuda > "$OUT/test_cuda_out$bv.log" 2>&1
       log "test_cuda REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=$bv rc=$?: $(tail -1 "$OUT/test_cuda_out$bv.log")"

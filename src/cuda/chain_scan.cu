@@ -267,7 +267,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
  * slowest chain step: two 8-warp blocks of each scan per SM) and the 128-column chains fit the SMs: DeltaNet and GDN
  * (4,4096,16) on the H200. Where the pair takes 16-column tiles (longer sequences, fewer heads), its chains are
  * shorter per step than these (docs/PERF.md, session 16). REWY_CUDA_CHAIN=1 takes them wherever they fit (64 columns
- * where those fit, the tests), =0 never. */
+ * where those fit, the tests), =2 with 128-column blocks wherever V = 128 fits (the tests of the default's blocks),
+ * =0 never. */
 int chain_scan_bvc(const Prob &p, rewy_dtype dt) {
     if (!std::is_same<state_t, bf16>::value) return 0;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || !u_shape_ok(p.V)) return 0;
@@ -277,6 +278,7 @@ int chain_scan_bvc(const Prob &p, rewy_dtype dt) {
     if (force == 0 || sms == 0) return 0;
     int bvc = 0;
     if (force == 1) bvc = 2 * sh * (p.V / 64) <= sms ? 64 : p.V == 128 && 2 * sh <= sms ? 128 : 0;
+    else if (force == 2) bvc = p.V == 128 && 2 * sh <= sms ? 128 : 0; /* the default's 8-warp blocks, on the tests' shapes */
     else bvc = p.V == 128 && 2 * sh <= sms && scan_bv(p) == 64 ? 128 : 0;
     /* two stages of tiles must fit the device's shared memory (A100: 163 KB) */
     const size_t need = p.Kp == 64 ? (bvc == 64 ? ChainLayout<64, 64>::TOTAL : ChainLayout<64, 128>::TOTAL)
