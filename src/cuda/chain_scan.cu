@@ -1,5 +1,5 @@
 /* chain_scan.cu: policy R's two chunk chains in register form, FLA's h and dhu chains, for the bf16 scalar-gate
- * fast path on small grids (chain_scan_ok). One launch: blocks [0, nb) run the reverse scan, [nb, 2nb) the
+ * fast path on small grids (chain_scan_bvc). One launch: blocks [0, nb) run the reverse scan, [nb, 2nb) the
  * forward recompute; both walk one sequence's chunks for one value head and BVC value columns, one warp per 16
  * columns, the state tile of each warp in its registers for the whole chain.
  *

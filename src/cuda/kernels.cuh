@@ -17,7 +17,8 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
 /* wu (bf16, chunk 64, K = Kp of 64 or 128): also MATH §2's W = A E (bf16, [chunk][hv][BT][K]) and
  *   U = A Z (bf16, [chunk][hv][BT][V], V of 64 or 128; v then required), from the inverse it forms (A asked):
  *     the forward scan's two-product chain (state_scan_uses_wu);
- *   or, with wu.A (the saved A; A not asked, U NULL), W alone: the reverse scan's W chain (bwd_scan_uses_w). */
+ *   or, with wu.A (the saved A; A not asked), W alone: the reverse scan's W chain (bwd_scan_uses_w), or W and U:
+ *     policy R's register chains (chain_scan_bvc). */
 struct WuOut {
     __nv_bfloat16 *W = nullptr, *U = nullptr;
     const float *A = nullptr;

@@ -336,19 +336,18 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
             if constexpr (std::is_same<T, __nv_bfloat16>::value) {
                 using I64 = std::integral_constant<int, 64>;
                 using I128 = std::integral_constant<int, 128>;
-                if (wu.W && wu.A) { /* bwd_scan_uses_w: W alone from the saved A; chain_scan_bvc: W and U */
-                    using WA_ = std::true_type;
+                auto with_u = [&](auto wa) { /* W and U: K and V of 64 or 128 */
+                    if (p.Kp == 64) return p.V == 64 ? go(I64{}, I64{}, wa) : go(I64{}, I128{}, wa);
+                    return p.V == 64 ? go(I128{}, I64{}, wa) : go(I128{}, I128{}, wa);
+                };
+                if (wu.W && wu.A) { /* from the saved A: W alone (bwd_scan_uses_w), or W and U (chain_scan_bvc) */
                     if (A || (wu.U && !v)) return cudaErrorInvalidValue;
-                    if (wu.U) {
-                        if (p.Kp == 64) return p.V == 64 ? go(I64{}, I64{}, WA_{}) : go(I64{}, I128{}, WA_{});
-                        return p.V == 64 ? go(I128{}, I64{}, WA_{}) : go(I128{}, I128{}, WA_{});
-                    }
-                    return p.Kp == 64 ? go(I64{}, I0{}, WA_{}) : go(I128{}, I0{}, WA_{});
+                    if (wu.U) return with_u(std::true_type{});
+                    return p.Kp == 64 ? go(I64{}, I0{}, std::true_type{}) : go(I128{}, I0{}, std::true_type{});
                 }
                 if (wu.W) { /* state_scan_uses_wu: with U, A asked */
                     if (!A || !v || !wu.U) return cudaErrorInvalidValue;
-                    if (p.Kp == 64) return p.V == 64 ? go(I64{}, I64{}, NO{}) : go(I64{}, I128{}, NO{});
-                    return p.V == 64 ? go(I128{}, I64{}, NO{}) : go(I128{}, I128{}, NO{});
+                    return with_u(NO{});
                 }
             }
             auto go0 = [&](auto ks) { return go(ks, I0{}, NO{}); };
