@@ -212,12 +212,13 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
         WuOut wu;
         /* the register chains (small grids): W, and U over R's region, from the saved A; then both chains in one
          * launch, and P = Aᵀ R̄ for ReWY */
-        if (!Op::vector_gates && L.has_bw && chain_scan_bvc(p, c->dtype) > 0) {
+        const int bvc = Op::vector_gates || !L.has_bw ? 0 : chain_scan_bvc(p, c->dtype);
+        if (bvc > 0) {
             wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
             wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
             wu.A = A;
             REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq, Gc, &sg, s, wu));
-            REWY_TRY(launch_chain_pair(p, c->dtype, a->q, a->k, sg.GB, wu.W, cq, a->h0, sc, r, a->do_, a->dht, a->dh0,
+            REWY_TRY(launch_chain_pair(p, bvc, a->q, a->k, sg.GB, wu.W, cq, a->h0, sc, r, a->do_, a->dht, a->dh0,
                                        Sbar, PR, s));
             if (!wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));
         } else {

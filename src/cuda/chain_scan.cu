@@ -286,11 +286,10 @@ int chain_scan_bvc(const Prob &p, rewy_dtype dt) {
     return bvc > 0 && need <= smem_optin() ? bvc : 0;
 }
 
-cudaError_t launch_chain_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB, const bf16 *W,
+cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,
                               const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_, const float *dht,
                               float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s) {
-    const int bvc = chain_scan_bvc(p, dt);
-    if (bvc == 0) return cudaErrorInvalidValue;
+    if (bvc != 64 && bvc != 128) return cudaErrorInvalidValue;
     auto go = [&](auto ks, auto bv) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value;
         constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
