@@ -31,7 +31,10 @@ template <int KS, int BVC> struct ChainLayout {
     /* offsets in a stage: K, W, X (U or Ō), GB, then the reverse scan's Q, C_q */
     static constexpr int oK = 0, oW = KT, oX = 2 * KT, oGB = 2 * KT + VT, oQ = oGB + GBB, oC = oQ + KT;
     static constexpr int STAGE = oC + CT;
-    static constexpr int TOTAL = 2 * STAGE;
+    /* each warp's staging tile for its transposed stores (store_staged): KS rows (S_c, S̄⁺; R, R̄ use 64) of 16 value
+     * columns, rows 48 B apart (32 B of data: 16-B aligned rows, and the eight rows of one 8 × 8 block in distinct banks) */
+    static constexpr int STG_LD = 48, STG = KS * STG_LD, oSTG = 2 * STAGE;
+    static constexpr int TOTAL = oSTG + (BVC / 16) * STG;
 };
 
 __device__ __forceinline__ uint32_t pack_bf2(float x, float y) {
@@ -40,6 +43,25 @@ __device__ __forceinline__ uint32_t pack_bf2(float x, float y) {
 }
 __device__ __forceinline__ float2 unpack_bf2(uint32_t u) {
     return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u));
+}
+
+__device__ __forceinline__ void cp16(unsigned dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
+/* A full chunk's [64][NC] tile of 16-B vectors, row stride rs elements in global memory and LD in shared memory.
+ * Thread x's vectors sit in one column, RS rows apart, so each is an address add and one cp.async: copy_tile_k's
+ * bounds, alignment and zero-fill tests (for tails and odd strides) cost ten instructions per vector, and with them
+ * the copies were a third of the chains' instructions (Nsight, session 17). The caller checks 16-B alignment. */
+template <int NC, int LD, int NTH, class E>
+__device__ __forceinline__ void lean_tile(E *dst, const E *src, size_t rs) {
+    constexpr int EPV = 16 / sizeof(E), GV = NC / EPV, RS = NTH / GV, IT = MAXBT / RS;
+    static_assert(NC % EPV == 0 && NTH % GV == 0 && IT * RS == MAXBT, "lean_tile: tile and threads do not divide");
+    const int i = threadIdx.x / GV, c = (threadIdx.x % GV) * EPV;
+    const E *s = src + (size_t)i * rs + c;
+    const unsigned d = smem_u32(dst + i * LD + c);
+#pragma unroll
+    for (int m = 0; m < IT; m++) cp16(d + m * RS * LD * (int)sizeof(E), s + (size_t)m * RS * rs);
 }
 
 /* acc[s] (s < NB: the warp's 16 × 8 column blocks) += A · B, A the warp's 16 × 16·KST operand given per k step
@@ -107,10 +129,50 @@ __device__ __forceinline__ void store_t(const float (&X)[NB][4], bf16 *dst, int 
     }
 }
 
+#if __CUDA_ARCH__ >= 900
+/* store_t through the warp's staging tile stg (sm_90: stmatrix): stmatrix.trans writes each 8 × 8 block of X transposed,
+ * so a staging row is one index of dst's rows (k, or a token) with the warp's 16 value columns; then every lane stores
+ * whole 16-B vectors, each row of dst getting one full 32-B sector. store_t's shuffles, selects and 4-B stores (half
+ * sectors) took 8 instructions per 4 B. Rows from nmax on are skipped. */
+template <int NB, int LD>
+__device__ __forceinline__ void store_staged(const float (&X)[NB][4], char *stg, bf16 *dst, int vw, int nmax) {
+    constexpr int SLD = 48, ROWS = 8 * NB;
+    const int lane = threadIdx.x & 31, j = lane >> 3, r = lane & 7;
+    /* lane 8j + r addresses row r of the x4's matrix j: (X[s], rows g) j = 0, (X[s], rows g + 8) j = 1, then X[s + 1] */
+    const unsigned a = smem_u32(stg) + (8 * (j >> 1) + r) * SLD + (j & 1) * 16;
+    __syncwarp(); /* the lanes' reads of the previous staged store are done */
+#pragma unroll
+    for (int s = 0; s < NB; s += 2)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a + 8 * s * SLD),
+                     "r"(pack_bf2(X[s][0], X[s][1])), "r"(pack_bf2(X[s][2], X[s][3])), "r"(pack_bf2(X[s + 1][0], X[s + 1][1])),
+                     "r"(pack_bf2(X[s + 1][2], X[s + 1][3])) : "memory");
+    __syncwarp();
+#pragma unroll
+    for (int e = lane; e < 2 * ROWS; e += 32) {
+        const int row = e >> 1, half = e & 1;
+        if (row < nmax)
+            *reinterpret_cast<uint4 *>(dst + (size_t)row * LD + vw + 8 * half) =
+                *reinterpret_cast<const uint4 *>(stg + row * SLD + 16 * half);
+    }
+}
+#endif
+
+/* The transposed store of a warp's accumulator tile: staged on sm_90, store_t's shuffles on sm_80 */
+template <int NB, int LD>
+__device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf16 *dst, int vw, int nmax) {
+#if __CUDA_ARCH__ >= 900
+    store_staged<NB, LD>(X, stg, dst, vw, nmax);
+#else
+    (void)stg;
+    store_t<NB, LD>(X, dst, vw, nmax);
+#endif
+}
+
 template <int KS, int BVC, int VV>
 __global__ void __launch_bounds__(BVC * 2)
 chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const cq_t *Cq, const float *h0,
-                  state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int nb) {
+                  state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int nb,
+                  bool lean) {
     using L = ChainLayout<KS, BVC>;
     constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
     constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
@@ -126,24 +188,41 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
     const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
     if (c_end <= c_begin) return;
 
-    /* the state tile: element (value column vw + g (+8), k = 8s + 2t (+1)) at S[s][…] */
+    /* the state tile: element (value column vw + g (+8), k = 8s + 2t (+1)) at S[s][e]; its index in h0, dht, dh0 */
     float S[NK][4];
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+    auto sidx = [&](int s, int e) { return sbase + st_idx(p, 8 * s + 2 * t + (e & 1), vw + g + 8 * (e >> 1)); };
     {
         const float *src = rev ? dht : h0;
 #pragma unroll
         for (int s = 0; s < NK; s++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int kk = 8 * s + 2 * t + (e & 1), vv = vw + g + 8 * (e >> 1);
-                S[s][e] = (src && kk < p.K && vv < p.V) ? src[sbase + st_idx(p, kk, vv)] : 0.f;
-            }
+            for (int e = 0; e < 4; e++) S[s][e] = src ? src[sidx(s, e)] : 0.f;
     }
+    char *stg = smc + L::oSTG + warp * L::STG;
     auto stage = [&](int b) { return smc + b * L::STAGE; };
     /* chunk c's tiles into stage b: K, W, U (forward) or Ō, Q, C_q (reverse), G and β */
     auto issue = [&](int c, int b, const ChunkInfo &cj) {
         const size_t ch = (size_t)c * p.HV + hv;
         char *st = stage(b);
+        /* G and β: 512 B, the first 32 threads */
+        if (threadIdx.x < 2 * MAXBT / 4)
+            cp16(smem_u32(st + L::oGB) + 16 * threadIdx.x, GB + ch * 2 * MAXBT + 4 * threadIdx.x);
+        if (lean && cj.n == MAXBT) {
+            lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oK), k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
+            lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + ch * MAXBT * KS, KS);
+            if (rev) {
+                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0,
+                                            rsv);
+                lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oQ), q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
+                lean_tile<MAXBT, LDA, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq + ch * MAXBT * MAXBT, MAXBT);
+            } else {
+                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), R + ch * MAXBT * VV + v0, VV);
+            }
+            cp_async_commit();
+            return;
+        }
+        /* a sequence's last, partial chunk, or unaligned inputs: bounds-checked, zero-filled copies */
         copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oK), L::LDK, MAXBT, KS,
                                           k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
         copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oW), L::LDK, MAXBT, KS, W + ch * MAXBT * KS, KS,
@@ -158,8 +237,6 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
                                                R + ch * MAXBT * p.V, p.V, MAXBT, v0, p.V);
         }
-        copy_tile<float>(reinterpret_cast<float *>(st + L::oGB), 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1,
-                         0, 2 * MAXBT);
         cp_async_commit();
     };
 
@@ -205,7 +282,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         };
 
         /* the incoming state (S_c) or the outgoing state's gradient (S̄⁺), for the pullback */
-        store_t<NK, VV>(S, (rev ? Sbar : Sc) + ch * KS * VV, vw, KS);
+        store_acc<NK, VV>(S, stg, (rev ? Sbar : Sc) + ch * KS * VV, vw, KS);
 
         if (!rev) {
             /* Rᵀ = Uᵀ − Sᵀ Wᵀ: Sᵀ Wᵀ, then U (A-fragment order = accumulator order) from the stage minus it */
@@ -220,7 +297,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 X[2 * ks + 1][0] = x2.x - X[2 * ks + 1][0]; X[2 * ks + 1][1] = x2.y - X[2 * ks + 1][1];
                 X[2 * ks + 1][2] = x3.x - X[2 * ks + 1][2]; X[2 * ks + 1][3] = x3.y - X[2 * ks + 1][3];
             }
-            store_t<NT, VV>(X, R + ch * MAXBT * VV, vw, n);
+            store_acc<NT, VV>(X, stg, R + ch * MAXBT * VV, vw, n);
             /* S ← γ_n S + Fᵀ R:  Sᵀ ← γ_n Sᵀ + (Rᵀ diag(f)) K */
             scale_cols();
             decay_state();
@@ -233,7 +310,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             scale_cols();
             chain_mma<NT, NT / 2, true>(X, [&](int ks, uint32_t (&a)[4]) { smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a); },
                                         Cs, LDA);
-            store_t<NT, VV>(X, PR + ch * MAXBT * VV, vw, n);
+            store_acc<NT, VV>(X, stg, PR + ch * MAXBT * VV, vw, n);
             /* S̄ ← γ_n S̄⁺ + Q_gᵀ Ō − Wᵀ R̄:  S̄ᵀ ← γ_n S̄ᵀ + (Ōᵀ diag(scale·γ)) Q − R̄ᵀ W */
             decay_state();
             chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) {
@@ -255,10 +332,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
 #pragma unroll
         for (int s = 0; s < NK; s++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int kk = 8 * s + 2 * t + (e & 1), vv = vw + g + 8 * (e >> 1);
-                if (kk < p.K && vv < p.V) dh0[sbase + st_idx(p, kk, vv)] = S[s][e];
-            }
+            for (int e = 0; e < 4; e++) dh0[sidx(s, e)] = S[s][e];
     }
 }
 
@@ -290,6 +364,8 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
                               const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_, const float *dht,
                               float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s) {
     if (bvc != 64 && bvc != 128) return cudaErrorInvalidValue;
+    /* full chunks take lean_tile's copies where the caller's q, k, dO are 16-B aligned (rows are: K, V of 64 or 128) */
+    const bool lean = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)do_) & 15) == 0;
     auto go = [&](auto ks, auto bv) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value;
         constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
@@ -299,7 +375,7 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
             cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV>>(sm);
             if (e != cudaSuccess) return e;
             chain_pair_kernel<KS, BVC, VV><<<2 * nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, W, Cq, h0,
-                                                                      Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR, nb);
+                                                                      Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR, nb, lean);
             return cudaGetLastError();
         };
         if constexpr (BVC == 128) return fire(std::integral_constant<int, 128>{});
