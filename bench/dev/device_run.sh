@@ -1,6 +1,6 @@
 #!/bin/bash
 # device_run.sh: one device call = build, CUDA tests, compute-sanitizer, benchmark; logs under $OUT.
-#   bench/dev/device_run.sh [build] [test] [sanitize] [bench] [bench-rewy] [pytest] [overhead]   (default: build test sanitize)
+#   bench/dev/device_run.sh [build] [test] [sanitize] [fla-warm] [bench] [bench-rewy] [pytest] [overhead]   (default: build test sanitize)
 # RB=build/cuda-vec picks another prebuilt library (default build/cuda-on); BENCH_ARGS adds bench_gpu.py options.
 # FLA (the ignored copy under .ref/fla-src) must be carried to the device for 'bench'.
 set -u
@@ -76,6 +76,20 @@ for s in $steps; do
     REWY_LIBRARY=$PWD/$RB/librewy.so timeout 300 python3 bench/bench_gpu.py --impl rewy --reps 30 ${BENCH_ARGS:-} \
       --json "$OUT/bench_rewy.jsonl" > "$OUT/bench_rewy.log" 2>&1
     rc=$?; log "bench-rewy rc=$rc ($(($(date +%s)-t0)) s)"; tail -40 "$OUT/bench_rewy.log" ;;
+  fla-warm)
+    # FLA's autotuning in minutes (session 17): twelve processes, one per (op, shape), fill Triton's compile cache in
+    # parallel with their autotune results discarded (taken under load: TRITON_CACHE_AUTOTUNING=0); then one process on
+    # the idle GPU autotunes every row from compile-cache hits and keeps FLA's choices on disk for 'bench'.
+    mkdir -p .fla-cache/triton "$OUT/fla-warm"
+    export TRITON_CACHE_DIR=$PWD/.fla-cache/triton FLA_DISABLE_BACKEND_DISPATCH=1
+    for op in deltanet gdn; do for sh in 1x2048x4 1x8192x16 4x4096x16 8x2048x32 2x16384x8 16x1024x16; do
+      PYTHONPATH=$PWD/.ref/fla-src TRITON_CACHE_AUTOTUNING=0 REWY_LIBRARY=$PWD/$RB/librewy.so timeout 420 \
+        python3 bench/bench_gpu.py --impl fla --ops $op --shapes $sh --reps 1 --profile '' > "$OUT/fla-warm/$op-$sh.log" 2>&1 &
+    done; done
+    wait
+    PYTHONPATH=$PWD/.ref/fla-src TRITON_CACHE_AUTOTUNING=1 REWY_LIBRARY=$PWD/$RB/librewy.so timeout 300 \
+      python3 bench/bench_gpu.py --impl fla --reps 3 --profile '' > "$OUT/fla-warm.log" 2>&1
+    rc=$?; log "fla-warm rc=$rc ($(($(date +%s)-t0)) s)" ;;
   bench)
     # FLA's autotuning (about 130 s per new shape) is kept on disk by Triton (TRITON_CACHE_AUTOTUNING) and its
     # results come back as $OUT/fla-autotune.tgz: unpack it into .fla-cache and carry .fla-cache next time, and
