@@ -21,7 +21,12 @@ namespace rewy_cuda {
 
 using bf16 = __nv_bfloat16;
 
-/* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets */
+/* Row stride, bytes, of a warp's staging tile for its transposed stores (store_staged): 32 B of data (16 value columns),
+ * rows 16-B aligned, and the eight rows of one 8 × 8 block of stmatrix in distinct banks */
+constexpr int STG_LD = 48;
+
+/* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets, then the warps'
+ * staging tiles */
 template <int KS, int BVC> struct ChainLayout {
     static constexpr int LDK = KS + 8, LDV = BVC + 8;
     static constexpr int KT = MAXBT * LDK * 2;  /* a [64][KS] bf16 tile (K, Q, W) */
@@ -31,9 +36,8 @@ template <int KS, int BVC> struct ChainLayout {
     /* offsets in a stage: K, W, X (U or Ō), GB, then the reverse scan's Q, C_q */
     static constexpr int oK = 0, oW = KT, oX = 2 * KT, oGB = 2 * KT + VT, oQ = oGB + GBB, oC = oQ + KT;
     static constexpr int STAGE = oC + CT;
-    /* each warp's staging tile for its transposed stores (store_staged): KS rows (S_c, S̄⁺; R, R̄ use 64) of 16 value
-     * columns, rows 48 B apart (32 B of data: 16-B aligned rows, and the eight rows of one 8 × 8 block in distinct banks) */
-    static constexpr int STG_LD = 48, STG = KS * STG_LD, oSTG = 2 * STAGE;
+    /* each warp's staging tile: KS rows (S_c, S̄⁺; R, R̄ use 64) */
+    static constexpr int STG = KS * STG_LD, oSTG = 2 * STAGE;
     static constexpr int TOTAL = oSTG + (BVC / 16) * STG;
 };
 
@@ -136,7 +140,7 @@ __device__ __forceinline__ void store_t(const float (&X)[NB][4], bf16 *dst, int 
  * sectors) took 8 instructions per 4 B. Rows from nmax on are skipped. */
 template <int NB, int LD>
 __device__ __forceinline__ void store_staged(const float (&X)[NB][4], char *stg, bf16 *dst, int vw, int nmax) {
-    constexpr int SLD = 48, ROWS = 8 * NB;
+    constexpr int SLD = STG_LD, ROWS = 8 * NB;
     const int lane = threadIdx.x & 31, j = lane >> 3, r = lane & 7;
     /* lane 8j + r addresses row r of the x4's matrix j: (X[s], rows g) j = 0, (X[s], rows g + 8) j = 1, then X[s + 1] */
     const unsigned a = smem_u32(stg) + (8 * (j >> 1) + r) * SLD + (j & 1) * 16;
