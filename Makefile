@@ -44,14 +44,18 @@ NVFLAGS  = -O3 -std=c++17 -lineinfo -Xcompiler -fPIC -Iinclude -Isrc $(NVARCH) \
            --expt-relaxed-constexpr -Werror all-warnings
 
 LIB_SRC  = src/api.c $(wildcard src/cpu/*.c)
+# the fp64 oracle and the accuracy harness: used by the tests and the CLI, not part of the library
+CHECK_SRC = $(wildcard src/check/*.c)
 CU_SRC   = $(wildcard src/cuda/*.cu)
 TEST_SRC = $(wildcard tests/test_*.c)
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 ASAN_TESTS = $(patsubst tests/%.c,$(BUILD)/asan/tests/%,$(TEST_SRC))
-HDRS     = include/rewy.h $(wildcard src/*.h src/cpu/*.h)
+HDRS     = include/rewy.h $(wildcard src/*.h src/cpu/*.h src/check/*.h)
 
 LIB_OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 ASAN_OBJ = $(patsubst %.c,$(BUILD)/asan/%.o,$(LIB_SRC))
+CHECK_OBJ = $(patsubst %.c,$(BUILD)/%.o,$(CHECK_SRC))
+ASAN_CHECK_OBJ = $(patsubst %.c,$(BUILD)/asan/%.o,$(CHECK_SRC))
 CU_OBJ   = $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRC))
 
 ifeq ($(CUDA),1)
@@ -89,16 +93,22 @@ $(BUILD)/librewy.so: $(LIB_OBJ)
 $(BUILD)/asan/librewy.a: $(ASAN_OBJ)
 	ar rcs $@ $^
 
-$(BUILD)/rewy: tools/rewy.c $(BUILD)/librewy.a $(HDRS)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) $< $(BUILD)/librewy.a $(LDLIBS) -o $@
+$(BUILD)/librewy_check.a: $(CHECK_OBJ)
+	ar rcs $@ $^
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/librewy.a $(wildcard tests/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests $< $(BUILD)/librewy.a $(LDLIBS) -o $@
+$(BUILD)/asan/librewy_check.a: $(ASAN_CHECK_OBJ)
+	ar rcs $@ $^
 
-$(BUILD)/asan/tests/%: tests/%.c $(BUILD)/asan/librewy.a $(wildcard tests/*.h)
+$(BUILD)/rewy: tools/rewy.c $(BUILD)/librewy_check.a $(BUILD)/librewy.a $(HDRS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $< $(BUILD)/librewy_check.a $(BUILD)/librewy.a $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/librewy_check.a $(BUILD)/librewy.a $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -O1 -g $(SAN) -Itests $< $(BUILD)/asan/librewy.a $(LDLIBS) $(SAN) -o $@
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -Itests $< $(BUILD)/librewy_check.a $(BUILD)/librewy.a $(LDLIBS) -o $@
+
+$(BUILD)/asan/tests/%: tests/%.c $(BUILD)/asan/librewy_check.a $(BUILD)/asan/librewy.a $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -O1 -g $(SAN) -Itests $< $(BUILD)/asan/librewy_check.a $(BUILD)/asan/librewy.a $(LDLIBS) $(SAN) -o $@
 
 # The main job: check the chunk paths against the oracle, then benchmark.
 # OpenBLAS 0.3.21 does not recognise recent Xeons and falls back to its SSE3 (Prescott)
@@ -184,9 +194,9 @@ test-fla:
 # (a shorter stem than $(BUILD)/tests/%, so make prefers this rule for the device tests)
 # Linked against librewy.so (found next to it through the rpath), so that the device tests and
 # the Python package run the same library, and a built tree carries one copy of the kernels.
-$(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/librewy.so $(wildcard tests/*.h)
+$(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/librewy_check.a $(BUILD)/librewy.so $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< -L$(BUILD) -lrewy \
+	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< $(BUILD)/librewy_check.a -L$(BUILD) -lrewy \
 	  -Wl,-rpath,'$$ORIGIN/../..' $(LDLIBS) -o $@
 
 clean:

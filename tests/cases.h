@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/check.h"
+#include "check/check.h"
 
 #define CASES_MAX 256
 

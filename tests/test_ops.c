@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "cases.h"
-#include "cpu/check.h"
+#include "check/check.h"
 #include "testutil.h"
 
 static const rewy_op all_ops[4] = {REWY_OP_DELTANET, REWY_OP_GDN, REWY_OP_KDA, REWY_OP_GDN2};

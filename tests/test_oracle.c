@@ -11,7 +11,7 @@
  *     given, dht NULL, β = 0 on some tokens).
  *  3. Bad arguments are refused.
  */
-#include "cpu/oracle.h"
+#include "check/oracle.h"
 #include "testutil.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/check.h"
+#include "check/check.h"
 #include "rewy.h"
 
 #define MAX_SHAPES 16

@@ -4,7 +4,7 @@
  *     K ≠ V; chunk sizes 16/32/64; zero/tiny β; strong decay; −1000 resets; GVA; packed varlen
  *     [1,15,64,65,300]; h0 and final-state gradient; state_v_first; fp32/bf16/fp16), each under
  *     policies R and A, each backward with both pullbacks (WY and ReWY), through the shared
- *     harness src/cpu/check.c with device memory. Thresholds: MATH §10.
+ *     harness src/check/check.c with device memory. Thresholds: MATH §10.
  *  2. CUDA-graph capture of forward + backward on a non-default stream; replays with new inputs
  *     copied into the captured buffers must equal a direct call bit for bit, differ from the
  *     previous inputs' results, and pass the oracle.
@@ -20,8 +20,8 @@
 
 #include <cuda_runtime.h>
 
-#include "cpu/check.h"
-#include "cpu/oracle.h"
+#include "check/check.h"
+#include "check/oracle.h"
 #include "dtype.h"
 #include "cases.h"
 #include "testutil.h"

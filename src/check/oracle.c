@@ -16,7 +16,7 @@
  * S every C = ⌈√T⌉ tokens and, per segment, recomputes the C states forward before walking
  * the segment backward. Memory is about 2√T·K·V; arithmetic is about two forwards.
  */
-#include "cpu/oracle.h"
+#include "check/oracle.h"
 
 #include <math.h>
 #include <stdlib.h>
