@@ -21,7 +21,8 @@ autograd node for the backward, builds the params structs in one copy (_lib.fwd_
 the C++ Function.apply without its Python wrapper, and reads the CUDA stream without creating a
 torch Stream object.
 """
-from ctypes import addressof, byref, c_int32
+import ctypes
+from ctypes import addressof, byref, c_float, c_int32
 from typing import Optional
 
 import torch
@@ -51,15 +52,26 @@ def _cuda_stream(t):
     return _raw_stream(t.get_device())
 
 
+def zero_scale(scale):
+    """True where scale is 0 as the library reads it (an fp32 rewy_config.scale: 1e-50 is 0 too).
+
+    The C API reads scale = 0 as K^-1/2; from Python a 0 means 0, as in FLA (only None means
+    K^-1/2). Then o = S^T (0 q) = 0 and dq = 0, while the final state does not depend on scale:
+    the library runs with scale 1, o is zeroed, and the backward sees do = 0 and zeroes dq, so
+    the other gradients flow only through the final state (exactly, MATH §1)."""
+    return c_float(scale).value == 0.0
+
+
 def config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_algo, state_v_first,
            real=True):
     """rewy_config from the tensors' shapes. real=False (fake tensors) leaves out the pointers
-    to cu_seqlens and the CUDA stream; only sizes can be asked of such a config."""
+    to cu_seqlens and the CUDA stream; only sizes can be asked of such a config. A zero scale
+    (zero_scale) is given to the library as 1."""
     B, T, H, K = map(int, q.shape)        # int(): under dynamic shapes this specializes
     HV, V = int(v.shape[2]), int(v.shape[3])
     cuda = q.device.type == "cuda"
     cfg = Config(op, _lib.BACKEND_CUDA if cuda else _lib.BACKEND_CPU, DTYPES[q.dtype], B, T, H, HV, K, V,
-                 chunk_size, scale)
+                 chunk_size, 1.0 if zero_scale(scale) else scale)
     cfg.policy, cfg.bwd_algo, cfg.state_v_first = policy, bwd_algo, state_v_first
     if cu_seqlens is not None:
         cfg.num_seqs = int(cu_seqlens.shape[0]) - 1
@@ -68,6 +80,34 @@ def config(op, q, v, cu_seqlens, cu_seqlens_cpu, scale, chunk_size, policy, bwd_
     if real and cuda:
         cfg.stream = _cuda_stream(q)
     return cfg
+
+
+_INT32_MIN, _INT32_MAX = -2 ** 31, 2 ** 31 - 1
+
+
+def _int32(t):
+    return t if t.dtype == torch.int32 else t.to(torch.int32)
+
+
+def seqlens_int32(prefix, cu_seqlens, cu_seqlens_cpu, cuda):
+    """(cu_seqlens, its host copy) as the int32 tensors librewy reads: the host copy only for the
+    CUDA backend (made here when not given, which syncs), None for the CPU backend (cu_seqlens is
+    host memory). int64 offsets outside int32 raise ValueError instead of wrapping (2^32 + 50 would
+    read as 50); they are checked on the host, where the library reads them too."""
+    if cu_seqlens is None:
+        return None, None
+    if cuda:
+        host = cu_seqlens.cpu() if cu_seqlens_cpu is None else cu_seqlens_cpu
+    else:
+        host = None
+    probe = cu_seqlens if host is None else host
+    if probe.dtype == torch.int64:
+        lo, hi = torch.aminmax(probe)
+        if lo.item() < _INT32_MIN or hi.item() > _INT32_MAX:
+            bad = (lo if lo.item() < _INT32_MIN else hi).item()
+            raise ValueError(f"{prefix}cu_seqlens holds {bad}, outside int32 (librewy's sequence offsets are "
+                             f"int32: [{_INT32_MIN}, {_INT32_MAX}])")
+    return _int32(cu_seqlens).contiguous(), None if host is None else _int32(host).contiguous()
 
 
 def state_shape(q, v, cu_seqlens, state_v_first):
@@ -124,8 +164,8 @@ _PLANS = {}  # shapes and options -> plan (below)
 
 def _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first):
     """The plan of one problem: (bytes of its Config without the per-call pointers, cu_seqlens and
-    the stream; (saved, fwd workspace, bwd workspace) bytes; final-state shape; size-query status),
-    built once per shape and options.
+    the stream; (saved, fwd workspace, bwd workspace) bytes; final-state shape; size-query status;
+    whether scale is zero (zero_scale)), built once per shape and options.
 
     After a failed size query the sizes are None (and nothing is cached), for the call to report on
     its params through the library's validation."""
@@ -137,7 +177,7 @@ def _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_fir
         return plan
     cfg = config(op, q, v, cu_seqlens, None, scale, chunk_size, policy, bwd_algo, state_v_first, real=False)
     status, n = sizes(cfg)
-    plan = (bytes(cfg), n, state_shape(q, v, cu_seqlens, state_v_first), status)
+    plan = (bytes(cfg), n, state_shape(q, v, cu_seqlens, state_v_first), status, zero_scale(scale))
     if status == _lib.OK:
         _remember(_PLANS, key, plan)
     return plan
@@ -161,6 +201,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional
     This is the custom op rewy::chunk_fwd: its saved buffer is zeroed, so that the bytes the
     library leaves unwritten (padding, varlen worst-case room) are deterministic, as
     torch.library.opcheck and compiled graphs compare whole outputs."""
+    cu_seqlens, cu_seqlens_cpu = seqlens_int32("rewy: ", cu_seqlens, cu_seqlens_cpu, q.is_cuda)
     plan = _plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first)
     o = torch.empty_like(v, dtype=q.dtype, memory_format=torch.contiguous_format)
     o, ht, saved = _forward(plan, o, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, output_final_state,
@@ -175,7 +216,7 @@ def _forward(plan, o, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, ou
     allocation for it), the saved buffer), with the saved buffer left uninitialised unless zero_saved.
     The eager path never shows the saved buffer to anyone but rewy_backward, which reads only what
     rewy_forward wrote (the C tests poison it); zeroing it would cost a memset of the whole buffer per call."""
-    cfg, n, ht_shape, status = plan
+    cfg, n, ht_shape, status, zero = plan
     L = _lib.lib()
     device = q.device
     ht = torch.empty(ht_shape, dtype=torch.float32, device=device) if output_final_state else None
@@ -196,6 +237,8 @@ def _forward(plan, o, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, ou
     status = L.rewy_forward(byref(p))
     if status != _lib.OK:
         _lib.check(status, p, L.rewy_validate_fwd)
+    if zero:   # scale 0: o = S^T (0 q) = 0 (the library ran with scale 1, zero_scale; its o, which in
+        o.zero_()  # fp16 may overflow where 0 · q would not, is discarded)
     return o, ht, saved
 
 
@@ -212,14 +255,17 @@ def backward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optiona
              op: int, scale: float, chunk_size: int, policy: int, bwd_algo: int,
              state_v_first: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """rewy_backward: dq, dk, dv, dg, dbeta, db, dw, dh0 (None where the input is None)."""
+    cu_seqlens, cu_seqlens_cpu = seqlens_int32("rewy: ", cu_seqlens, cu_seqlens_cpu, q.is_cuda)
     return _backward(_plan(op, q, v, cu_seqlens, scale, chunk_size, policy, bwd_algo, state_v_first),
                      q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht)
 
 
 def _backward(plan, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht):
     """rewy_backward of a plan."""
-    cfg, n, _, status = plan
+    cfg, n, _, status, zero = plan
     L = _lib.lib()
+    if zero:   # scale 0: o does not depend on the inputs, so only the final state carries gradients
+        do = torch.zeros_like(do)
     grads = (_grad_buffer(q), _grad_buffer(k), _grad_buffer(v), _grad_buffer(g), _grad_buffer(beta),
              _grad_buffer(b), _grad_buffer(w), _grad_buffer(h0))
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w), _ptr(h0),
@@ -235,6 +281,8 @@ def _backward(plan, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, save
     status = L.rewy_backward(byref(p))
     if status != _lib.OK:
         _lib.check(status, p, L.rewy_validate_bwd)
+    if zero:   # dq = 0 (the library's value from do = 0 already is, but for Inf or NaN in S)
+        grads[0].zero_()
     return grads
 
 
@@ -260,12 +308,13 @@ def _gradients_in(ctx, do, dht, q, v):
     return do.contiguous(), dht
 
 
-def _pullback(ctx, do, dht, _dsaved):
-    """The custom op's autograd formula (torch.compile's route)."""
+def _pullback(ctx, do, dht, _dsaved, chunk_bwd_op=None):
+    """The custom op's autograd formula (torch.compile's route), and with chunk_bwd_op the
+    backward of _FuncFunction (torch.func's)."""
     q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved = ctx.saved_tensors
     do, dht = _gradients_in(ctx, do, dht, q, v)
-    grads = torch.ops.rewy.chunk_bwd(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht,
-                                     *ctx.args)   # empty tensors stand for None
+    grads = (chunk_bwd_op or torch.ops.rewy.chunk_bwd)(
+        q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht, *ctx.args)  # empty tensors: None
     grads = tuple(None if t is None else d for t, d in zip((q, k, v, g, beta, b, w, h0), grads))
     return grads + (None,) * 9   # cu_seqlens, cu_seqlens_cpu and the 7 options
 
@@ -300,17 +349,19 @@ class _ChunkFunction(torch.autograd.Function):
 # torch.autograd.Function.apply is a Python wrapper of the C++ apply (torch._C._FunctionBase.apply,
 # private) that, outside functorch transforms (torch.func), only unwraps "dead" functorch wrappers
 # (tensors that escaped a finished transform) through a generator over the arguments: about 3.5 µs of
-# a 25 µs eager forward on a CPU VM (torch 2.13). The eager path calls the C++ apply directly, and the
-# public apply while a transform is active (which then raises its own error: _ChunkFunction defines
-# no setup_context). A dead wrapper passed in is not unwrapped; reading its data pointer fails loudly.
+# a 25 µs eager forward on a CPU VM (torch 2.13). The eager path calls the C++ apply directly. While a
+# transform is active rewy.ops calls the custom ops instead (transforms_active), which torch.func
+# handles through their autograd formula and vmap rules, so _ChunkFunction never sees functorch
+# wrappers. A dead wrapper passed in is not unwrapped; reading its data pointer fails loudly.
 try:
     _function_apply = super(torch.autograd.Function, _ChunkFunction).apply
-    _transforms_active = torch._C._are_functorch_transforms_active
-except AttributeError:   # a torch without these private names: the public apply, always
-    _function_apply, _transforms_active = _ChunkFunction.apply, (lambda: True)
+    transforms_active = torch._C._are_functorch_transforms_active
+except AttributeError:   # a torch without these private names: the public apply, and the custom ops always
+    _function_apply, transforms_active = _ChunkFunction.apply, (lambda: True)
 
 
-# the custom ops, for torch.compile (an op returns tensors only: empty ones stand for None)
+# the custom ops, for torch.compile, torch.func and meta tensors (an op returns tensors only: empty
+# ones stand for None)
 chunk_fwd = torch.library.custom_op("rewy::chunk_fwd", forward, mutates_args=())
 chunk_bwd = torch.library.custom_op(
     "rewy::chunk_bwd", lambda *args: tuple(args[0].new_empty(0) if d is None else d for d in backward(*args)),
@@ -319,9 +370,79 @@ chunk_fwd.register_autograd(
     _pullback, setup_context=lambda ctx, inputs, output: _save(ctx, inputs[:10], inputs[10:], output))
 
 
+def _vmap_by_slices(op, n_out):
+    """The vmap rule of a custom op: op once per index of the vmapped dimension, outputs stacked
+    along dimension 0. The library takes one problem per call; folding the vmapped dimension into B
+    would fail with cu_seqlens or an unbatched input, and vmap's use here (per-sample gradients)
+    needs results, not speed."""
+    def rule(info, in_dims, *args):
+        outs = [op(*[a if d is None else a.select(d, i).contiguous() for a, d in zip(args, in_dims)])
+                for i in range(info.batch_size)]
+        return tuple(torch.stack(x) for x in zip(*outs)), (0,) * n_out
+    return rule
+
+
+chunk_fwd.register_vmap(_vmap_by_slices(chunk_fwd, 3))
+chunk_bwd.register_vmap(_vmap_by_slices(chunk_bwd, 8))
+
+
+class _FuncBackward(torch.autograd.Function):
+    """rewy::chunk_bwd under torch.func: the backward runs inside the grad transform on tensors
+    that require gradients there, and functorch refuses a custom op's own autograd (it has no
+    setup_context). Gradients of gradients are not provided: asking for them is an error."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*args):   # chunk_bwd's 19 arguments
+        return chunk_bwd(*args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("rewy: gradients of rewy's gradients (double backward, torch.func.hessian) "
+                                  "are not supported")
+
+
+class _FuncFunction(torch.autograd.Function):
+    """The route under torch.func transforms and for meta tensors: rewy::chunk_fwd in an
+    autograd.Function with setup_context, which functorch requires (a custom op's registered
+    autograd has none: torch.func.grad refuses it, torch 2.13). Its forward and backward call only
+    the custom ops, which have vmap rules, so torch generates the Function's own (vmap, and
+    per-sample gradients as vmap(grad(f)))."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*args):   # chunk_fwd's 17 arguments
+        return chunk_fwd(*args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _save(ctx, inputs[:10], inputs[10:], output)
+
+    @staticmethod
+    def backward(ctx, do, dht, dsaved):
+        return _pullback(ctx, do, dht, dsaved, _FuncBackward.apply)
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("rewy: forward-mode AD (torch.func.jvp, jacfwd) is not supported; "
+                                  "reverse mode (torch.func.grad, vjp, jacrev) is")
+
+
+func_apply = _FuncFunction.apply
+
+
 def _fake_sizes(cfg):
     status, n = sizes(cfg)
     if status != _lib.OK:
+        # the library's validation names the field; it checks the config before any pointer
+        buf = ctypes.create_string_buffer(512)
+        p = _lib.fwd_params(bytes(cfg), *[0] * 14)
+        if _lib.lib().rewy_validate_fwd(byref(p), buf, len(buf)) == status:
+            raise _lib.error(status, buf.value.decode())
         raise _lib.error(status, "size query failed for op=%d B=%d T=%d H=%d HV=%d K=%d V=%d chunk_size=%d"
                          % (cfg.op, cfg.B, cfg.T, cfg.H, cfg.HV, cfg.K, cfg.V, cfg.chunk_size))
     return n
@@ -344,16 +465,16 @@ def _(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, saved, do, dht, op
 
 
 def eager(plan, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, output_final_state):
-    """The core op outside torch.compile, on a plan from _plan for these tensors (rewy.ops checked
-    them): (o, the final state or None unless output_final_state)."""
+    """The core op outside torch.compile and torch.func transforms, on real tensors and a plan from
+    _plan for them (rewy.ops checked them): (o, the final state or None unless output_final_state)."""
     # (the inputs that may need gradients written out: a loop or any() costs more per call)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
                                     or (g is not None and g.requires_grad)
                                     or (beta is not None and beta.requires_grad)
                                     or (b is not None and b.requires_grad) or (w is not None and w.requires_grad)
                                     or (h0 is not None and h0.requires_grad)):
-        o, ht, _ = (_ChunkFunction.apply if _transforms_active() else _function_apply)(
-            q, k, v, g, beta, b, w, h0, (plan, cu_seqlens, cu_seqlens_cpu, output_final_state))
+        o, ht, _ = _function_apply(q, k, v, g, beta, b, w, h0, (plan, cu_seqlens, cu_seqlens_cpu,
+                                                                output_final_state))
     else:
         o, ht, _ = _forward(plan, torch.empty_like(v), q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu,
                             output_final_state, False)

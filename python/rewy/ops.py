@@ -231,6 +231,15 @@ def _lookup(op, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlen
         return None, None
 
 
+def _scale(K, scale):
+    """The query scale: FLA's K^-1/2 where scale is None, else the value as given, 0 included (the C
+    API's scale = 0 means K^-1/2; rewy._core runs a Python 0 as an exact 0). K = 0 gets 1 here, for
+    the library's validation to report K instead of a ZeroDivisionError."""
+    if scale is None:
+        return K ** -0.5 if K > 0 else 1.0
+    return float(scale)
+
+
 def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=None, initial_state=None,
                 output_final_state=False, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
                 A_log=None, dt_bias=None, lower_bound=None, safe_gate=False, use_beta_sigmoid_in_kernel=False,
@@ -245,14 +254,19 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
         state_v_first, disable_recompute = opts["state_v_first"], opts["disable_recompute"]
         use_gate_in_kernel = bool(opts.get("use_gate_in_kernel", use_gate_in_kernel))
         A_log, dt_bias = opts.get("A_log"), opts.get("dt_bias")
-    # (under torch.compile the checks run every time: they are traced once, and shapes may be symbolic)
+    # The custom ops (torch.ops.rewy) run the call under torch.compile (the checks run every time:
+    # they are traced once, and shapes may be symbolic), under torch.func transforms (whose wrapped
+    # tensors have no data pointer: _core._FuncFunction, with vmap rules) and on meta tensors (no
+    # data: the ops' fake implementation gives the outputs). Everything else runs eagerly.
     compiling = torch.compiler.is_compiling()
-    key, plan = (None, None) if compiling else _lookup(
+    via_ops = compiling or _core.transforms_active()
+    key, plan = (None, None) if via_ops else _lookup(
         op, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu, scale, chunk_size,
         disable_recompute, state_v_first, backward)
     if plan is None:
         _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, cu_seqlens, cu_seqlens_cpu,
                        op, state_v_first)
+        via_ops = via_ops or q.is_meta   # (a plan found is never a meta call's: those are not remembered)
     _check_options(name, use_gate_in_kernel, A_log, dt_bias, lower_bound, safe_gate,
                    use_beta_sigmoid_in_kernel, allow_neg_eigval, backward)
 
@@ -273,20 +287,20 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
     if w is not None:
         w = _to(w, q.dtype)
     h0 = None if initial_state is None else initial_state.float().contiguous()
-    if cu_seqlens is not None:
-        cu_seqlens = _to(cu_seqlens, torch.int32)
-        if q.is_cuda:   # the CUDA backend plans from a host copy; without one this syncs
-            cu_seqlens_cpu = (cu_seqlens.cpu() if cu_seqlens_cpu is None else cu_seqlens_cpu).to(torch.int32)
-        else:
-            cu_seqlens_cpu = None            # host memory already
+    if not via_ops:   # int32, range-checked (int64 offsets beyond int32 are an error, not wrapped)
+        cu_seqlens, cu_seqlens_cpu = _core.seqlens_int32(name + ": ", cu_seqlens, cu_seqlens_cpu, q.is_cuda)
+    elif cu_seqlens is not None and q.is_cuda and cu_seqlens_cpu is None:
+        # the custom ops convert and check the offsets where they hold values; the CUDA backend plans
+        # from a host copy (traced as a copy under torch.compile; eagerly, without one, this syncs)
+        cu_seqlens_cpu = cu_seqlens.cpu()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
 
     if plan is None:
-        options = (float(q.shape[-1] ** -0.5 if scale is None else scale), int(chunk_size),
+        options = (_scale(q.shape[-1], scale), int(chunk_size),
                    _lib.POLICY_A if disable_recompute else _lib.POLICY_R, _BACKWARD[backward], bool(state_v_first))
-        if compiling:
-            o, ht, _ = torch.ops.rewy.chunk_fwd(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op,
-                                                *options, bool(output_final_state))
+        if via_ops:
+            o, ht, _ = (torch.ops.rewy.chunk_fwd if compiling else _core.func_apply)(
+                q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, *options, bool(output_final_state))
             return o, (ht if output_final_state else None)
         plan = _core._plan(op, q, v, cu_seqlens, *options)
         if plan[1] is not None and key is not None:   # (a failed size query is reported by the call)
