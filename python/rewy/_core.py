@@ -11,7 +11,10 @@ the backward. They are reached two ways:
     per call), on a plan that rewy.ops looked up with its argument checks;
   * under torch.compile through the torch.library custom ops rewy::chunk_fwd and
     rewy::chunk_bwd (`forward`, `backward`), which have fake implementations and a registered
-    autograd formula (`_pullback`).
+    autograd formula (`_pullback`);
+  * under torch.func transforms and for meta tensors through `_FuncFunction`, an
+    autograd.Function with setup_context (functorch requires one) that calls the same custom
+    ops, whose vmap rules run the library once per vmapped slice.
 Nothing here syncs with a device: sizes come from shapes, and varlen plans use a host copy
 of cu_seqlens.
 

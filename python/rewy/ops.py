@@ -14,6 +14,10 @@ calls the core op (rewy._core), whose backward is the library's. Gradients there
 FLA's conventions: dg w.r.t. the per-token natural-log gate as passed (or its raw input with
 use_gate_in_kernel), dβ w.r.t. β as passed (or its logits), dq/dk w.r.t. the pre-l2norm q/k.
 
+scale is FLA's: None means K^-1/2, any other value is used as given, 0 included (o = 0 then).
+cu_seqlens may be int32 or int64; int64 offsets beyond int32 are an error (librewy reads int32).
+Meta tensors give outputs (and gradients) of the right shapes; torch.func.grad and vmap work.
+
 rewy-only keyword arguments, accepted by all four functions:
     backward="rewy" | "wy"     which pullback of M R = Z − E S the backward runs (MATH §4b / §4a)
     disable_recompute=bool     policy A (True: save chunk states) or R (False, default), MATH §8
