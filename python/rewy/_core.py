@@ -37,6 +37,12 @@ from ._lib import Config
 DTYPES = {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}
 
 
+def state_dtype(dtype):
+    """The dtype of gates and states (g, h0, ht and their gradients) for elements of dtype: fp32,
+    fp64 with fp64 elements (rewy.h)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _ptr(t):
     """The address of t's data, 0 (NULL) for None."""
     return 0 if t is None else t.data_ptr()
@@ -210,7 +216,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], beta: Optional
     o, ht, saved = _forward(plan, o, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, output_final_state,
                             True)
     if ht is None:   # an op returns tensors only
-        ht = torch.empty(0, dtype=torch.float32, device=q.device)
+        ht = torch.empty(0, dtype=state_dtype(q.dtype), device=q.device)
     return o, ht, saved
 
 
@@ -222,7 +228,7 @@ def _forward(plan, o, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, ou
     cfg, n, ht_shape, status, zero = plan
     L = _lib.lib()
     device = q.device
-    ht = torch.empty(ht_shape, dtype=torch.float32, device=device) if output_final_state else None
+    ht = torch.empty(ht_shape, dtype=state_dtype(q.dtype), device=device) if output_final_state else None
     if n is None:   # a failed size query: the library's validation says why
         p = _lib.fwd_params(cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(g), _ptr(beta), _ptr(b), _ptr(w),
                             _ptr(h0), o.data_ptr(), _ptr(ht), 0, 0, 0, 0)
@@ -457,7 +463,7 @@ def _(q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, op, scale, chunk_s
     cfg = config(op, q, v, cu_seqlens, None, scale, chunk_size, policy, bwd_algo, state_v_first, real=False)
     o = q.new_empty(v.shape)
     ht = q.new_empty(state_shape(q, v, cu_seqlens, state_v_first) if output_final_state else (0,),
-                     dtype=torch.float32)
+                     dtype=state_dtype(q.dtype))
     return o, ht, q.new_empty(_fake_sizes(cfg)[0], dtype=torch.uint8)
 
 

@@ -36,9 +36,15 @@ _BACKWARD = {"rewy": _lib.BWD_REWY, "wy": _lib.BWD_WY}
 # ------------------------------------------------------------------------------------------
 # FLA's input transforms, in torch (autograd gives their backward)
 
+def _at_least_fp32(t):
+    """t in fp32, or fp64 where it is fp64: FLA's transforms compute in fp32, and fp64 inputs keep
+    their precision (the fp64 backend and gradcheck)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 def l2norm(x, eps=1e-6):
-    """x / sqrt(Σ x² + eps) over the last dimension, computed in fp32 (FLA's l2norm_fwd)."""
-    x32 = x.float()
+    """x / sqrt(Σ x² + eps) over the last dimension, computed in fp32 (FLA's l2norm_fwd; fp64 in fp64)."""
+    x32 = _at_least_fp32(x)
     return (x32 * torch.rsqrt((x32 * x32).sum(-1, keepdim=True) + eps)).to(x.dtype)
 
 
@@ -51,19 +57,19 @@ def gate(g, A_log=None, dt_bias=None, lower_bound=None):
     """
     HV = g.shape[2]
     per_head = (HV,) + (1,) * (g.dim() - 3)   # A_log broadcasts over K
-    x = g.float()
+    x = _at_least_fp32(g)   # (fp32 as FLA; fp64 for fp64 gates)
     if dt_bias is not None:
-        x = x + dt_bias.float().view(g.shape[2:])
+        x = x + dt_bias.to(x.dtype).view(g.shape[2:])
     if lower_bound is not None:
         if A_log is not None:
-            x = A_log.float().exp().view(per_head) * x
+            x = A_log.to(x.dtype).exp().view(per_head) * x
         return lower_bound * torch.sigmoid(x)
-    return -A_log.float().exp().view(per_head) * F.softplus(x)
+    return -A_log.to(x.dtype).exp().view(per_head) * F.softplus(x)
 
 
 def beta_activation(beta, allow_neg_eigval):
     """σ(β), or 2σ(β) so that the eigenvalues 1 − β of the transition may be negative."""
-    return torch.sigmoid(beta.float()).mul(2.0 if allow_neg_eigval else 1.0).to(beta.dtype)
+    return torch.sigmoid(_at_least_fp32(beta)).mul(2.0 if allow_neg_eigval else 1.0).to(beta.dtype)
 
 
 # ------------------------------------------------------------------------------------------
@@ -276,12 +282,12 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
 
     if use_qk_l2norm_in_kernel:
         q, k = l2norm(q), l2norm(k)
-    if g is not None:                        # gates and states are fp32 (rewy.h)
+    # gates and states are fp32, fp64 with fp64 elements (rewy.h)
+    state_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if g is not None:
         if use_gate_in_kernel:
             g = gate(g, A_log, dt_bias, lower_bound)
-        elif g.dtype != torch.float32:
-            g = g.float()
-        g = g.contiguous()
+        g = _to(g, state_dtype)
     if beta is not None:
         if use_beta_sigmoid_in_kernel:
             beta = beta_activation(beta, allow_neg_eigval)
@@ -290,7 +296,7 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
         b = _to(b, q.dtype)
     if w is not None:
         w = _to(w, q.dtype)
-    h0 = None if initial_state is None else initial_state.float().contiguous()
+    h0 = _to(initial_state, state_dtype)
     if not via_ops:   # int32, range-checked (int64 offsets beyond int32 are an error, not wrapped)
         cu_seqlens, cu_seqlens_cpu = _core.seqlens_int32(name + ": ", cu_seqlens, cu_seqlens_cpu, q.is_cuda)
     elif cu_seqlens is not None and q.is_cuda and cu_seqlens_cpu is None:
