@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import rewy
-from helpers import FN, OPS, check, make_inputs, run
+from helpers import DEVICES, FN, OPS, check, make_inputs, run
 
 ORDER = ("q", "k", "v", "g", "beta", "b", "w", "initial_state")   # each function's tensor arguments, in order
 
@@ -25,10 +25,11 @@ def small(op, **kw):
 # ------------------------------------------------------------------------------------------
 # scale = 0: FLA keeps a given scale (only None means K^-1/2); the C API's 0 means K^-1/2
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("scale", [0.0, 1e-50])   # 1e-50 is 0 in the library's fp32 scale
 @pytest.mark.parametrize("op", OPS)
-def test_scale_zero_is_honoured(op, scale):
-    r = run(op, small(op), scale=scale, chunk_size=16)
+def test_scale_zero_is_honoured(op, scale, device):
+    r = run(op, small(op), device=device, scale=scale, chunk_size=16)
     assert not r["o"][0].any() and not r["q"][0].any()          # exact zeros
     assert r["k"][1].norm() > 0.1 and r["k"][0].norm() > 0.1     # k still gets gradients, through ht
     check(r)
@@ -68,10 +69,17 @@ def varlen_inputs(op="gdn"):
     return {n: t.float() for n, t in make_inputs(op, B=1, T=100, N=2, h0=False).items()}
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("host_copy", [False, True])
 @pytest.mark.parametrize("bad", [2 ** 32 + 50, -2 ** 32 + 50])   # both wrap to 50 in int32
-def test_int64_cu_seqlens_beyond_int32(bad):
+def test_int64_cu_seqlens_beyond_int32(bad, host_copy, device):
+    """Checked where the library reads the offsets: cu_seqlens on the CPU, the host copy
+    cu_seqlens_cpu (given, or made) for CUDA tensors."""
+    cu = torch.tensor([0, bad, 100])
+    extra = dict(cu_seqlens_cpu=cu) if host_copy else {}
     with pytest.raises(ValueError, match=f"chunk_gated_delta_rule: cu_seqlens holds {bad}, outside int32"):
-        rewy.chunk_gated_delta_rule(**varlen_inputs(), cu_seqlens=torch.tensor([0, bad, 100]))
+        rewy.chunk_gated_delta_rule(**{n: t.to(device) for n, t in varlen_inputs().items()},
+                                    cu_seqlens=cu.to(device), **extra)
 
 
 def test_int64_cu_seqlens_beyond_int32_in_the_custom_op():
@@ -82,10 +90,11 @@ def test_int64_cu_seqlens_beyond_int32_in_the_custom_op():
                                  torch.tensor([0, 2 ** 32 + 50, 100]), None, 1, 0.25, 64, 0, 0, False, False)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-def test_cu_seqlens_in_range_match_the_reference(dtype):
+def test_cu_seqlens_in_range_match_the_reference(dtype, device):
     cu = torch.tensor([0, 37, 100], dtype=dtype)
-    check(run("kda", make_inputs("kda", B=1, T=100, N=2, K=8, V=4), cu_seqlens=cu, chunk_size=16))
+    check(run("kda", make_inputs("kda", B=1, T=100, N=2, K=8, V=4), device=device, cu_seqlens=cu, chunk_size=16))
 
 
 # ------------------------------------------------------------------------------------------
@@ -134,11 +143,12 @@ def loss_fn(op, names, **kwargs):
     return loss
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", OPS)
-def test_func_grad(op):
+def test_func_grad(op, device):
     """torch.func.grad gives the eager autograd's gradients bit for bit, and these are within
     MATH §10 of the fp64 reference."""
-    x = {n: t.float() for n, t in small(op).items()}
+    x = {n: t.float().to(device) for n, t in small(op).items()}
     names, xs = positional(op, x)
     loss = loss_fn(op, names)
     grads = torch.func.grad(loss, argnums=tuple(range(len(xs))))(*xs)
@@ -146,17 +156,18 @@ def test_func_grad(op):
     eager = torch.autograd.grad(loss(*leaves), leaves)
     for n, a, b in zip(names, grads, eager):
         assert torch.equal(a, b), n
-    r = run(op, small(op), chunk_size=16)   # the eager gradients against the reference
+    r = run(op, small(op), device=device, chunk_size=16)   # the eager gradients against the reference
     check({n: r[n] for n in names})
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", OPS)
-def test_func_vmap(op):
+def test_func_vmap(op, device):
     """vmap over a leading dimension gives each slice's own call (varlen: per-sample offsets)."""
-    x = {n: t.float() for n, t in make_inputs(op, B=1, T=30, N=2, K=8, V=4).items()}
+    x = {n: t.float().to(device) for n, t in make_inputs(op, B=1, T=30, N=2, K=8, V=4).items()}
     names, xs = positional(op, x)
     batch = [torch.stack([t, 0.5 * t, -t]) for t in xs]
-    cu = torch.tensor([[0, 11, 30], [0, 16, 30], [0, 1, 30]])
+    cu = torch.tensor([[0, 11, 30], [0, 16, 30], [0, 1, 30]], device=device)
 
     def f(c, *ys):
         return FN[op](**dict(zip(names, ys)), cu_seqlens=c, output_final_state=True, chunk_size=16)
