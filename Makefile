@@ -12,10 +12,15 @@ NVCC    ?= nvcc
 PYTHON  ?= python3
 BUILD   ?= build
 CUDA    ?= 0
+PREFIX  ?= /usr/local
+# the version from rewy.h; the soname carries its major number
+VERSION   := $(shell sed -n 's/.*REWY_VERSION_STRING "\(.*\)".*/\1/p' include/rewy.h)
+SOVERSION := $(firstword $(subst ., ,$(VERSION)))
 
 WARN     = -Wall -Wextra -Werror
 # -fno-trapping-math: we never use FP exceptions; it lets compare-selects vectorise
-CFLAGS_BASE = -std=c11 $(WARN) -fPIC -fopenmp -fno-trapping-math -Iinclude -Isrc
+# -fvisibility=hidden: librewy.so exports only what rewy.h marks REWY_API (make check-exports)
+CFLAGS_BASE = -std=c11 $(WARN) -fPIC -fvisibility=hidden -fopenmp -fno-trapping-math -Iinclude -Isrc
 CFLAGS  ?= -O2 -g
 # OpenBLAS's OpenMP build: called inside our OpenMP regions it runs single-threaded,
 # where the pthread build would oversubscribe the cores.
@@ -40,10 +45,10 @@ SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omi
 # NVARCH: the GPU targets (CI compiles both; a device-only build may pass just sm_90a to halve
 # the library, e.g. to carry it to a lent machine)
 NVARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
-NVFLAGS  = -O3 -std=c++17 -lineinfo -Xcompiler -fPIC -Iinclude -Isrc $(NVARCH) \
+NVFLAGS  = -O3 -std=c++17 -lineinfo -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Iinclude -Isrc $(NVARCH) \
            --expt-relaxed-constexpr -Werror all-warnings
 
-LIB_SRC  = src/api.c $(wildcard src/cpu/*.c)
+LIB_SRC  = src/api.c src/convert.c $(wildcard src/cpu/*.c)
 # the fp64 oracle and the accuracy harness: used by the tests and the CLI, not part of the library
 CHECK_SRC = $(wildcard src/check/*.c)
 CU_SRC   = $(wildcard src/cuda/*.cu)
@@ -66,7 +71,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean
+.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports
 
 all: lib $(BUILD)/rewy
 
@@ -87,8 +92,12 @@ $(BUILD)/src/cuda/%.o: src/cuda/%.cu $(HDRS) $(wildcard src/cuda/*.cuh) Makefile
 $(BUILD)/librewy.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
+# The soname carries the major version (librewy.so.0); the librewy.so.0 link beside it lets programs
+# linked with -L$(BUILD) -lrewy (the device tests) find it. --exclude-libs: the static CUDA
+# runtime's symbols stay inside.
 $(BUILD)/librewy.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,librewy.so.$(SOVERSION) -Wl,--exclude-libs,ALL -o $@ $^ $(LDLIBS)
+	ln -sf librewy.so $(BUILD)/librewy.so.$(SOVERSION)
 
 $(BUILD)/asan/librewy.a: $(ASAN_OBJ)
 	ar rcs $@ $^
@@ -124,7 +133,17 @@ run: all
 	  impl=rewy; extra=; $(PYTHON) -c "import fla" 2>/dev/null && impl=rewy,fla && extra="--rounds 3 --graph"; \
 	  FLA_DISABLE_BACKEND_DISPATCH=1 REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so $(PYTHON) bench/bench_gpu.py --impl $$impl $$extra; fi
 
-test: test-c test-asan cuda-compile test-python
+test: test-c check-exports test-asan cuda-compile test-python
+
+# librewy.so exports exactly the functions that rewy.h declares REWY_API: no internals (hidden
+# visibility), none missing
+check-exports: $(BUILD)/librewy.so
+	@nm -D --defined-only $< | awk '{print $$3}' | sort > $(BUILD)/exports.txt
+	@sed -n 's/^REWY_API [^(]*\b\(rewy_[a-z0-9_]*\)(.*/\1/p' include/rewy.h | sort > $(BUILD)/exports.expected
+	@if grep -v '^rewy_' $(BUILD)/exports.txt; then echo "librewy.so exports the symbols above, outside rewy_*"; exit 1; fi
+	@diff $(BUILD)/exports.expected $(BUILD)/exports.txt || { echo "librewy.so's exports differ from \
+	  rewy.h's REWY_API functions (<: declared only, >: exported only)"; exit 1; }
+	@echo "librewy.so exports rewy.h's $$(wc -l < $(BUILD)/exports.txt) functions and nothing else"
 
 test-c: lib $(TESTS) $(BUILD)/rewy
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done

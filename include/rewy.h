@@ -34,6 +34,16 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility: only what this header marks REWY_API is exported
+ * from librewy.so. A caller may predefine REWY_API (e.g. empty) before including this header. */
+#ifndef REWY_API
+#if defined(__GNUC__) || defined(__clang__)
+#define REWY_API __attribute__((visibility("default")))
+#else
+#define REWY_API
+#endif
+#endif
+
 #define REWY_VERSION_MAJOR 0
 #define REWY_VERSION_MINOR 1
 #define REWY_VERSION_PATCH 0
@@ -153,25 +163,37 @@ typedef struct rewy_bwd_params {
 } rewy_bwd_params;
 
 /* Size queries: validate the config and report bytes (never allocate). */
-rewy_status rewy_saved_size(const rewy_config *cfg, size_t *bytes);
-rewy_status rewy_fwd_workspace_size(const rewy_config *cfg, size_t *bytes);
-rewy_status rewy_bwd_workspace_size(const rewy_config *cfg, size_t *bytes);
+REWY_API rewy_status rewy_saved_size(const rewy_config *cfg, size_t *bytes);
+REWY_API rewy_status rewy_fwd_workspace_size(const rewy_config *cfg, size_t *bytes);
+REWY_API rewy_status rewy_bwd_workspace_size(const rewy_config *cfg, size_t *bytes);
 
-rewy_status rewy_forward(const rewy_fwd_params *p);
-rewy_status rewy_backward(const rewy_bwd_params *p);
+REWY_API rewy_status rewy_forward(const rewy_fwd_params *p);
+REWY_API rewy_status rewy_backward(const rewy_bwd_params *p);
 
 /* Check every argument as the call would, without running anything. On failure, msg (if not
  * NULL) receives a one-line description of the first bad argument, e.g. "T must be > 0 (got 0)". */
-rewy_status rewy_validate_fwd(const rewy_fwd_params *p, char *msg, size_t msg_len);
-rewy_status rewy_validate_bwd(const rewy_bwd_params *p, char *msg, size_t msg_len);
+REWY_API rewy_status rewy_validate_fwd(const rewy_fwd_params *p, char *msg, size_t msg_len);
+REWY_API rewy_status rewy_validate_bwd(const rewy_bwd_params *p, char *msg, size_t msg_len);
 
 /* Local-pullback arithmetic per chunk and head (MATH §9), in FLOP (multiply-add = 2). */
-double rewy_pullback_flops(rewy_bwd_algo algo, int n, int K, int V);
+REWY_API double rewy_pullback_flops(rewy_bwd_algo algo, int n, int K, int V);
 
-const char *rewy_strerror(rewy_status s);
-const char *rewy_version(void);
+/* Element conversion for C callers that prepare inputs or read outputs in bf16 or fp16: n
+ * elements of src_dtype at src are written as dst_dtype at dst (host memory; dst and src must not
+ * overlap unless they are the same array of the same type). bf16 and fp16 values are their bit
+ * patterns as uint16_t. fp32 to bf16/fp16 rounds to nearest, ties to even (the library's own
+ * rounding), with subnormals kept, values beyond fp16's range becoming ±inf, and NaN staying
+ * a (quiet) NaN; bf16/fp16 to fp32 is exact; bf16 <-> fp16 rounds once. Each pointer must be
+ * aligned to its element size; NULL is accepted when n is 0. Example, a float array to bf16:
+ *     uint16_t *x16 = malloc(n * sizeof *x16);
+ *     rewy_status s = rewy_convert(REWY_BF16, x16, REWY_F32, x, n); */
+REWY_API rewy_status rewy_convert(rewy_dtype dst_dtype, void *dst, rewy_dtype src_dtype, const void *src,
+                                  size_t n);
+
+REWY_API const char *rewy_strerror(rewy_status s);
+REWY_API const char *rewy_version(void);
 /* Nonzero when the CUDA backend was compiled into this library. */
-int rewy_has_cuda(void);
+REWY_API int rewy_has_cuda(void);
 
 #ifdef __cplusplus
 }
