@@ -3,7 +3,7 @@ the ReWY backward and once with the conventional WY backward, and plot both loss
 
     pip install matplotlib tqdm          # matplotlib for the PNG; tqdm is optional (progress bar)
     python examples/train_lm.py          # CPU: a few minutes; uses CUDA when available
-    python examples/train_lm.py --steps 300 --device cpu --out examples/loss_curves.png
+    python examples/train_lm.py --steps 300 --device cpu --out /tmp/loss_curves.png
 
 Run from a checkout after `make lib` (the script puts python/ on sys.path), or after
 `pip install ./python`. The model is a few layers of an FLA-style GDN block written with
@@ -11,7 +11,12 @@ plain PyTorch modules around `rewy.chunk_gated_delta_rule` (l2-normalized q/k, t
 computed in the kernel from A_log and dt_bias, β from a sigmoid). The text is generated
 (a small grammar), so nothing is downloaded. Both runs start from the same weights and see
 the same batches; the two backward algorithms compute the same gradients up to rounding
-(MATH §4), so the curves must track each other.
+(docs/MATH.md §4), so the curves must track each other.
+
+Timing is fair to both: after a few discarded warm-up steps of each (first-call costs: CUDA
+context, library load, allocator growth), the two models train in lockstep, and the one
+that runs first alternates from step to step. The PNG goes to build/ by default, so the
+committed examples/loss_curves.png changes only when asked for with --out.
 """
 import argparse
 import math
@@ -144,28 +149,63 @@ class _SimpleBar:
         print()
 
 
-def train(backward, data, vocab, args, device):
-    torch.manual_seed(args.seed)
-    model = CharLM(vocab, args.dim, args.layers, args.heads, args.head_dim, backward).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+class Run:
+    """One model and its optimizer; both runs start from the same weights (same seed)."""
+
+    def __init__(self, backward, vocab, args, device):
+        torch.manual_seed(args.seed)
+        self.backward, self.vocab = backward, vocab
+        self.model = CharLM(vocab, args.dim, args.layers, args.heads, args.head_dim, backward).to(device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=0.01)
+        self.losses, self.seconds = [], []
+
+    def step(self, chunk, lr, device):
+        """One training step; returns the loss and the step's wall time (device synchronized)."""
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        sync(device)
+        t0 = time.perf_counter()
+        logits, _ = self.model(chunk[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, self.vocab), chunk[:, 1:].reshape(-1))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        value = loss.item()       # synchronizes
+        sync(device)
+        return value, time.perf_counter() - t0
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def batch_at(data, args, gen, device):
+    starts = torch.randint(0, len(data) - args.seq - 1, (args.batch,), generator=gen)
+    return torch.stack([data[s:s + args.seq + 1] for s in starts]).to(device)
+
+
+def train(data, vocab, args, device):
+    """Warm up both backwards on throwaway models, then train one model per backward in
+    lockstep on the same batches, alternating which goes first, so neither order is favoured."""
+    warm_gen = torch.Generator().manual_seed(args.seed + 2)
+    for backward in ("rewy", "wy"):
+        w = Run(backward, vocab, args, device)
+        for _ in range(args.warmup):
+            w.step(batch_at(data, args, warm_gen, device), args.lr, device)
+    runs = [Run(b, vocab, args, device) for b in ("rewy", "wy")]
     batches = torch.Generator().manual_seed(args.seed + 1)     # same batches in both runs
-    losses = []
-    bar = progress(range(args.steps), f"{backward:>4s} backward")
+    bar = progress(range(args.steps), "ReWY and WY")
     for step in bar:
         lr = args.lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
-        for group in opt.param_groups:
-            group["lr"] = lr
-        starts = torch.randint(0, len(data) - args.seq - 1, (args.batch,), generator=batches)
-        chunk = torch.stack([data[s:s + args.seq + 1] for s in starts]).to(device)
-        logits, _ = model(chunk[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, vocab), chunk[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        bar.set_postfix_str(f"loss {loss.item():.3f}")
-    return model, losses
+        chunk = batch_at(data, args, batches, device)
+        for run in (runs if step % 2 == 0 else runs[::-1]):
+            loss, sec = run.step(chunk, lr, device)
+            run.losses.append(loss)
+            run.seconds.append(sec)
+        bar.set_postfix_str(f"loss {runs[0].losses[-1]:.3f} / {runs[1].losses[-1]:.3f}")
+    return {r.backward: r for r in runs}
 
 
 @torch.no_grad()
@@ -196,8 +236,11 @@ def main():
     ap.add_argument("--head-dim", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--warmup", type=int, default=5, help="discarded steps per backward before timing")
     ap.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when rewy has the CUDA backend)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "loss_curves.png"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "build",
+                                                  "train_lm_loss_curves.png"),
+                    help="PNG path (default build/train_lm_loss_curves.png)")
     args = ap.parse_args()
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() and rewy.has_cuda() else "cpu"
@@ -210,13 +253,13 @@ def main():
     print(f"rewy {rewy.library_version()} ({rewy.library_path()}), device {device}, "
           f"{len(text)} chars, vocab {len(chars)}")
 
-    curves, models = {}, {}
-    for backward in ("rewy", "wy"):
-        t0 = time.time()
-        models[backward], curves[backward] = train(backward, data, len(chars), args, device)
-        print(f"{backward}: final loss {sum(curves[backward][-20:]) / 20:.4f} (mean of last 20), "
-              f"{time.time() - t0:.1f}s")
-    print("sample:", repr(sample(models["rewy"], "alice ", stoi, itos, 120, device)))
+    runs = train(data, len(chars), args, device)
+    for backward, run in runs.items():
+        ms = sorted(run.seconds)[len(run.seconds) // 2] * 1e3
+        print(f"{backward}: final loss {sum(run.losses[-20:]) / len(run.losses[-20:]):.4f} (mean of last 20), "
+              f"median step {ms:.1f} ms, total {sum(run.seconds):.1f}s")
+    print("sample:", repr(sample(runs["rewy"].model, "alice ", stoi, itos, 120, device)))
+    curves = {b: r.losses for b, r in runs.items()}
 
     a, b = curves["rewy"], curves["wy"]
     diff = [abs(x - y) for x, y in zip(a, b)]
@@ -241,6 +284,7 @@ def main():
     bottom.set_ylabel("|difference|")
     bottom.set_xlabel("step")
     fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
 
