@@ -71,7 +71,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports
+.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install
 
 all: lib $(BUILD)/rewy
 
@@ -133,7 +133,7 @@ run: all
 	  impl=rewy; extra=; $(PYTHON) -c "import fla" 2>/dev/null && impl=rewy,fla && extra="--rounds 3 --graph"; \
 	  FLA_DISABLE_BACKEND_DISPATCH=1 REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so $(PYTHON) bench/bench_gpu.py --impl $$impl $$extra; fi
 
-test: test-c check-exports test-asan cuda-compile test-python
+test: test-c check-exports test-install test-asan cuda-compile test-python
 
 # librewy.so exports exactly the functions that rewy.h declares REWY_API: no internals (hidden
 # visibility), none missing
@@ -144,6 +144,39 @@ check-exports: $(BUILD)/librewy.so
 	@diff $(BUILD)/exports.expected $(BUILD)/exports.txt || { echo "librewy.so's exports differ from \
 	  rewy.h's REWY_API functions (<: declared only, >: exported only)"; exit 1; }
 	@echo "librewy.so exports rewy.h's $$(wc -l < $(BUILD)/exports.txt) functions and nothing else"
+
+# make install PREFIX=/path (default /usr/local; DESTDIR stages): include/rewy.h, lib/librewy.so.$(VERSION)
+# with its soname link librewy.so.$(SOVERSION) and the link librewy.so for -lrewy, lib/librewy.a, and
+# lib/pkgconfig/rewy.pc from rewy.pc.in with this build's libraries (LDLIBS: OpenBLAS, OpenMP, and with
+# CUDA=1 the CUDA runtime) as what the static archive needs.
+PREFIX_ABS = $(abspath $(PREFIX))
+install: lib
+	install -d $(DESTDIR)$(PREFIX_ABS)/include $(DESTDIR)$(PREFIX_ABS)/lib/pkgconfig
+	install -m 644 include/rewy.h $(DESTDIR)$(PREFIX_ABS)/include/rewy.h
+	install -m 755 $(BUILD)/librewy.so $(DESTDIR)$(PREFIX_ABS)/lib/librewy.so.$(VERSION)
+	ln -sf librewy.so.$(VERSION) $(DESTDIR)$(PREFIX_ABS)/lib/librewy.so.$(SOVERSION)
+	ln -sf librewy.so.$(SOVERSION) $(DESTDIR)$(PREFIX_ABS)/lib/librewy.so
+	install -m 644 $(BUILD)/librewy.a $(DESTDIR)$(PREFIX_ABS)/lib/librewy.a
+	sed -e 's|@PREFIX@|$(PREFIX_ABS)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@BLAS@|$(BLAS)|' -e 's|@CUDA@|$(CUDA)|' \
+	  -e 's|@LIBS_PRIVATE@|$(strip $(LDLIBS))|' rewy.pc.in > $(DESTDIR)$(PREFIX_ABS)/lib/pkgconfig/rewy.pc
+
+# The C example (the README's "Using it from C" shows it, checked first) built against a fresh install under $(BUILD)/prefix
+# through pkg-config, as a user would: linked to librewy.so (found through rewy.pc's rpath), and
+# statically to librewy.a (pkg-config --static); both must run and print "all finite".
+test-install: lib
+	@awk '/^## Using it from C/ {s = 1} s && /^```c$$/ {p = 1; next} p && /^```$$/ {exit} p' README.md | \
+	  diff - examples/c/gdn_cpu.c || { echo "README.md's C program differs from examples/c/gdn_cpu.c (diff above)"; exit 1; }
+	@rm -rf $(BUILD)/prefix
+	@$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(BUILD)/prefix >/dev/null
+	@set -eo pipefail; export PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/prefix/lib/pkgconfig; \
+	  $(CC) -std=c11 $(WARN) examples/c/gdn_cpu.c -o $(BUILD)/prefix/gdn_cpu $$(pkg-config --cflags --libs rewy); \
+	  $(CC) -std=c11 $(WARN) examples/c/gdn_cpu.c -o $(BUILD)/prefix/gdn_cpu_static \
+	    $$(pkg-config --static --cflags --libs rewy | sed 's/-lrewy/-l:librewy.a/'); \
+	  so=$$(ldd $(BUILD)/prefix/gdn_cpu | grep -o '/[^ ]*librewy.so.$(SOVERSION)'); \
+	  test "$$so" = $(CURDIR)/$(BUILD)/prefix/lib/librewy.so.$(SOVERSION) || { echo "gdn_cpu loads '$$so'"; exit 1; }; \
+	  ! ldd $(BUILD)/prefix/gdn_cpu_static | grep librewy || { echo "gdn_cpu_static is linked to librewy.so"; exit 1; }; \
+	  for x in gdn_cpu gdn_cpu_static; do echo "== $$x (installed, pkg-config)"; \
+	    $(BUILD)/prefix/$$x | tee $(BUILD)/prefix/$$x.out; tail -1 $(BUILD)/prefix/$$x.out | grep -qx 'all finite'; done
 
 test-c: lib $(TESTS) $(BUILD)/rewy
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
