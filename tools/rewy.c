@@ -32,6 +32,7 @@ typedef struct options {
     int reps;
     double max_seconds;
     int json;
+    int brief;              /* check: one line per case (the worst error/tolerance of each run) */
     unsigned long long seed;
 } options;
 
@@ -47,7 +48,7 @@ static void usage(FILE *f) {
         "  version   print the library version\n"
         "\n"
         "options:\n"
-        "  --op OP            deltanet, gdn, kda, gdn2 or all (default all)\n"
+        "  --op OP,...        deltanet, gdn, kda, gdn2 or all (default all)\n"
         "  --shape BxTxH,...  problem shapes (check: 1x200x2; bench: 1x2048x4,1x8192x16)\n"
         "  --HV N             value heads (default H)\n"
         "  --K N --V N        head dimensions (check: 64; bench: 128)\n"
@@ -58,6 +59,7 @@ static void usage(FILE *f) {
         "  --max-seconds S    bench: stop repeating a measurement after S seconds (default 10)\n"
         "  --seed N           input seed (default 1)\n"
         "  --json             machine-readable output (one JSON array)\n"
+        "  --brief            check: one line per case (worst error / tolerance of fwd, WY, ReWY)\n"
         "  -h, --help         this text\n");
 }
 
@@ -69,18 +71,65 @@ static int parse_int(const char *s, int *out) {
     return 0;
 }
 
+/* "BxTxH,...": says which shape, and which field of it, is wrong. */
 static int parse_shapes(const char *s, options *o) {
     o->n_shapes = 0;
     while (*s) {
         shape sh;
         int used = 0;
-        if (o->n_shapes == MAX_SHAPES || sscanf(s, "%dx%dx%d%n", &sh.B, &sh.T, &sh.H, &used) != 3) return 1;
+        if (o->n_shapes == MAX_SHAPES) {
+            fprintf(stderr, "rewy: --shape: at most %d shapes\n", MAX_SHAPES);
+            return 1;
+        }
+        if (sscanf(s, "%dx%dx%d%n", &sh.B, &sh.T, &sh.H, &used) != 3 || (s[used] && s[used] != ',')) {
+            fprintf(stderr, "rewy: --shape: shape %d ('%.*s') is not BxTxH, e.g. 1x2048x4\n", o->n_shapes + 1,
+                    (int)strcspn(s, ","), s);
+            return 1;
+        }
+        const char *names[3] = {"B", "T", "H"};
+        const int vals[3] = {sh.B, sh.T, sh.H};
+        for (int f = 0; f < 3; f++)
+            if (vals[f] <= 0) {
+                fprintf(stderr, "rewy: --shape: shape %d (%dx%dx%d): %s = %d must be positive\n",
+                        o->n_shapes + 1, sh.B, sh.T, sh.H, names[f], vals[f]);
+                return 1;
+            }
         o->shapes[o->n_shapes++] = sh;
         s += used;
         if (*s == ',') s++;
-        else if (*s) return 1;
     }
+    if (!o->n_shapes) fprintf(stderr, "rewy: --shape: no shape given\n");
     return o->n_shapes == 0;
+}
+
+/* "all" or a comma-separated list of operator names, each at most once. */
+static int parse_ops(const char *s, options *o) {
+    if (!strcmp(s, "all")) {
+        o->n_ops = 4;
+        memcpy(o->ops, all_ops, sizeof all_ops);
+        return 0;
+    }
+    o->n_ops = 0;
+    while (*s) {
+        char name[16];
+        size_t len = strcspn(s, ",");
+        rewy_op op;
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
+        if (len >= sizeof name || rewy_check_parse_op(name, &op)) {
+            fprintf(stderr, "rewy: --op: unknown operator '%.*s' (deltanet, gdn, kda, gdn2 or all)\n", (int)len, s);
+            return 1;
+        }
+        for (int i = 0; i < o->n_ops; i++)
+            if (o->ops[i] == op) {
+                fprintf(stderr, "rewy: --op: %s given twice\n", name);
+                return 1;
+            }
+        o->ops[o->n_ops++] = op;
+        s += len;
+        if (*s == ',') s++;
+    }
+    if (!o->n_ops) fprintf(stderr, "rewy: --op: no operator given\n");
+    return o->n_ops == 0;
 }
 
 /* Parses argv[2..]; returns 0 on success, 1 on a bad option, 2 for --help. */
@@ -96,17 +145,11 @@ static int parse_options(int argc, char **argv, options *o) {
         for (size_t j = 0; j < sizeof with_value / sizeof with_value[0]; j++) known |= !strcmp(a, with_value[j]);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 2;
         else if (!strcmp(a, "--json")) { o->json = 1; takes = 0; }
+        else if (!strcmp(a, "--brief")) { o->brief = 1; takes = 0; }
         else if (!known) { fprintf(stderr, "rewy: unknown option %s\n", a); return 1; }
         else if (!val) bad = 1;
-        else if (!strcmp(a, "--op")) {
-            if (!strcmp(val, "all")) {
-                o->n_ops = 4;
-                memcpy(o->ops, all_ops, sizeof all_ops);
-            } else {
-                o->n_ops = 1;
-                bad = rewy_check_parse_op(val, &o->ops[0]);
-            }
-        } else if (!strcmp(a, "--shape")) bad = parse_shapes(val, o);
+        else if (!strcmp(a, "--op")) bad = 2 * parse_ops(val, o);
+        else if (!strcmp(a, "--shape")) bad = 2 * parse_shapes(val, o);
         else if (!strcmp(a, "--HV") || !strcmp(a, "--hv")) bad = parse_int(val, &o->HV);
         else if (!strcmp(a, "--K")) bad = parse_int(val, &o->K);
         else if (!strcmp(a, "--V")) bad = parse_int(val, &o->V);
@@ -125,7 +168,8 @@ static int parse_options(int argc, char **argv, options *o) {
             } else bad = 1;
         }
         if (bad) {
-            fprintf(stderr, "rewy: bad or missing value for %s\n", a);
+            /* parse_shapes and parse_ops have said what is wrong (bad == 2) */
+            if (bad != 2) fprintf(stderr, "rewy: bad or missing value for %s\n", a);
             return 1;
         }
         i += takes;
@@ -153,6 +197,31 @@ static rewy_case make_case(const options *o, rewy_op op, shape sh, rewy_policy p
     return c;
 }
 
+/* Worst rel / tol over the quantities a run (forward, WY or ReWY backward) produces; < 1 passes. */
+static double worst_over_tol(const rewy_check_result *r, int run) {
+    double w = 0;
+    for (int q = 0; q < REWY_Q_COUNT; q++) {
+        if (!r->applies[q] || (run == REWY_RUN_FWD) != (q <= REWY_Q_HT)) continue;
+        const rewy_check_err *e = &r->err[run][q];
+        double x = e->finite ? e->rel / r->tol[q] : 1.0 / 0.0;
+        if (!(x <= w)) w = x; /* NaN counts as worst */
+    }
+    return w;
+}
+
+/* --brief: the case, its verdict and the worst error/tolerance of each run on one line. */
+static void print_brief(const rewy_case *c, const rewy_check_result *r) {
+    char desc[256];
+    rewy_check_describe(c, desc, sizeof desc);
+    printf("%-4s %-52s", r->pass ? "PASS" : "FAIL", desc);
+    if (r->harness_error || r->fwd_status || r->bwd_status[0] || r->bwd_status[1])
+        printf(" %s\n", r->msg[0] ? r->msg : "library error");
+    else
+        printf(" err/tol fwd %.3f WY %.3f ReWY %.3f%s\n", worst_over_tol(r, REWY_RUN_FWD),
+               worst_over_tol(r, REWY_RUN_WY), worst_over_tol(r, REWY_RUN_REWY),
+               r->saved_intact ? "" : " (saved buffer changed)");
+}
+
 static int cmd_check(options *o) {
     int cases = 0, passed = 0;
     if (o->json) printf("[");
@@ -165,6 +234,8 @@ static int cmd_check(options *o) {
                 if (o->json) {
                     printf(cases ? ",\n " : "\n ");
                     rewy_check_print_json(stdout, &c, &r);
+                } else if (o->brief) {
+                    print_brief(&c, &r);
                 } else {
                     rewy_check_print_table(stdout, &c, &r);
                 }
@@ -216,12 +287,12 @@ static int cmd_bench(options *o) {
                            "\"pullback_flops_rewy\": %.0f}",
                            rows ? "," : "", rewy_check_op_name(c.op), sh.B, sh.T, sh.H,
                            o->HV ? o->HV : sh.H, o->K, o->V, n, rewy_check_dtype_name(o->dtype), pol,
-                           ok ? "true" : "false", rc ? "harness error" : status_text(t.status),
+                           ok ? "true" : "false", rc ? t.msg : status_text(t.status),
                            t.fwd_ms, t.bwd_wy_ms, t.bwd_rewy_ms, ratio, t.reps_fwd, t.reps_bwd,
                            f_wy, f_rewy);
                 } else if (!ok) {
                     printf("%-9s %-12s %-3s  failed: %s\n", rewy_check_op_name(c.op), shp, pol,
-                           rc ? "harness error (bad shape or out of memory)" : status_text(t.status));
+                           rc ? (t.msg[0] ? t.msg : "harness error") : status_text(t.status));
                 } else {
                     printf("%-9s %-12s %-3s %10.3f %12.3f %12.3f %8.3f %5d\n", rewy_check_op_name(c.op),
                            shp, pol, t.fwd_ms, t.bwd_wy_ms, t.bwd_rewy_ms, ratio, t.reps_bwd);
@@ -273,6 +344,6 @@ int main(int argc, char **argv) {
     }
     int rc = parse_options(argc, argv, &o);
     if (rc == 2) { usage(stdout); return 0; }
-    if (rc) { usage(stderr); return 1; }
+    if (rc) { fprintf(stderr, "(rewy --help lists the options)\n"); return 1; }
     return check ? cmd_check(&o) : cmd_bench(&o);
 }

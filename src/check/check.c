@@ -161,9 +161,16 @@ static int case_dims(const rewy_case *c, dims *d, char *msg, size_t len) {
         d->T = c->T;
         d->N = c->B;
     }
-    if (d->B <= 0 || d->T <= 0 || d->H <= 0 || d->HV <= 0 || d->K <= 0 || d->V <= 0 ||
-        d->HV % d->H) {
-        snprintf(msg, len, "harness: bad case shape");
+    /* name the first wrong field, so that a caller (rewy check --shape ...) sees what to fix */
+    const char *names[6] = {"B", "T", "H", "HV", "K", "V"};
+    const int vals[6] = {d->B, d->T, d->H, d->HV, d->K, d->V};
+    for (int f = 0; f < 6; f++)
+        if (vals[f] <= 0) {
+            snprintf(msg, len, "harness: bad case shape: %s = %d (must be positive)", names[f], vals[f]);
+            return 1;
+        }
+    if (d->HV % d->H) {
+        snprintf(msg, len, "harness: bad case shape: HV = %d is not a multiple of H = %d", d->HV, d->H);
         return 1;
     }
     size_t bt = (size_t)d->B * (size_t)d->T;
@@ -837,14 +844,20 @@ static double median(double *x, int n) {
 
 int rewy_check_time(const rewy_case *c, int reps, double max_seconds, rewy_check_timing *tm) {
     memset(tm, 0, sizeof *tm);
-    if (c->backend != REWY_BACKEND_CPU || reps < 1) return 1;
-    char msg[128];
+    if (c->backend != REWY_BACKEND_CPU || reps < 1) {
+        snprintf(tm->msg, sizeof tm->msg, "harness: timing needs the CPU backend and reps >= 1");
+        return 1;
+    }
     dims d;
-    if (case_dims(c, &d, msg, sizeof msg)) return 1;
+    if (case_dims(c, &d, tm->msg, sizeof tm->msg)) return 1;
     pool p = {.mem = NULL};
     inputs in;
     dev_inputs di;
-    if (make_inputs(c, &d, &p, &in) || upload_inputs(c, &d, &in, &p, &di)) { pool_free(&p); return 1; }
+    if (make_inputs(c, &d, &p, &in) || upload_inputs(c, &d, &in, &p, &di)) {
+        snprintf(tm->msg, sizeof tm->msg, "harness: out of memory for the inputs");
+        pool_free(&p);
+        return 1;
+    }
 
     rewy_config cfg;
     fill_cfg(c, &d, &cfg);
@@ -875,7 +888,11 @@ int rewy_check_time(const rewy_case *c, int reps, double max_seconds, rewy_check
     bp.workspace = dev_alloc(&p, bws_bytes);
     bp.workspace_bytes = bws_bytes;
     double *ms = host_alloc(&p, (size_t)reps * sizeof(double));
-    if (p.failed) { pool_free(&p); return 1; }
+    if (p.failed) {
+        snprintf(tm->msg, sizeof tm->msg, "harness: out of memory for the outputs and workspaces");
+        pool_free(&p);
+        return 1;
+    }
 
     /* The forward alone, then the two backwards interleaved (WY, ReWY, ReWY, WY, ...) so
      * that drift in the machine's load falls on both alike. Each measurement starts with a

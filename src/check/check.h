@@ -130,6 +130,8 @@ typedef struct rewy_check_timing {
                                            (the two runs of a pair are adjacent in time) */
     int reps_fwd, reps_bwd;             /* timed runs actually used */
     rewy_status status;                 /* first non-OK library status, else REWY_OK */
+    char msg[160];                      /* when rewy_check_time returns nonzero: what went wrong
+                                           (e.g. "harness: bad case shape: T = 0 ...") */
 } rewy_check_timing;
 
 int rewy_check_time(const rewy_case *c, int reps, double max_seconds, rewy_check_timing *t);
