@@ -1,5 +1,7 @@
 # rewy: build, check, benchmark, test.
-#   make run        build, `rewy check` + `rewy bench` on the default suite (GPU suite when one is present)
+#   make run        build, `rewy check` + a short `rewy bench` (under 90 s on 2 cores; the GPU suite when a GPU
+#                   is present)
+#   make bench      the longer CPU benchmark: `rewy bench` on its default shapes, both policies (minutes)
 #   make test       C tests (plain and ASan+UBSan), CUDA compile check, Python tests (CPU)
 #   make test-cuda  device tests: C tests + compute-sanitizer + Python tests on CUDA (needs a GPU;
 #                   BLAS=0 where OpenBLAS cannot be installed)
@@ -119,19 +121,24 @@ $(BUILD)/asan/tests/%: tests/%.c $(BUILD)/asan/librewy_check.a $(BUILD)/asan/lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -O1 -g $(SAN) -Itests $< $(BUILD)/asan/librewy_check.a $(BUILD)/asan/librewy.a $(LDLIBS) $(SAN) -o $@
 
-# The main job: check the chunk paths against the oracle, then benchmark.
+# The main job: check the chunk paths against the oracle (one line per case), then a short benchmark
+# (8 rows of a second or two, each printed as it finishes), within 90 s on 2 cores from a built tree.
 # OpenBLAS 0.3.21 does not recognise recent Xeons and falls back to its SSE3 (Prescott)
 # kernels, 2-3x slower; name the core from the CPU's flags unless the caller did.
 BLAS_CORE = $(shell grep -q -w avx512f /proc/cpuinfo 2>/dev/null && echo SkylakeX || \
               (grep -q -w avx2 /proc/cpuinfo 2>/dev/null && echo Haswell))
 
 run: all
-	$(BUILD)/rewy check
-	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --reps 11 --max-seconds 40
+	$(BUILD)/rewy check --brief
+	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --shape 1x2048x4 --reps 5 --max-seconds 3
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  $(MAKE) CUDA=1 BUILD=build/cuda-on lib && \
 	  impl=rewy; extra=; $(PYTHON) -c "import fla" 2>/dev/null && impl=rewy,fla && extra="--rounds 3 --graph"; \
 	  FLA_DISABLE_BACKEND_DISPATCH=1 REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so $(PYTHON) bench/bench_gpu.py --impl $$impl $$extra; fi
+
+# The longer CPU benchmark (several minutes on 2 cores): the default shapes (1x2048x4, 1x8192x16), both policies.
+bench: all
+	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --reps 11 --max-seconds 40
 
 test: test-c check-exports test-install test-asan cuda-compile test-python
 
