@@ -26,33 +26,14 @@ import torch.nn.functional as F
 SUITE = [(1, 2048, 4), (1, 8192, 16), (4, 4096, 16), (8, 2048, 32), (2, 16384, 8), (16, 1024, 16)]
 
 # ------------------------------------------------------------------------------------------ C API
-OP = {"deltanet": 0, "gdn": 1, "kda": 2, "gdn2": 3}
+# The package's ctypes binding (python/rewy/_lib.py, checked against rewy.h by tests/python/test_abi.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python"))
+from rewy import _lib  # noqa: E402
+
+OP = {"deltanet": _lib.OP_DELTANET, "gdn": _lib.OP_GDN, "kda": _lib.OP_KDA, "gdn2": _lib.OP_GDN2}
 VEC = ("kda", "gdn2")    # per-channel gates g [B,T,H,K]
-BF16, F16, F32 = 1, 2, 0
-POL = {"R": 0, "A": 1}
-ALGO = {"rewy": 0, "wy": 1}
-
-
-class Cfg(ctypes.Structure):
-    _fields_ = [("op", ctypes.c_int), ("backend", ctypes.c_int), ("dtype", ctypes.c_int),
-                ("B", ctypes.c_int), ("T", ctypes.c_int), ("H", ctypes.c_int), ("HV", ctypes.c_int),
-                ("K", ctypes.c_int), ("V", ctypes.c_int), ("chunk_size", ctypes.c_int), ("scale", ctypes.c_float),
-                ("cu_seqlens", ctypes.c_void_p), ("cu_seqlens_host", ctypes.c_void_p), ("num_seqs", ctypes.c_int),
-                ("policy", ctypes.c_int), ("bwd_algo", ctypes.c_int), ("state_v_first", ctypes.c_int),
-                ("stream", ctypes.c_void_p)]
-
-
-class Fwd(ctypes.Structure):
-    _fields_ = [("cfg", Cfg)] + [(n, ctypes.c_void_p) for n in
-                                 ("q", "k", "v", "g", "beta", "b", "w", "h0", "o", "ht", "saved", "workspace")] + \
-               [("workspace_bytes", ctypes.c_size_t), ("saved_bytes", ctypes.c_size_t)]
-
-
-class Bwd(ctypes.Structure):
-    _fields_ = [("cfg", Cfg)] + [(n, ctypes.c_void_p) for n in ("q", "k", "v", "g", "beta", "b", "w", "h0", "saved")] + \
-               [("saved_bytes", ctypes.c_size_t)] + \
-               [(n, ctypes.c_void_p) for n in ("do_", "dht", "dq", "dk", "dv", "dg", "dbeta", "db", "dw", "dh0",
-                                               "workspace")] + [("workspace_bytes", ctypes.c_size_t)]
+POL = {"R": _lib.POLICY_R, "A": _lib.POLICY_A}
+ALGO = {"rewy": _lib.BWD_REWY, "wy": _lib.BWD_WY}
 
 
 def ptr(t):
@@ -61,18 +42,13 @@ def ptr(t):
 
 class Rewy:
     def __init__(self, path):
-        self.lib = ctypes.CDLL(path)
-        for fn in ("rewy_saved_size", "rewy_fwd_workspace_size", "rewy_bwd_workspace_size"):
-            getattr(self.lib, fn).argtypes = [ctypes.POINTER(Cfg), ctypes.POINTER(ctypes.c_size_t)]
-        self.lib.rewy_forward.argtypes = [ctypes.POINTER(Fwd)]
-        self.lib.rewy_backward.argtypes = [ctypes.POINTER(Bwd)]
-        self.lib.rewy_strerror.restype = ctypes.c_char_p
-        self.lib.rewy_version.restype = ctypes.c_char_p
+        os.environ["REWY_LIBRARY"] = path    # the library _lib loads
+        self.lib = _lib.lib()
         assert self.lib.rewy_has_cuda(), "librewy was built without CUDA"
 
     def cfg(self, op, B, T, H, K, V, policy="R", algo="rewy"):
-        c = Cfg()
-        c.op, c.backend, c.dtype = OP[op], 1, BF16
+        c = _lib.Config()
+        c.op, c.backend, c.dtype = OP[op], _lib.BACKEND_CUDA, _lib.BF16
         c.B, c.T, c.H, c.HV, c.K, c.V = B, T, H, H, K, V
         c.chunk_size, c.policy, c.bwd_algo = 64, POL[policy], ALGO[algo]
         c.stream = torch.cuda.current_stream().cuda_stream
@@ -96,7 +72,7 @@ class Rewy:
         o = torch.empty_like(x["v"])
         ht = torch.empty_like(x["h0"])
         c.stream = torch.cuda.current_stream().cuda_stream  # the stream at call time (graph capture uses a side stream)
-        p = Fwd()
+        p = _lib.FwdParams()
         p.cfg = c
         p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x.get("beta")), ptr(x["h0"])
         p.b, p.w = ptr(x.get("b")), ptr(x.get("w"))
@@ -113,7 +89,7 @@ class Rewy:
         like = lambda n: torch.empty_like(x[n]) if x.get(n) is not None else None
         dbeta, db, dw, dh0 = like("beta"), like("b"), like("w"), torch.empty_like(x["h0"])
         c.stream = torch.cuda.current_stream().cuda_stream
-        p = Bwd()
+        p = _lib.BwdParams()
         p.cfg = c
         p.q, p.k, p.v, p.g, p.beta, p.h0 = ptr(x["q"]), ptr(x["k"]), ptr(x["v"]), ptr(x.get("g")), ptr(x.get("beta")), ptr(x["h0"])
         p.b, p.w, p.db, p.dw = ptr(x.get("b")), ptr(x.get("w")), ptr(db), ptr(dw)
