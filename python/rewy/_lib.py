@@ -1,8 +1,9 @@
 """ctypes binding of librewy (include/rewy.h), nothing else.
 
 The structs below mirror rewy.h field for field; enums are C ints. tests/python/test_abi.py
-compares every field's offset, size and kind and every enum value with the C compiler's. The library never
-allocates: callers pass workspace and saved buffers (torch uint8 tensors in this package).
+compares every field's offset, size and kind and every enum value with the C compiler's.
+The library never allocates: callers pass workspace and saved buffers (torch uint8 tensors
+in this package).
 """
 import ctypes
 import os
