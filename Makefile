@@ -177,12 +177,13 @@ test-install: lib
 	@$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(BUILD)/prefix >/dev/null
 	@set -eo pipefail; export PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/prefix/lib/pkgconfig; \
 	  $(CC) -std=c11 $(WARN) examples/c/gdn_cpu.c -o $(BUILD)/prefix/gdn_cpu $$(pkg-config --cflags --libs rewy); \
+	  $(CC) -std=c11 $(WARN) $$(pkg-config --cflags --libs rewy) examples/c/gdn_cpu.c -o $(BUILD)/prefix/gdn_cpu_flags_first; \
 	  $(CC) -std=c11 $(WARN) examples/c/gdn_cpu.c -o $(BUILD)/prefix/gdn_cpu_static \
 	    $$(pkg-config --static --cflags --libs rewy | sed 's/-lrewy/-l:librewy.a/'); \
 	  so=$$(ldd $(BUILD)/prefix/gdn_cpu | grep -o '/[^ ]*librewy.so.$(SOVERSION)'); \
 	  test "$$so" = $(CURDIR)/$(BUILD)/prefix/lib/librewy.so.$(SOVERSION) || { echo "gdn_cpu loads '$$so'"; exit 1; }; \
 	  ! ldd $(BUILD)/prefix/gdn_cpu_static | grep librewy || { echo "gdn_cpu_static is linked to librewy.so"; exit 1; }; \
-	  for x in gdn_cpu gdn_cpu_static; do echo "== $$x (installed, pkg-config)"; \
+	  for x in gdn_cpu gdn_cpu_flags_first gdn_cpu_static; do echo "== $$x (installed, pkg-config)"; \
 	    $(BUILD)/prefix/$$x | tee $(BUILD)/prefix/$$x.out; tail -1 $(BUILD)/prefix/$$x.out | grep -qx 'all finite'; done
 
 test-c: lib $(TESTS) $(BUILD)/rewy
