@@ -109,6 +109,34 @@ static inline void cases_varlen_resets(case_list *l, rewy_op op) {
     c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_RESET; c.dtype = REWY_F32; add(l, c);
 }
 
+/* Extreme gates and scale (issue 25): −inf resets (exact), huge finite gates (−25, −31 around the
+ * library's floor of −30, then −1e4, −1e6, −1e30), strong and weak gates mixed in one chunk
+ * (−1000 every 7th token, −0.1 otherwise; fp32 on the CPU is held to REWY_CHECK_TOL_MIXED_F32),
+ * and a query scale of 1e30 and 1e-30 (folded into q before the centered factors of the vector
+ * gates). T = 200 puts all five huge values into one sequence. Scale cases run for every operator. */
+static inline void cases_extreme(case_list *l, rewy_op op) {
+    rewy_case c;
+    if (has_gates(op)) {
+        c = base(op); c.T = 100; c.gates = REWY_GATES_NEG_INF; add(l, c);
+        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_NEG_INF; c.dtype = REWY_F32; c.HV = 4; add(l, c);
+        c = base(op); c.T = 200; c.gates = REWY_GATES_HUGE; add(l, c);
+        c = base(op); c.T = 200; c.gates = REWY_GATES_HUGE; c.dtype = REWY_F32; c.chunk_size = 32; add(l, c);
+        c = base(op); c.T = 130; c.gates = REWY_GATES_MIXED; c.dtype = REWY_F32; add(l, c);
+        c = base(op); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_MIXED; c.dtype = REWY_F32; c.K = 128; c.V = 64; add(l, c);
+        c = base(op); c.T = 130; c.gates = REWY_GATES_MIXED; add(l, c);
+    }
+    c = base(op); c.T = 100; c.scale = 1e30f; add(l, c);
+    c = base(op); c.T = 100; c.scale = 1e30f; c.dtype = REWY_F32; c.K = 128; c.V = 64; add(l, c);
+    c = base(op); c.T = 100; c.scale = 1e-30f; c.dtype = REWY_F32; add(l, c);
+    if (has_gates(op)) { c.gates = REWY_GATES_STRONG; c.chunk_size = 16; add(l, c); }
+    /* strong gates at chunk 16: half ranges around 20, which the centered factors take at the default
+     * scale; at 1e30 they would reach 1e30·e^40 and overflow (issue 25), so these go pairwise */
+    if (has_gates(op)) {
+        c = base(op); c.T = 130; c.scale = 1e30f; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; add(l, c);
+        c.dtype = REWY_F32; add(l, c);
+    }
+}
+
 /* Grouped value heads (H = 2, HV = 4). */
 static inline void cases_gva(case_list *l, rewy_op op) {
     rewy_case c = base(op); c.T = 100; c.HV = 4; add(l, c);

@@ -3,7 +3,8 @@
  * operator without taking the full cross product: tails (T = 1, 63, 64, 65, 1000), head sizes
  * (equal and unequal K, V up to 256), chunk sizes 16/32/64, zero and tiny β, strong decay,
  * −1000 resets, independent GDN2 gates, grouped value heads, packed varlen sequences,
- * nonzero h0 and final-state gradient, state_v_first, and fp32/bf16/fp16.
+ * nonzero h0 and final-state gradient, state_v_first, and fp32/bf16/fp16; then extreme gates
+ * (−inf, huge finite, mixed strong and weak) and query scales 1e30 and 1e-30.
  * fp32 cases also require WY and ReWY to agree to 1e-5 (relative). Most of the matrix is
  * shared with tests/cuda/test_cuda.c (cases.h).
  *
@@ -66,6 +67,8 @@ static void full_matrix(case_list *l) {
     add(l, c);
     c.op = REWY_OP_KDA;
     add(l, c);
+    /* Extreme gates and scale (cases.h), after the rest so the cases above keep their seeds. */
+    for (int i = 0; i < 4; i++) cases_extreme(l, all_ops[i]);
 }
 
 static void quick_matrix(case_list *l) {
@@ -90,6 +93,12 @@ static void quick_matrix(case_list *l) {
         c = base(op); set_seqs(&c, varlen, 5); c.HV = 4; c.K = 64; c.V = 128; c.state_v_first = 1; add(l, c);
         /* Larger heads, several chunks, no state boundaries. */
         c = base(op); c.B = 1; c.T = 300; c.K = c.V = 128; c.use_h0 = 0; c.use_dht = 0; add(l, c);
+    }
+    /* −inf resets in fp32 varlen with GVA, and scale 1e30 with strong gates (pairwise path). */
+    for (int i = 1; i < 4; i++) {
+        rewy_case c = base(all_ops[i]);
+        set_seqs(&c, varlen, 5); c.gates = REWY_GATES_NEG_INF; c.dtype = REWY_F32; c.HV = 4; add(l, c);
+        c = base(all_ops[i]); c.T = 100; c.scale = 1e30f; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; add(l, c);
     }
 }
 

@@ -94,6 +94,10 @@ void rewy_check_describe(const rewy_case *c, char *buf, size_t len) {
     }
     if (c->gates == REWY_GATES_STRONG) append(buf, len, &pos, " strong");
     if (c->gates == REWY_GATES_RESET) append(buf, len, &pos, " resets");
+    if (c->gates == REWY_GATES_NEG_INF) append(buf, len, &pos, " -inf-resets");
+    if (c->gates == REWY_GATES_HUGE) append(buf, len, &pos, " huge-gates");
+    if (c->gates == REWY_GATES_MIXED) append(buf, len, &pos, " mixed-gates");
+    if (c->scale != 0.0f) append(buf, len, &pos, " scale=%g", (double)c->scale);
     if (c->betas == REWY_BETAS_ZERO) append(buf, len, &pos, " beta0");
     append(buf, len, &pos, " seed=%llu", (unsigned long long)c->seed);
 }
@@ -351,7 +355,13 @@ static int make_inputs(const rewy_case *c, const dims *d, pool *p, inputs *in) {
             int tok = (int)((i / per) % (size_t)d->T), bi = (int)(i / (per * (size_t)d->T));
             float x = c->gates == REWY_GATES_STRONG ? (float)(-5.0 * rng_uniform(&r))
                                                     : log_sigmoid(rng_normal(&r)) / 16.0f;
-            if (c->gates == REWY_GATES_RESET && is_reset(d, bi, tok)) x = -1000.0f;
+            if (c->gates == REWY_GATES_MIXED) x = tok % 7 == 6 ? -1000.0f : -0.1f;
+            if (c->gates == REWY_GATES_RESET || c->gates == REWY_GATES_NEG_INF || c->gates == REWY_GATES_HUGE) {
+                static const float huge[5] = {-25.0f, -31.0f, -1e4f, -1e6f, -1e30f};
+                if (is_reset(d, bi, tok))
+                    x = c->gates == REWY_GATES_RESET ? -1000.0f
+                        : c->gates == REWY_GATES_NEG_INF ? -INFINITY : huge[(tok + bi) % 5];
+            }
             in->g[i] = x;
             in->g64[i] = x;
         }
@@ -441,7 +451,7 @@ static void fill_cfg(const rewy_case *c, const dims *d, rewy_config *cfg) {
     cfg->K = d->K;
     cfg->V = d->V;
     cfg->chunk_size = c->chunk_size;
-    cfg->scale = 0;             /* the default K^-1/2, on both sides */
+    cfg->scale = c->scale;      /* 0: the default K^-1/2, on both sides */
     cfg->num_seqs = d->nseq;
     cfg->policy = c->policy;
     cfg->bwd_algo = REWY_BWD_REWY;
@@ -543,6 +553,10 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
         REWY_CHECK_TOL_MAIN, REWY_CHECK_TOL_GATE, REWY_CHECK_TOL_GATE, REWY_CHECK_TOL_GATE,
         REWY_CHECK_TOL_GATE, REWY_CHECK_TOL_MAIN};
     memcpy(r->tol, tols, sizeof tols);
+    /* tighter on the CPU: see REWY_CHECK_TOL_MIXED_F32 (the CUDA path's fp32 cases round their
+     * chunk intermediates to bf16, 2e-3, far above the cumsum's error: §10 applies there) */
+    if (c->gates == REWY_GATES_MIXED && c->dtype == REWY_F32 && c->backend == REWY_BACKEND_CPU)
+        for (int q = 0; q < REWY_Q_COUNT; q++) r->tol[q] = REWY_CHECK_TOL_MIXED_F32;
     r->applies[REWY_Q_O] = 1;
     r->applies[REWY_Q_HT] = !c->no_ht;
     r->applies[REWY_Q_DQ] = r->applies[REWY_Q_DK] = r->applies[REWY_Q_DV] = 1;
@@ -789,11 +803,11 @@ void rewy_check_print_json(FILE *f, const rewy_case *c, const rewy_check_result 
             c->backend == REWY_BACKEND_CUDA ? "cuda" : "cpu", c->num_seqs > 0 ? 1 : c->B, case_T(c),
             c->H, HV, c->K, c->V, c->chunk_size ? c->chunk_size : 64,
             c->policy == REWY_POLICY_A ? "A" : "R", (unsigned long long)c->seed);
-    static const char *const gates[] = {"normal", "strong", "reset"};
+    static const char *const gates[] = {"normal", "strong", "reset", "neg_inf", "huge", "mixed"};
     fprintf(f, "\"state_v_first\": %s, \"use_h0\": %s, \"use_dht\": %s, \"gates\": \"%s\", "
                "\"betas\": \"%s\", \"seqlens\": [",
             c->state_v_first ? "true" : "false", c->use_h0 ? "true" : "false",
-            c->use_dht ? "true" : "false", (unsigned)c->gates < 3 ? gates[c->gates] : "?",
+            c->use_dht ? "true" : "false", (unsigned)c->gates < 6 ? gates[c->gates] : "?",
             c->betas == REWY_BETAS_ZERO ? "zero" : "normal");
     for (int s = 0; s < c->num_seqs && s < REWY_CHECK_MAX_SEQS; s++) fprintf(f, s ? ", %d" : "%d", c->seqlens[s]);
     fprintf(f, "], ");

@@ -30,9 +30,23 @@
 typedef enum rewy_gate_regime {
     REWY_GATES_NORMAL = 0,  /* g = log σ(x) / 16, x ~ N(0,1) */
     REWY_GATES_STRONG = 1,  /* g uniform in [−5, 0] per token (and per feature) */
-    REWY_GATES_RESET = 2    /* normal, plus −1000 on every 37th token and on the first token
+    REWY_GATES_RESET = 2,   /* normal, plus −1000 on every 37th token and on the first token
                                of every odd-numbered sequence */
+    REWY_GATES_NEG_INF = 3, /* as RESET with −inf: exact resets */
+    REWY_GATES_HUGE = 4,    /* as RESET with −25, −31, −1e4, −1e6, −1e30 in turn: just above and
+                               below the library's gate floor (30), then huge finite gates */
+    REWY_GATES_MIXED = 5    /* −1000 on every 7th token, −0.1 on the others (per token, all
+                               features): strong and weak gates in one chunk */
 } rewy_gate_regime;
+
+/* fp32 MIXED cases on the CPU: every quantity within this relative error. The small gates after
+ * a −1000 reset keep their bits because the library floors each log gate at −30 (src/gates.h:
+ * |G| ≤ 9 resets × 30 + 55 × 0.1 = 276 in a 64-token chunk, ulp 3.1e-5, against 9,000 and ulp
+ * 9.8e-4 unfloored): a decay e^{G_i − G_j} within a 7-token run carries a few ulp(276) of
+ * absolute exponent error. Measured: o ≤ 9.1e-6, every quantity ≤ 1.7e-5 (16 cases × 2
+ * policies); unfloored the same cases gave 1.7e-4 to 2.5e-4 for o and up to 7.0e-4 for the
+ * gradients (issue 25: 6.9e-4), which 1e-4 rejects. Normal fp32 gates give 4e-7. */
+#define REWY_CHECK_TOL_MIXED_F32 1e-4
 
 typedef enum rewy_beta_regime {
     REWY_BETAS_NORMAL = 0,  /* β (and GDN2 b, w) uniform in [0.1, 0.9] */
@@ -56,6 +70,7 @@ typedef struct rewy_case {
     int seqlens[REWY_CHECK_MAX_SEQS];
     rewy_gate_regime gates;
     rewy_beta_regime betas;
+    float scale;                /* query scale; 0 means K^-1/2 */
     uint64_t seed;
 } rewy_case;
 

@@ -11,12 +11,19 @@
 #ifndef REWY_CPU_CHUNK_H
 #define REWY_CPU_CHUNK_H
 
+#include <math.h>
 #include <stddef.h>
 #include "rewy.h"
 
 /* Largest |G − c| (natural log) for which centered factors are used: α, ζ ≤ e^40 keeps
  * every product of two factors below fp32's e^88 and every needed value above underflow. */
 #define REWY_CENTER_LIMIT 40.0f
+
+/* The half range a chunk may have and still take centered factors, for query scale s: the scale
+ * is folded into q (MATH §6), so (s·q⊙α)(k⊙ζ)ᵀ reaches |s| e^{2·half range}. Half of |ln |s||
+ * comes off the limit, keeping that product inside the same e^80 (s = 1e30: half range ≤ 5.5;
+ * a large s would otherwise overflow the factors, a tiny one underflow them). s = 0: pairwise. */
+static inline float center_limit(float s) { return REWY_CENTER_LIMIT - 0.5f * fabsf(logf(fabsf(s))); }
 
 typedef enum intra_mode { INTRA_SCALAR, INTRA_CENTERED, INTRA_PAIRWISE } intra_mode;
 

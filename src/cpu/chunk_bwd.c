@@ -14,6 +14,7 @@
 
 #include "cpu/chunk.h"
 #include "dtype.h"
+#include "gates.h"
 
 /* Scratch of one chunk's backward. */
 typedef struct bwd_bufs {
@@ -151,14 +152,16 @@ static void chunk_backward(const problem *pb, const rewy_bwd_params *p, chunk *c
     if (!gated) return;
     for (int i = n - 2; i >= 0; i--)
         for (int d = 0; d < K; d++) x->Gb[i * K + d] += x->Gb[(i + 1) * K + d];
+    /* a floored gate (gates.h) gets the floor's gradient, 0 */
     for (int i = 0; i < n; i++) {
         size_t th = (size_t)(t0 + i) * HV + hv;
         if (pb->vector_gate) {
-            memcpy(p->dg + th * K, x->Gb + (size_t)i * K, sizeof(float) * K);
+            for (int d = 0; d < K; d++)
+                p->dg[th * K + d] = rewy_gate_floor_grad(p->g[th * K + d], x->Gb[i * K + d]);
         } else { /* scalar gate broadcast over K: its gradient sums over K */
             float s = 0.0f;
             for (int d = 0; d < K; d++) s += x->Gb[i * K + d];
-            p->dg[th] = s;
+            p->dg[th] = rewy_gate_floor_grad(p->g[th], s);
         }
     }
 }

@@ -9,6 +9,7 @@
 
 #include "cpu/chunk.h"
 #include "dtype.h"
+#include "gates.h"
 
 float *arena_floats(arena *a, size_t n) {
     size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63; /* keep every buffer 64 B aligned */
@@ -94,9 +95,11 @@ seq_span problem_seq(const problem *pb, const rewy_config *cfg, seq_cursor *cur,
 /* e^x, written so that a loop of it vectorises (libm's expf is a call per element):
  * x = m ln2 + r with |r| ≤ ln2/2, e^r by Cephes' degree-7 polynomial (relative error about
  * 1e-7, as expf), 2^m built in the exponent bits. Below −87 it returns 0 (expf gives a
- * denormal there, far below anything the chunk sums can see). */
+ * denormal there, far below anything the chunk sums can see). A NaN x gives NaN: the
+ * polynomial carries it, while the exponent bits are built from 0 (converting NaN to int is
+ * undefined behaviour). */
 static inline float exp_fast(float x) {
-    const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : (x == x ? x : 0.0f));
     const float m = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to nearest */
     const float r = xc - m * 0.693359375f + m * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -109,7 +112,7 @@ static inline float exp_fast(float x) {
     const int32_t bits = ((int32_t)m + 127) << 23;
     float scale;
     memcpy(&scale, &bits, 4);
-    return x < -87.0f ? 0.0f : p * scale;
+    return x < -87.0f ? 0.0f : (x == x ? p * scale : x);
 }
 
 void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void *q, const void *k,
@@ -134,10 +137,11 @@ void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void 
         if (!w)
             for (int e = 0; e < V; e++) wi[e] = bt;
         for (int e = 0; e < V; e++) c->Z[(size_t)i * V + e] = wi[e] * vi[e];
-        /* chunk-local cumulative log decay G (resets at each chunk) */
+        /* chunk-local cumulative log decay G (resets at each chunk) of the floored gates
+         * (gates.h: −inf and huge gates become resets, |G| stays bounded) */
         const float *Gprev = i ? Gi - K : NULL;
         for (int d = 0; d < K; d++) {
-            const float gi = !g ? 0.0f : pb->vector_gate ? g[hk + d] : g[hs];
+            const float gi = !g ? 0.0f : rewy_gate_floor(pb->vector_gate ? g[hk + d] : g[hs]);
             Gi[d] = (Gprev ? Gprev[d] : 0.0f) + gi;
         }
     }
@@ -193,7 +197,7 @@ void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void 
         if (0.5f * (hi[d] - lo[d]) > half_range) half_range = 0.5f * (hi[d] - lo[d]);
         mid[d] = 0.5f * (hi[d] + lo[d]);
     }
-    c->mode = half_range <= REWY_CENTER_LIMIT ? INTRA_CENTERED : INTRA_PAIRWISE;
+    c->mode = half_range <= center_limit(pb->scale) ? INTRA_CENTERED : INTRA_PAIRWISE;
     if (c->mode == INTRA_PAIRWISE) return;
     for (int i = 0; i < n; i++)
 #pragma omp simd

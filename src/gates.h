@@ -1,0 +1,34 @@
+/* gates.h: the floor on the per-token log gate, shared by the CPU backend and the CUDA kernels.
+ *
+ * Every place that forms the chunk-local cumsum G (MATH §2) adds floor(g) = max(g, −L) instead of
+ * g. A token whose gate is at or below −L is a reset: e^{−L} = 9.4e-14 is invisible next to fp32's
+ * 2^−24 = 6.0e-8 (a term carried through the reset would have to be 6.6e5 times larger than the
+ * terms after it to change one bit), so the results equal those of the true gate to fp32 precision.
+ * What the floor buys:
+ *   - g = −inf is an exact reset instead of −inf − (−inf) = NaN in every G_i − G_j;
+ *   - |G| ≤ (resets in the chunk) × L + (the sum of the other gates), so the small gates after a
+ *     reset keep their bits: the cumsum's rounding is ulp(|G|), not ulp(1e30);
+ *   - the backward's gradient of a floored gate is the floor's, 0 (rewy_gate_floor_grad). The true
+ *     gradient is e^g times a bounded sum, below e^{−L} relative to its neighbours: 0 to fp32
+ *     precision, and exactly 0 at g = −inf.
+ * NaN is not hidden: NaN < −L is false, so a NaN gate enters G unchanged (no fmaxf here, which
+ * would return −L for a NaN). */
+#ifndef REWY_GATES_H
+#define REWY_GATES_H
+
+/* L, natural log. */
+#define REWY_GATE_FLOOR 30.0f
+
+#ifdef __CUDACC__
+#define REWY_GATE_FN static __host__ __device__ __forceinline__
+#else
+#define REWY_GATE_FN static inline
+#endif
+
+/* The log gate that enters the cumsum G. */
+REWY_GATE_FN float rewy_gate_floor(float g) { return g < -REWY_GATE_FLOOR ? -REWY_GATE_FLOOR : g; }
+
+/* ḡ as returned for a gate g whose floored value has gradient dg: 0 where the floor is flat. */
+REWY_GATE_FN float rewy_gate_floor_grad(float g, float dg) { return g < -REWY_GATE_FLOOR ? 0.0f : dg; }
+
+#endif
