@@ -73,7 +73,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install
+.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz
 
 all: lib $(BUILD)/rewy
 
@@ -140,7 +140,7 @@ run: all
 bench: all
 	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --reps 11 --max-seconds 40
 
-test: test-c check-exports test-install test-asan cuda-compile test-python
+test: test-c check-exports test-install test-asan test-fuzz cuda-compile test-python
 
 # librewy.so exports exactly the functions that rewy.h declares REWY_API: no internals (hidden
 # visibility), none missing
@@ -252,6 +252,47 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/librewy_check.a $(BUILD)/librewy.
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< $(BUILD)/librewy_check.a -L$(BUILD) -lrewy \
 	  -Wl,-rpath,'$$ORIGIN/../..' $(LDLIBS) -o $@
+
+# ---- Fuzzing (issue 25): libFuzzer over the C API on the CPU backend under ASan + UBSan
+# (tests/fuzz/fuzz_api.c; seeds in tests/fuzz/corpus). make test-fuzz (in make test): FUZZ_RUNS
+# executions from a fixed seed; make fuzz: FUZZ_SECONDS of fuzzing, the corpus kept in
+# $(BUILD)/fuzz/corpus. A crash input lands in $(BUILD)/fuzz/crash-*: add it to tests/fuzz/corpus.
+# clang with its libFuzzer runtime and its OpenMP (libomp) is installed from Debian when missing,
+# as OpenBLAS is. The fuzz build takes plain-loop products (REWY_NO_CBLAS): ASan then sees every
+# access, and OpenBLAS's libgomp does not meet clang's libomp in one process.
+# (-Wno-pass-failed: at -O1 clang reports the `omp simd` loops it leaves scalar.)
+FUZZ_CC      ?= clang
+FUZZ_RUNS    ?= 500
+FUZZ_SECONDS ?= 1800
+FUZZ_CFLAGS   = $(filter-out -DREWY_WITH_CUDA,$(CFLAGS_BASE)) -DREWY_NO_CBLAS -O1 -g $(SAN) -Wno-pass-failed
+FUZZ_OBJ      = $(patsubst %.c,$(BUILD)/fuzz/%.o,$(LIB_SRC) $(CHECK_SRC))
+FUZZ_ENV      = ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
+FUZZ_ARGS     = -max_len=48 -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/
+
+$(BUILD)/fuzz/.toolchain:
+	@mkdir -p $(dir $@)
+	@printf '#include <omp.h>\nint LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return omp_get_max_threads() < 0; }\n' > $(BUILD)/fuzz/probe.c
+	@probe() { $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -fopenmp $(BUILD)/fuzz/probe.c -o $(BUILD)/fuzz/probe >/dev/null 2>&1; }; \
+	  probe || { { command -v $(FUZZ_CC) || timeout 300 apt-get install -y -q clang || { timeout 120 apt-get update -q && \
+	    timeout 300 apt-get install -y -q clang; }; v=$$($(FUZZ_CC) -dumpversion | cut -d. -f1); \
+	    timeout 300 apt-get install -y -q libclang-rt-$$v-dev libomp-$$v-dev; } >/dev/null 2>&1; probe; } || \
+	  { echo "fuzz: needs $(FUZZ_CC) with libFuzzer and OpenMP (Debian: clang libclang-rt-N-dev libomp-N-dev)"; exit 1; }
+	@touch $@
+
+$(BUILD)/fuzz/%.o: %.c $(HDRS) Makefile | $(BUILD)/fuzz/.toolchain
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(BUILD)/fuzz/fuzz_api: tests/fuzz/fuzz_api.c $(FUZZ_OBJ) $(HDRS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_OBJ) -lm -fopenmp -o $@
+
+test-fuzz: $(BUILD)/fuzz/fuzz_api
+	@rm -rf $(BUILD)/fuzz/run && mkdir -p $(BUILD)/fuzz/run
+	$(FUZZ_ENV) $< -seed=1 -runs=$(FUZZ_RUNS) $(FUZZ_ARGS) $(BUILD)/fuzz/run tests/fuzz/corpus
+
+fuzz: $(BUILD)/fuzz/fuzz_api
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(FUZZ_ENV) $< -max_total_time=$(FUZZ_SECONDS) $(FUZZ_ARGS) $(BUILD)/fuzz/corpus tests/fuzz/corpus
 
 clean:
 	rm -rf $(BUILD) build

@@ -1,0 +1,510 @@
+/* fuzz_api.c: a libFuzzer harness over the public C API on the CPU backend (issue 25, item 5).
+ *
+ * Each input is read as a short sequence of decision bytes (missing bytes read as 0):
+ *
+ *   byte  0  op (mod 4)                    byte  8  K − 1 (K = 1..256)
+ *   byte  1  dtype (mod 3)                 byte  9  V − 1 (V = 1..256)
+ *   byte  2  policy, bwd_algo, state_v_first, HV = 0 spelling (bits 0..3)
+ *   byte  3  chunk size {0, 16, 32, 64} (mod 4)
+ *   byte  4  optional tensors: h0, ht, dht, dh0 (bits 0..3); custom scale (bit 4); varlen (bit 5)
+ *   byte  5  H − 1 (mod 3) and the value-head group − 1 (bits 2.., mod 3): HV = H · group
+ *   byte  6  gate regime (mod 3: normal, strong, −1000 resets); bit 2: zero/tiny β
+ *   byte  7  fault (below 176: none; else one invalid field, see the fault enum)
+ *   byte 10  B − 1 (mod 3), or the number of varlen sequences − 1 (mod 6)
+ *   byte 11..  T − 1 (T = 1..256), or one length − 1 per varlen sequence (1..100)
+ *   8 more bytes: the seed of the input values
+ *
+ * The problem is shrunk until B·T·HV·K·V ≤ WORK_MAX (T first, then K and V) so that one
+ * execution stays in milliseconds under ASan. Every buffer gets exactly the bytes its shape or
+ * size query says, so ASan reports any access beyond it; outputs are poisoned with NaN bytes
+ * so an element the library forgets to write fails the comparison.
+ *
+ * Inputs stay inside the numerical contract (MATH §10): feature-normalized Gaussian q/k,
+ * Gaussian v and do, h0 and dht Gaussian × 0.1, β/b/w uniform in [0.1, 0.9] (optionally 0 on
+ * every third token and 1e-8 on others), gates log σ(x)/16, uniform [−5, 0], or −1000 resets.
+ *
+ * Valid problems: validation must pass, forward and backward must return OK, the backward
+ * must leave the saved buffer unchanged, and every output must be within MATH §10 of the fp64
+ * oracle. Faulty problems: validation, the call (and the size queries for config faults)
+ * must return the fault's status with a message. Any breach aborts: libFuzzer keeps the input.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check/check.h"
+#include "check/oracle.h"
+#include "dtype.h"
+#include "rewy.h"
+
+#define WORK_MAX (1L << 17)   /* B·T·HV·K·V */
+#define MAX_SEQS 6
+
+/* ---------------------------------------------------------------- reading the input */
+
+typedef struct reader { const uint8_t *p; size_t n; } reader;
+
+static unsigned take(reader *r) {
+    if (!r->n) return 0;
+    r->n--;
+    return *r->p++;
+}
+
+/* splitmix64 for the input values */
+typedef struct rng { uint64_t s; } rng;
+static uint64_t rng_next(rng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double uniform(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+static double normal(rng *r) {
+    double u1 = 1.0 - uniform(r), u2 = uniform(r);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* One invalid field per faulty input; each has a status the library must report. */
+typedef enum fault {
+    F_NONE = 0,
+    F_T_ZERO,          /* T = 0                              BAD_SHAPE */
+    F_K_BIG,           /* K = 257                            UNSUPPORTED_DIM */
+    F_CHUNK,           /* chunk_size = 48                    BAD_CHUNK */
+    F_DTYPE,           /* dtype = 7                          BAD_DTYPE */
+    F_OP,              /* op = 9                             BAD_OP */
+    F_POLICY,          /* policy = 2                         BAD_ENUM */
+    F_ALGO,            /* bwd_algo = 2                       BAD_ENUM */
+    F_HV,              /* HV not a multiple of H             BAD_SHAPE */
+    F_SEQ_END,         /* cu_seqlens not ending at T         BAD_SEQLENS */
+    F_SEQ_B,           /* B = 2 with cu_seqlens              BAD_SEQLENS */
+    F_SCALE,           /* scale = NaN                        BAD_SHAPE */
+    F_BACKEND,         /* CUDA backend in a CPU-only build   BACKEND */
+    F_NULL_Q,          /* q = NULL                           NULL_POINTER */
+    F_GATE,            /* g given to DeltaNet / missing      BAD_OP */
+    F_MISALIGNED,      /* o one byte off                     MISALIGNED */
+    F_FWD_WS,          /* forward workspace one byte short   WORKSPACE */
+    F_SAVED,           /* saved_bytes one byte short         WORKSPACE */
+    /* backward faults (after a valid forward) */
+    F_BWD_SCALE,       /* backward scale differs             MISMATCH */
+    F_BWD_H0,          /* h0 only in the backward            MISMATCH */
+    F_BWD_NULL_DK,     /* dk = NULL                          NULL_POINTER */
+    F_BWD_NO_DH0,      /* h0 given, dh0 = NULL               NULL_POINTER */
+    F_BWD_WS,          /* backward workspace one byte short  WORKSPACE */
+    F_COUNT
+} fault;
+
+static rewy_status fault_status(fault f) {
+    switch (f) {
+    case F_NONE: return REWY_OK;
+    case F_T_ZERO: case F_HV: case F_SCALE: return REWY_ERR_BAD_SHAPE;
+    case F_K_BIG: return REWY_ERR_UNSUPPORTED_DIM;
+    case F_CHUNK: return REWY_ERR_BAD_CHUNK;
+    case F_DTYPE: return REWY_ERR_BAD_DTYPE;
+    case F_OP: case F_GATE: return REWY_ERR_BAD_OP;
+    case F_POLICY: case F_ALGO: return REWY_ERR_BAD_ENUM;
+    case F_SEQ_END: case F_SEQ_B: return REWY_ERR_BAD_SEQLENS;
+    case F_BACKEND: return REWY_ERR_BACKEND;
+    case F_NULL_Q: case F_BWD_NULL_DK: case F_BWD_NO_DH0: return REWY_ERR_NULL_POINTER;
+    case F_MISALIGNED: return REWY_ERR_MISALIGNED;
+    case F_FWD_WS: case F_SAVED: case F_BWD_WS: return REWY_ERR_WORKSPACE;
+    case F_BWD_SCALE: case F_BWD_H0: return REWY_ERR_MISMATCH;
+    case F_COUNT: break;
+    }
+    return REWY_OK;
+}
+
+/* Faults in the config itself: the size queries must refuse them too. */
+static int config_fault(fault f) { return f >= F_T_ZERO && f <= F_BACKEND; }
+static int bwd_fault(fault f) { return f >= F_BWD_SCALE; }
+
+/* ---------------------------------------------------------------- the problem */
+
+typedef struct problem {
+    rewy_config cfg;
+    int gates;              /* rewy_gate_regime */
+    int zero_betas;
+    int h0, ht, dht, dh0;   /* optional tensors given */
+    fault f;
+    uint64_t seed;
+    int nseq;
+    int32_t cu[MAX_SEQS + 1];
+    size_t nq, nv, ng, nbeta, nb, nw, ns;   /* element counts */
+} problem;
+
+static long work(const problem *p, int T) {
+    return (long)p->cfg.B * T * p->cfg.HV * p->cfg.K * p->cfg.V;
+}
+
+static void parse(reader *r, problem *p) {
+    memset(p, 0, sizeof *p);
+    rewy_config *c = &p->cfg;
+    c->op = (rewy_op)(take(r) % 4);
+    c->dtype = (rewy_dtype)(take(r) % 3);
+    unsigned b2 = take(r);
+    c->policy = (rewy_policy)(b2 & 1);
+    c->bwd_algo = (rewy_bwd_algo)((b2 >> 1) & 1);
+    c->state_v_first = (b2 >> 2) & 1;
+    int hv_zero = (b2 >> 3) & 1;
+    static const int chunks[4] = {0, 16, 32, 64};
+    c->chunk_size = chunks[take(r) % 4];
+    unsigned b4 = take(r);
+    p->h0 = b4 & 1;
+    p->ht = (b4 >> 1) & 1;
+    p->dht = (b4 >> 2) & 1;
+    p->dh0 = p->h0 || ((b4 >> 3) & 1);      /* required with h0, optional without */
+    int custom_scale = (b4 >> 4) & 1;
+    int varlen = (b4 >> 5) & 1;
+    unsigned b5 = take(r);
+    c->H = 1 + (int)(b5 % 3);
+    c->HV = c->H * (1 + (int)((b5 >> 2) % 3));
+    unsigned b6 = take(r);
+    p->gates = (int)(b6 % 3);
+    p->zero_betas = (b6 >> 2) & 1;
+    unsigned b7 = take(r);
+    p->f = b7 < 176 ? F_NONE : (fault)(1 + (b7 - 176) % (F_COUNT - 1));
+    c->K = 1 + (int)take(r);
+    c->V = 1 + (int)take(r);
+    unsigned b10 = take(r);
+    int lens[MAX_SEQS];
+    if (varlen) {
+        p->nseq = 1 + (int)(b10 % MAX_SEQS);
+        for (int s = 0; s < p->nseq; s++) lens[s] = 1 + (int)(take(r) % 100);
+        c->B = 1;
+    } else {
+        c->B = 1 + (int)(b10 % 3);
+        c->T = 1 + (int)take(r);
+    }
+    for (int i = 0; i < 8; i++) p->seed = p->seed << 8 | take(r);
+    if (custom_scale) c->scale = (float)((0.25 + 1.75 * (double)(p->seed >> 56) / 255.0) / sqrt(c->K));
+
+    /* Shrink to the work bound: sequence lengths first, then the wider of K and V. */
+    for (;;) {
+        int T = c->T;
+        if (varlen) { T = 0; for (int s = 0; s < p->nseq; s++) T += lens[s]; }
+        if (work(p, T) <= WORK_MAX) { c->T = T; break; }
+        int longest = 0;
+        for (int s = 1; s < p->nseq; s++) if (lens[s] > lens[longest]) longest = s;
+        if (varlen && lens[longest] > 1) lens[longest] = (lens[longest] + 1) / 2;
+        else if (!varlen && c->T > 1) c->T = (c->T + 1) / 2;
+        else if (c->K >= c->V) c->K = (c->K + 1) / 2;
+        else c->V = (c->V + 1) / 2;
+    }
+    if (varlen) {
+        c->num_seqs = p->nseq;
+        for (int s = 0; s < p->nseq; s++) p->cu[s + 1] = p->cu[s] + lens[s];
+    }
+
+    size_t bt = (size_t)c->B * (size_t)c->T, HV = (size_t)c->HV;
+    p->nq = bt * (size_t)c->H * (size_t)c->K;
+    p->nv = bt * HV * (size_t)c->V;
+    p->ng = c->op == REWY_OP_DELTANET ? 0 : c->op == REWY_OP_GDN ? bt * HV : bt * HV * (size_t)c->K;
+    p->nbeta = c->op == REWY_OP_GDN2 ? 0 : bt * HV;
+    p->nb = c->op == REWY_OP_GDN2 ? bt * HV * (size_t)c->K : 0;
+    p->nw = c->op == REWY_OP_GDN2 ? p->nv : 0;
+    p->ns = (size_t)(varlen ? p->nseq : c->B) * HV * (size_t)c->K * (size_t)c->V;
+    if (hv_zero && c->HV == c->H) c->HV = 0;   /* the "HV = 0 means H" spelling */
+}
+
+/* ---------------------------------------------------------------- buffers */
+
+/* Exactly `bytes` (ASan's redzone starts right after); a zero-size request still gets a
+ * distinct non-NULL pointer because the API wants non-NULL workspaces. */
+static void *exact(size_t bytes) {
+    void *x = malloc(bytes);
+    if (!x && bytes == 0) x = malloc(1);
+    if (!x) { fprintf(stderr, "fuzz_api: out of memory (%zu bytes)\n", bytes); abort(); }
+    return x;
+}
+
+/* An element-typed input: the dtype array and the exact fp64 values it holds. */
+typedef struct tensor { void *x; double *x64; size_t n; rewy_dtype t; } tensor;
+
+static tensor make(size_t n, rewy_dtype t) {
+    tensor a = {exact(n * rewy_dtype_size(t)), exact(n * sizeof(double)), n, t};
+    return a;
+}
+static void put(tensor *a, size_t i, double v) {
+    rewy_store(a->x, a->t, i, (float)v);
+    a->x64[i] = rewy_load(a->x, a->t, i);
+}
+static void drop(tensor *a) { free(a->x); free(a->x64); }
+
+/* Token index of element i of a [B,T,...] array with `per` elements per token. */
+static int token_of(const problem *p, size_t i, size_t per) { return (int)((i / per) % (size_t)p->cfg.T); }
+
+static void fill_rows(tensor *a, int K, rng *r) {   /* Gaussian rows normalized over K */
+    double *row = exact((size_t)K * sizeof(double));
+    for (size_t base = 0; base < a->n; base += (size_t)K) {
+        double nrm = 0;
+        for (int i = 0; i < K; i++) { row[i] = normal(r); nrm += row[i] * row[i]; }
+        nrm = sqrt(nrm);
+        for (int i = 0; i < K; i++) put(a, base + (size_t)i, row[i] / (nrm > 0 ? nrm : 1));
+    }
+    free(row);
+}
+
+static void fill_betas(const problem *p, tensor *a, rng *r) {
+    size_t per = a->n / ((size_t)p->cfg.B * (size_t)p->cfg.T);
+    for (size_t i = 0; i < a->n; i++) {
+        double x = 0.1 + 0.8 * uniform(r);
+        int t = token_of(p, i, per);
+        if (p->zero_betas && t % 3 == 0) x = 0;
+        else if (p->zero_betas && t % 4 == 1) x = 1e-8;
+        put(a, i, x);
+    }
+}
+
+/* Gates: normal log σ(x)/16, strong uniform [−5, 0], or normal with −1000 on about one token
+ * in 16 (the whole token: every feature of a vector gate). */
+static void fill_gates(const problem *p, float *g, double *g64, size_t n, rng *r) {
+    size_t per = n / ((size_t)p->cfg.B * (size_t)p->cfg.T);
+    int reset = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i % per == 0) reset = p->gates == REWY_GATES_RESET && (rng_next(r) & 15) == 0;
+        double x;
+        if (p->gates == REWY_GATES_STRONG) x = -5.0 * uniform(r);
+        else { double y = normal(r); x = (y > 0 ? -log1p(exp(-y)) : y - log1p(exp(y))) / 16.0; }
+        if (reset) x = -1000.0;
+        g[i] = (float)x;
+        g64[i] = g[i];
+    }
+}
+
+static void fill_state(float *s, double *s64, size_t n, rng *r) {
+    for (size_t i = 0; i < n; i++) { s[i] = (float)(0.1 * normal(r)); s64[i] = s[i]; }
+}
+
+/* ---------------------------------------------------------------- checks */
+
+static void fail(const problem *p, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+
+static void fail(const problem *p, const char *fmt, ...) {
+    const rewy_config *c = &p->cfg;
+    fprintf(stderr, "fuzz_api: op %d dtype %d B %d T %d H %d HV %d K %d V %d chunk %d policy %d algo %d vfirst %d "
+            "scale %g seqs %d gates %d beta0 %d h0 %d ht %d dht %d dh0 %d fault %d seed %llu\n  ",
+            c->op, c->dtype, c->B, c->T, c->H, c->HV, c->K, c->V, c->chunk_size, c->policy, c->bwd_algo,
+            c->state_v_first, c->scale, p->nseq, p->gates, p->zero_betas, p->h0, p->ht, p->dht, p->dh0, p->f,
+            (unsigned long long)p->seed);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}
+
+/* x (type t) against the oracle: relative L2 error within tol, or max-abs 1e-6 where the
+ * reference is tiny (MATH §10); every value finite. */
+static void compare(const problem *p, const char *name, const void *x, rewy_dtype t, const double *ref,
+                    size_t n, double tol) {
+    double num = 0, den = 0, max_abs = 0;
+    for (size_t i = 0; i < n; i++) {
+        double xi = rewy_load(x, t, i), d = xi - ref[i];
+        if (!isfinite(xi)) fail(p, "%s[%zu] = %g is not finite (oracle %g)", name, i, xi, ref[i]);
+        num += d * d;
+        den += ref[i] * ref[i];
+        if (fabs(d) > max_abs) max_abs = fabs(d);
+    }
+    double rel = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+    if (rel <= tol) return;
+    if (sqrt(den) <= REWY_CHECK_TINY_NORM && max_abs <= REWY_CHECK_TINY_ABS) return;
+    fail(p, "%s: relative error %.3e > %.1e (max abs %.3e, |ref| %.3e)", name, rel, tol, max_abs, sqrt(den));
+}
+
+static void expect(const problem *p, const char *what, rewy_status got, rewy_status want, const char *msg) {
+    if (got != want)
+        fail(p, "%s returned %d (%s) where %d (%s) was expected; message: %s", what, (int)got, rewy_strerror(got),
+             (int)want, rewy_strerror(want), msg ? msg : "");
+    if (want != REWY_OK && msg && !msg[0]) fail(p, "%s returned %d without a message", what, (int)got);
+}
+
+/* ---------------------------------------------------------------- one execution */
+
+static void run(problem *p) {
+    rewy_config *c = &p->cfg;
+    const rewy_dtype dt = c->dtype;
+    const size_t es = rewy_dtype_size(dt);
+    const fault f = p->f;
+    char msg[256];
+    int32_t *cu = NULL;
+    if (p->nseq) {
+        cu = exact((size_t)(p->nseq + 1) * sizeof(int32_t));
+        memcpy(cu, p->cu, (size_t)(p->nseq + 1) * sizeof(int32_t));
+        c->cu_seqlens = cu;     /* the CPU backend needs no separate host copy */
+    }
+
+    size_t saved_bytes = 0, fws_bytes = 0, bws_bytes = 0;
+    rewy_status s = rewy_saved_size(c, &saved_bytes);
+    if (s == REWY_OK) s = rewy_fwd_workspace_size(c, &fws_bytes);
+    if (s == REWY_OK) s = rewy_bwd_workspace_size(c, &bws_bytes);
+    expect(p, "size query of a valid config", s, REWY_OK, "");
+
+    /* inputs */
+    rng r = {p->seed};
+    tensor q = make(p->nq, dt), k = make(p->nq, dt), v = make(p->nv, dt), dout = make(p->nv, dt);
+    tensor beta = make(p->nbeta, dt), bb = make(p->nb, dt), ww = make(p->nw, dt);
+    fill_rows(&q, c->K, &r);
+    fill_rows(&k, c->K, &r);
+    for (size_t i = 0; i < p->nv; i++) put(&v, i, normal(&r));
+    for (size_t i = 0; i < p->nv; i++) put(&dout, i, normal(&r));
+    fill_betas(p, &beta, &r);
+    fill_betas(p, &bb, &r);
+    fill_betas(p, &ww, &r);
+    float *g = p->ng ? exact(p->ng * sizeof(float)) : NULL;
+    double *g64 = exact(p->ng * sizeof(double));
+    if (g) fill_gates(p, g, g64, p->ng, &r);
+    float *h0 = p->h0 ? exact(p->ns * sizeof(float)) : NULL, *dht = p->dht ? exact(p->ns * sizeof(float)) : NULL;
+    double *h064 = exact(p->ns * sizeof(double)), *dht64 = exact(p->ns * sizeof(double));
+    if (h0) fill_state(h0, h064, p->ns, &r);
+    if (dht) fill_state(dht, dht64, p->ns, &r);
+
+    /* outputs, poisoned: all-ones bytes are NaN in every dtype */
+    void *o = exact(p->nv * es), *saved = exact(saved_bytes), *fws = exact(fws_bytes), *bws = exact(bws_bytes);
+    float *ht = p->ht ? exact(p->ns * sizeof(float)) : NULL;
+    memset(o, 0xff, p->nv * es);
+    memset(saved, 0xff, saved_bytes);
+    if (ht) memset(ht, 0xff, p->ns * sizeof(float));
+
+    /* ---- forward */
+    rewy_fwd_params fp;
+    memset(&fp, 0, sizeof fp);
+    fp.cfg = *c;
+    fp.q = q.x; fp.k = k.x; fp.v = v.x; fp.g = g;
+    fp.beta = p->nbeta ? beta.x : NULL; fp.b = p->nb ? bb.x : NULL; fp.w = p->nw ? ww.x : NULL;
+    fp.h0 = h0; fp.o = o; fp.ht = ht;
+    fp.saved = saved; fp.saved_bytes = saved_bytes;
+    fp.workspace = fws; fp.workspace_bytes = fws_bytes;
+    switch (f) {
+    case F_T_ZERO: fp.cfg.T = 0; break;
+    case F_K_BIG: fp.cfg.K = 257; break;
+    case F_CHUNK: fp.cfg.chunk_size = 48; break;
+    case F_DTYPE: fp.cfg.dtype = (rewy_dtype)7; break;
+    case F_OP: fp.cfg.op = (rewy_op)9; break;
+    case F_POLICY: fp.cfg.policy = (rewy_policy)2; break;
+    case F_ALGO: fp.cfg.bwd_algo = (rewy_bwd_algo)2; break;
+    case F_HV: fp.cfg.H = 2; fp.cfg.HV = 3; break;
+    case F_SEQ_END: if (cu) cu[p->nseq] += 1; else fp.cfg.T = 0; break;
+    case F_SEQ_B: if (cu) fp.cfg.B = 2; else fp.cfg.T = 0; break;
+    case F_SCALE: fp.cfg.scale = NAN; break;
+    case F_BACKEND:   /* with the host copy the CUDA backend wants, so that only the backend is wrong */
+        fp.cfg.backend = REWY_BACKEND_CUDA;
+        fp.cfg.cu_seqlens_host = cu;
+        break;
+    case F_NULL_Q: fp.q = NULL; break;
+    case F_GATE: fp.g = g ? NULL : (const float *)saved; break;
+    case F_MISALIGNED: fp.o = (char *)o + 1; break;
+    case F_FWD_WS: if (fws_bytes) fp.workspace_bytes--; else fp.saved_bytes--; break;
+    case F_SAVED: fp.saved_bytes--; break;
+    default: break;
+    }
+    rewy_status want = bwd_fault(f) ? REWY_OK : fault_status(f);
+    /* the two stand-ins above when a fault does not fit the problem */
+    if ((f == F_SEQ_END || f == F_SEQ_B) && !cu) want = REWY_ERR_BAD_SHAPE;
+    s = rewy_validate_fwd(&fp, msg, sizeof msg);
+    expect(p, "rewy_validate_fwd", s, want, msg);
+    expect(p, "rewy_forward", rewy_forward(&fp), want, NULL);
+    if (want != REWY_OK && config_fault(f)) {
+        size_t dummy = 0;
+        expect(p, "rewy_saved_size", rewy_saved_size(&fp.cfg, &dummy), want, NULL);
+        expect(p, "rewy_fwd_workspace_size", rewy_fwd_workspace_size(&fp.cfg, &dummy), want, NULL);
+        expect(p, "rewy_bwd_workspace_size", rewy_bwd_workspace_size(&fp.cfg, &dummy), want, NULL);
+    }
+
+    if (want == REWY_OK) {
+        /* ---- backward */
+        tensor dq = make(p->nq, dt), dk = make(p->nq, dt), dv = make(p->nv, dt);
+        tensor dbeta = make(p->nbeta, dt), db = make(p->nb, dt), dw = make(p->nw, dt);
+        float *dg = p->ng ? exact(p->ng * sizeof(float)) : NULL;
+        float *dh0 = p->dh0 ? exact(p->ns * sizeof(float)) : NULL;
+        void *saved_copy = exact(saved_bytes);
+        memcpy(saved_copy, saved, saved_bytes);
+        memset(dq.x, 0xff, p->nq * es); memset(dk.x, 0xff, p->nq * es); memset(dv.x, 0xff, p->nv * es);
+        memset(dbeta.x, 0xff, p->nbeta * es); memset(db.x, 0xff, p->nb * es); memset(dw.x, 0xff, p->nw * es);
+        if (dg) memset(dg, 0xff, p->ng * sizeof(float));
+        if (dh0) memset(dh0, 0xff, p->ns * sizeof(float));
+        float *h0_only_bwd = NULL;
+
+        rewy_bwd_params bp;
+        memset(&bp, 0, sizeof bp);
+        bp.cfg = *c;
+        bp.q = q.x; bp.k = k.x; bp.v = v.x; bp.g = g;
+        bp.beta = fp.beta; bp.b = fp.b; bp.w = fp.w; bp.h0 = h0;
+        bp.saved = saved; bp.saved_bytes = saved_bytes;
+        bp.do_ = dout.x; bp.dht = dht;
+        bp.dq = dq.x; bp.dk = dk.x; bp.dv = dv.x; bp.dg = dg;
+        bp.dbeta = p->nbeta ? dbeta.x : NULL; bp.db = p->nb ? db.x : NULL; bp.dw = p->nw ? dw.x : NULL;
+        bp.dh0 = dh0;
+        bp.workspace = bws; bp.workspace_bytes = bws_bytes;
+        want = fault_status(f);
+        switch (f) {
+        /* 3 is never the default K^-1/2, so a zero scale changes too */
+        case F_BWD_SCALE: bp.cfg.scale = c->scale ? 2 * c->scale : 3.0f; break;
+        case F_BWD_H0:
+            if (h0) { bp.h0 = NULL; }           /* given to the forward only */
+            else {
+                h0_only_bwd = exact(p->ns * sizeof(float));
+                memset(h0_only_bwd, 0, p->ns * sizeof(float));
+                bp.h0 = h0_only_bwd;
+                if (!dh0) want = REWY_ERR_NULL_POINTER;   /* dh0 is required with h0, checked first */
+            }
+            break;
+        case F_BWD_NULL_DK: bp.dk = NULL; break;
+        case F_BWD_NO_DH0: if (h0) bp.dh0 = NULL; else want = REWY_OK; break;
+        case F_BWD_WS: if (bws_bytes) bp.workspace_bytes--; else bp.saved_bytes--; break;
+        default: break;
+        }
+        s = rewy_validate_bwd(&bp, msg, sizeof msg);
+        expect(p, "rewy_validate_bwd", s, want, msg);
+        expect(p, "rewy_backward", rewy_backward(&bp), want, NULL);
+
+        if (want == REWY_OK) {
+            if (memcmp(saved_copy, saved, saved_bytes) != 0) fail(p, "the backward modified the saved buffer");
+            /* ---- the fp64 oracle on exactly the values the library read */
+            rewy_ref_problem rp;
+            memset(&rp, 0, sizeof rp);
+            rp.cfg = *c;
+            rp.q = q.x64; rp.k = k.x64; rp.v = v.x64; rp.g = p->ng ? g64 : NULL;
+            rp.beta = p->nbeta ? beta.x64 : NULL; rp.b = p->nb ? bb.x64 : NULL; rp.w = p->nw ? ww.x64 : NULL;
+            rp.h0 = h0 ? h064 : NULL;
+            double *ro = exact(p->nv * 8), *rht = exact(p->ns * 8), *rdq = exact(p->nq * 8), *rdk = exact(p->nq * 8),
+                   *rdv = exact(p->nv * 8), *rdg = exact(p->ng * 8), *rdbeta = exact(p->nbeta * 8),
+                   *rdb = exact(p->nb * 8), *rdw = exact(p->nw * 8), *rdh0 = exact(p->ns * 8);
+            if (rewy_ref_forward(&rp, ro, rht) ||
+                rewy_ref_backward(&rp, dout.x64, dht ? dht64 : NULL, rdq, rdk, rdv, p->ng ? rdg : NULL,
+                                  p->nbeta ? rdbeta : NULL, p->nb ? rdb : NULL, p->nw ? rdw : NULL, rdh0))
+                fail(p, "the oracle failed");
+            const double M = REWY_CHECK_TOL_MAIN, G = REWY_CHECK_TOL_GATE;
+            compare(p, "o", o, dt, ro, p->nv, M);
+            if (ht) compare(p, "ht", ht, REWY_F32, rht, p->ns, M);
+            compare(p, "dq", dq.x, dt, rdq, p->nq, M);
+            compare(p, "dk", dk.x, dt, rdk, p->nq, M);
+            compare(p, "dv", dv.x, dt, rdv, p->nv, M);
+            if (dh0) compare(p, "dh0", dh0, REWY_F32, rdh0, p->ns, M);
+            if (dg) compare(p, "dg", dg, REWY_F32, rdg, p->ng, G);
+            if (p->nbeta) compare(p, "dbeta", dbeta.x, dt, rdbeta, p->nbeta, G);
+            if (p->nb) compare(p, "db", db.x, dt, rdb, p->nb, G);
+            if (p->nw) compare(p, "dw", dw.x, dt, rdw, p->nw, G);
+            free(ro); free(rht); free(rdq); free(rdk); free(rdv); free(rdg); free(rdbeta); free(rdb); free(rdw);
+            free(rdh0);
+        }
+        drop(&dq); drop(&dk); drop(&dv); drop(&dbeta); drop(&db); drop(&dw);
+        free(dg); free(dh0); free(saved_copy); free(h0_only_bwd);
+    }
+
+    drop(&q); drop(&k); drop(&v); drop(&dout); drop(&beta); drop(&bb); drop(&ww);
+    free(g); free(g64); free(h0); free(dht); free(h064); free(dht64);
+    free(o); free(saved); free(fws); free(bws); free(ht); free(cu);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    reader r = {data, size};
+    problem p;
+    parse(&r, &p);
+    run(&p);
+    return 0;
+}
