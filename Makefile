@@ -173,6 +173,8 @@ install: lib
 test-install: lib
 	@awk '/^## Using it from C/ {s = 1} s && /^```c$$/ {p = 1; next} p && /^```$$/ {exit} p' README.md | \
 	  diff - examples/c/gdn_cpu.c || { echo "README.md's C program differs from examples/c/gdn_cpu.c (diff above)"; exit 1; }
+	@command -v pkg-config >/dev/null || { timeout 120 apt-get install -y -q pkgconf || { timeout 120 apt-get update -q && \
+	  timeout 120 apt-get install -y -q pkgconf; }; } >/dev/null 2>&1 || { echo "test-install needs pkg-config (Debian: pkgconf)"; exit 1; }
 	@rm -rf $(BUILD)/prefix
 	@$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(BUILD)/prefix >/dev/null
 	@set -eo pipefail; export PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/prefix/lib/pkgconfig; \
