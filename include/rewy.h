@@ -56,7 +56,7 @@ typedef enum rewy_status {
     REWY_ERR_BAD_SHAPE,         /* B, T, H, HV, K or V out of range, or HV % H != 0 */
     REWY_ERR_UNSUPPORTED_DIM,   /* K or V above the maximum (256) */
     REWY_ERR_BAD_CHUNK,         /* chunk size not 16, 32 or 64 */
-    REWY_ERR_BAD_DTYPE,         /* element type not bf16, fp16 or fp32 */
+    REWY_ERR_BAD_DTYPE,         /* element type not bf16, fp16, fp32 or fp64, or fp64 on CUDA */
     REWY_ERR_BAD_OP,            /* unknown operator, or a gate given/missing for this operator */
     REWY_ERR_BAD_SEQLENS,       /* cu_seqlens not starting at 0, not increasing, or not ending at T; B != 1 */
     REWY_ERR_BAD_ENUM,          /* unknown policy, backward algorithm or backend */
@@ -74,11 +74,18 @@ typedef enum rewy_op {
 } rewy_op;
 
 /* Element type of q, k, v, β, b, w, o, do and of their gradients dq, dk, dv, dβ, db, dw.
- * Gates g, dg, and all states (h0, ht, dht, dh0) are always fp32. */
+ * With F32, BF16 and F16 the gates g, dg and all states (h0, ht, dht, dh0) are fp32.
+ * REWY_F64 (CPU backend only; CUDA gets REWY_ERR_BAD_DTYPE): every array is double, the
+ * gates g, dg and the states h0, ht, dht, dh0 too (pass double * where the structs below say
+ * float *), so that torch.autograd.gradcheck can run in fp64. It is computed exactly by the
+ * fp64 token recurrence of MATH §1 (the test oracle's), token by token, not by the chunk
+ * kernels: meant for checking, not speed. chunk_size, policy and bwd_algo are accepted and
+ * do not change the result; the saved buffer holds only a header. */
 typedef enum rewy_dtype {
     REWY_F32 = 0,
     REWY_BF16 = 1,
-    REWY_F16 = 2
+    REWY_F16 = 2,
+    REWY_F64 = 3
 } rewy_dtype;
 
 /* Saving policy (MATH §8). R: the forward saves A = M⁻¹ per chunk, the backward recomputes

@@ -32,7 +32,7 @@ const char *rewy_strerror(rewy_status s) {
     case REWY_ERR_BAD_SHAPE: return "invalid shape (B, T, H, HV, K, V must be positive and HV a multiple of H)";
     case REWY_ERR_UNSUPPORTED_DIM: return "unsupported head dimension (K and V must be at most 256)";
     case REWY_ERR_BAD_CHUNK: return "unsupported chunk size (16, 32 or 64)";
-    case REWY_ERR_BAD_DTYPE: return "unsupported element type (bf16, fp16 or fp32)";
+    case REWY_ERR_BAD_DTYPE: return "unsupported element type (bf16, fp16, fp32; fp64 on the CPU backend only)";
     case REWY_ERR_BAD_OP: return "unknown operator, or gate tensors that do not match the operator";
     case REWY_ERR_BAD_SEQLENS: return "invalid cu_seqlens (must start at 0, increase strictly and end at T, with B = 1)";
     case REWY_ERR_BAD_ENUM: return "unknown policy, backward algorithm or backend";
@@ -71,8 +71,10 @@ static rewy_status check_config(const rewy_config *c, err e) {
     if ((unsigned)c->op > REWY_OP_GDN2) return fail(e, REWY_ERR_BAD_OP, "op: unknown operator %d", (int)c->op);
     if ((unsigned)c->backend > REWY_BACKEND_CUDA)
         return fail(e, REWY_ERR_BAD_ENUM, "backend: unknown backend %d", (int)c->backend);
-    if ((unsigned)c->dtype > REWY_F16)
-        return fail(e, REWY_ERR_BAD_DTYPE, "dtype: unknown element type %d (bf16, fp16 or fp32)", (int)c->dtype);
+    if ((unsigned)c->dtype > REWY_F64)
+        return fail(e, REWY_ERR_BAD_DTYPE, "dtype: unknown element type %d (bf16, fp16, fp32 or fp64)", (int)c->dtype);
+    if (c->dtype == REWY_F64 && c->backend != REWY_BACKEND_CPU)
+        return fail(e, REWY_ERR_BAD_DTYPE, "dtype: REWY_F64 runs on the CPU backend only (CUDA takes fp32, bf16 or fp16)");
     if ((unsigned)c->policy > REWY_POLICY_A)
         return fail(e, REWY_ERR_BAD_ENUM, "policy: unknown saving policy %d (R or A)", (int)c->policy);
     if ((unsigned)c->bwd_algo > REWY_BWD_WY)
@@ -134,7 +136,9 @@ static rewy_status check_tensors(const rewy_config *c, const tensor_arg *t, int 
     return REWY_OK;
 }
 
-static size_t elem(const rewy_config *c) { return c->dtype == REWY_F32 ? 4 : 2; }
+static size_t elem(const rewy_config *c) { return c->dtype == REWY_F64 ? 8 : c->dtype == REWY_F32 ? 4 : 2; }
+/* Gates (g, dg) and states (h0, ht, dht, dh0): fp32, or double with REWY_F64. */
+static size_t gate_elem(const rewy_config *c) { return c->dtype == REWY_F64 ? 8 : 4; }
 
 static rewy_status sizes(const rewy_config *c, size_t *saved, size_t *fwd, size_t *bwd) {
 #ifdef REWY_WITH_CUDA
@@ -155,11 +159,11 @@ static rewy_status sizes(const rewy_config *c, size_t *saved, size_t *fwd, size_
 static rewy_status check_inputs(const rewy_config *c, const void *q, const void *k, const void *v, const float *g,
                                 const void *beta, const void *b, const void *w, const float *h0, err e) {
     const int gated = c->op != REWY_OP_DELTANET, gdn2 = c->op == REWY_OP_GDN2;
-    const size_t el = elem(c);
+    const size_t el = elem(c), gl = gate_elem(c);
     const tensor_arg t[] = {
         {"q", q, el, 1, 1, 0}, {"k", k, el, 1, 1, 0}, {"v", v, el, 1, 1, 0},
-        {"g", g, 4, gated, gated, 1}, {"beta", beta, el, !gdn2, !gdn2, 1},
-        {"b", b, el, gdn2, gdn2, 1}, {"w", w, el, gdn2, gdn2, 1}, {"h0", h0, 4, 0, 1, 0}};
+        {"g", g, gl, gated, gated, 1}, {"beta", beta, el, !gdn2, !gdn2, 1},
+        {"b", b, el, gdn2, gdn2, 1}, {"w", w, el, gdn2, gdn2, 1}, {"h0", h0, gl, 0, 1, 0}};
     return check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e);
 }
 
@@ -183,7 +187,7 @@ static rewy_status validate_fwd(const rewy_fwd_params *p, err e) {
     if (s) return s;
     const size_t el = elem(c);
     const tensor_arg t[] = {
-        {"o", p->o, el, 1, 1, 0}, {"ht", p->ht, 4, 0, 1, 0},
+        {"o", p->o, el, 1, 1, 0}, {"ht", p->ht, gate_elem(c), 0, 1, 0},
         {"saved", p->saved, 16, 1, 1, 0}, {"workspace", p->workspace, 16, 1, 1, 0}};
     if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
     return check_sizes(c, p->saved_bytes, p->workspace_bytes, 1, e);
@@ -220,13 +224,13 @@ static rewy_status validate_bwd(const rewy_bwd_params *p, err e) {
     if (!s) s = check_inputs(c, p->q, p->k, p->v, p->g, p->beta, p->b, p->w, p->h0, e);
     if (s) return s;
     const int gated = c->op != REWY_OP_DELTANET, gdn2 = c->op == REWY_OP_GDN2;
-    const size_t el = elem(c);
+    const size_t el = elem(c), gl = gate_elem(c);
     const tensor_arg t[] = {
-        {"saved", p->saved, 16, 1, 1, 0}, {"do_", p->do_, el, 1, 1, 0}, {"dht", p->dht, 4, 0, 1, 0},
+        {"saved", p->saved, 16, 1, 1, 0}, {"do_", p->do_, el, 1, 1, 0}, {"dht", p->dht, gl, 0, 1, 0},
         {"dq", p->dq, el, 1, 1, 0}, {"dk", p->dk, el, 1, 1, 0}, {"dv", p->dv, el, 1, 1, 0},
-        {"dg", p->dg, 4, gated, gated, 0}, {"dbeta", p->dbeta, el, !gdn2, !gdn2, 0},
+        {"dg", p->dg, gl, gated, gated, 0}, {"dbeta", p->dbeta, el, !gdn2, !gdn2, 0},
         {"db", p->db, el, gdn2, gdn2, 0}, {"dw", p->dw, el, gdn2, gdn2, 0},
-        {"dh0", p->dh0, 4, p->h0 != NULL, 1, 0}, {"workspace", p->workspace, 16, 1, 1, 0}};
+        {"dh0", p->dh0, gl, p->h0 != NULL, 1, 0}, {"workspace", p->workspace, 16, 1, 1, 0}};
     if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
     if ((s = check_sizes(c, p->saved_bytes, p->workspace_bytes, 2, e))) return s;
     if (c->backend == REWY_BACKEND_CPU) return check_saved_header(p, e);

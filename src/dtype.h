@@ -7,7 +7,7 @@
 #include <string.h>
 #include "rewy.h"
 
-static inline size_t rewy_dtype_size(rewy_dtype t) { return t == REWY_F32 ? 4 : 2; }
+static inline size_t rewy_dtype_size(rewy_dtype t) { return t == REWY_F64 ? 8 : t == REWY_F32 ? 4 : 2; }
 
 static inline float rewy_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;

@@ -468,7 +468,7 @@ static void test_bwd(test_counts *tc, fixture *x) {
     BWD_CASE("T = 0", p.cfg.T = 0, REWY_ERR_BAD_SHAPE, "T");
     BWD_CASE("K = 300", p.cfg.K = 300, REWY_ERR_UNSUPPORTED_DIM, "K");
     BWD_CASE("chunk 48", p.cfg.chunk_size = 48, REWY_ERR_BAD_CHUNK, "chunk_size");
-    BWD_CASE("dtype 3", p.cfg.dtype = (rewy_dtype)3, REWY_ERR_BAD_DTYPE, "dtype");
+    BWD_CASE("dtype 4", p.cfg.dtype = (rewy_dtype)4, REWY_ERR_BAD_DTYPE, "dtype");
     if (!rewy_has_cuda())
         BWD_CASE("CUDA backend not compiled in", p.cfg.backend = REWY_BACKEND_CUDA, REWY_ERR_BACKEND, "backend");
 

@@ -10,24 +10,15 @@
  *    state_v_first, scale default), in fp64. It maps each operator to the vector form
  *    (DeltaNet g = 0; β broadcast to b and w) and reduces the gradients back
  *    (β̄ = Σ_K b̄ + Σ_V w̄; GDN ḡ = Σ_K; q̄, k̄ summed over each value-head group).
- * These are references, not hot paths: they allocate scratch with malloc.
+ * The recurrence lives in the library (src/cpu/recurrence.c, also the CPU backend's REWY_F64
+ * path); these wrappers allocate its scratch with malloc: references, not hot paths.
  * Functions return 0 on success, nonzero on allocation failure or bad arguments.
  */
 #ifndef REWY_ORACLE_H
 #define REWY_ORACLE_H
 
 #include "rewy.h"
-
-typedef struct rewy_oracle_head {
-    int T, K, V;
-    double scale;            /* o_t = S_tᵀ (scale · q_t) */
-    const double *q, *k;     /* [T][K] */
-    const double *v;         /* [T][V] */
-    const double *g;         /* [T][K] log decay, natural log */
-    const double *b;         /* [T][K] erase gate */
-    const double *w;         /* [T][V] write gate */
-    const double *h0;        /* [K][V] or NULL (zero) */
-} rewy_oracle_head;
+#include "cpu/recurrence.h" /* the recurrence itself, shared with the REWY_F64 path */
 
 int rewy_oracle_head_forward(const rewy_oracle_head *p, double *o /* [T][V] */, double *hT /* [K][V] or NULL */);
 
@@ -38,12 +29,7 @@ int rewy_oracle_head_backward(const rewy_oracle_head *p, const double *do_, cons
                               double *dw, double *dh0);
 
 /* A whole problem in fp64, same layouts and meanings as rewy_fwd_params (cfg.dtype,
- * backend, policy, bwd_algo and chunk_size are ignored). */
-typedef struct rewy_ref_problem {
-    rewy_config cfg;
-    const double *q, *k, *v, *g, *beta, *b, *w, *h0;
-} rewy_ref_problem;
-
+ * backend, policy, bwd_algo and chunk_size are ignored); rewy_ref_problem is in recurrence.h. */
 int rewy_ref_forward(const rewy_ref_problem *p, double *o, double *ht /* or NULL */);
 
 /* dht may be NULL. Outputs that do not apply to the operator (dg for DeltaNet, dbeta for

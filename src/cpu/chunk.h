@@ -119,6 +119,12 @@ size_t rewy_cpu_bwd_workspace_size(const rewy_config *cfg);
 rewy_status rewy_cpu_forward(const rewy_fwd_params *p);
 rewy_status rewy_cpu_backward(const rewy_bwd_params *p);
 
+/* REWY_F64 (f64.c): the exact fp64 recurrence instead of the chunk kernels; the saved
+ * buffer is the header alone. Called by the entry points above. */
+size_t cpu_f64_workspace_size(const rewy_config *cfg, int backward);
+rewy_status cpu_f64_forward(const rewy_fwd_params *p);
+rewy_status cpu_f64_backward(const rewy_bwd_params *p);
+
 /* Saved-buffer header: the forward's resolved problem, so the backward can check that it
  * got the same config (api.c). Padded to SAVED_HEADER_BYTES. */
 typedef struct saved_header {

@@ -177,12 +177,14 @@ static size_t bwd_slot_floats(const problem *pb) {
 }
 
 size_t rewy_cpu_bwd_workspace_size(const rewy_config *cfg) {
+    if (cfg->dtype == REWY_F64) return cpu_f64_workspace_size(cfg, 1);
     problem pb;
     problem_init(&pb, cfg);
     return (size_t)omp_get_max_threads() * bwd_slot_floats(&pb) * sizeof(float);
 }
 
 rewy_status rewy_cpu_backward(const rewy_bwd_params *p) {
+    if (p->cfg.dtype == REWY_F64) return cpu_f64_backward(p);
     problem pb;
     problem_init(&pb, &p->cfg);
     const float *saved = (const float *)((const char *)p->saved + SAVED_HEADER_BYTES);

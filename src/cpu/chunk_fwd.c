@@ -69,10 +69,12 @@ static size_t fwd_slot_floats(const problem *pb) {
 size_t rewy_cpu_saved_size(const rewy_config *cfg) {
     problem pb;
     problem_init(&pb, cfg);
+    if (pb.dt == REWY_F64) return SAVED_HEADER_BYTES; /* the backward reruns the recurrence */
     return SAVED_HEADER_BYTES + saved_layout_of(&pb).floats * sizeof(float);
 }
 
 size_t rewy_cpu_fwd_workspace_size(const rewy_config *cfg) {
+    if (cfg->dtype == REWY_F64) return cpu_f64_workspace_size(cfg, 0);
     problem pb;
     problem_init(&pb, cfg);
     return (size_t)omp_get_max_threads() * fwd_slot_floats(&pb) * sizeof(float);
@@ -93,6 +95,7 @@ rewy_status rewy_cpu_forward(const rewy_fwd_params *p) {
     problem pb;
     problem_init(&pb, &p->cfg);
     write_header(&pb, p);
+    if (pb.dt == REWY_F64) return cpu_f64_forward(p);
     float *saved = (float *)((char *)p->saved + SAVED_HEADER_BYTES);
     const saved_layout L = saved_layout_of(&pb);
     const size_t slot = fwd_slot_floats(&pb) * sizeof(float);
