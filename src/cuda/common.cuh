@@ -76,12 +76,9 @@ template <> __device__ __forceinline__ void st<float>(float *p, float x) { *p = 
 template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16 *p, float x) { *p = __float2bfloat16(x); }
 template <> __device__ __forceinline__ void st<__half>(__half *p, float x) { *p = __float2half(x); }
 
-/* Chunk-state storage type in workspace / saved buffers (S_c, S̄⁺). */
-#ifndef REWY_CUDA_STATE_FP32
+/* Chunk-state storage type in workspace / saved buffers (S_c, S̄⁺): bf16, as FLA stores its h. (An fp32
+ * build variant, REWY_CUDA_STATE_FP32, was dropped once the bf16-only kernels stopped compiling with it.) */
 typedef __nv_bfloat16 state_t;
-#else
-typedef float state_t;
-#endif
 /* Storage type of the per-token chunk intermediates R (forward scan) and P or R̄ (reverse scan), as
  * FLA stores its v_new and dv: they are written once and read by the output and the pullback, whose
  * products with them then run on bf_mma (bf16 operands, fp32 accumulation) and read half the bytes.

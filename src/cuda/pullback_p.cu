@@ -3,11 +3,10 @@
  * Wᵀ R̄ instead of Eᵀ P, so P leaves the chain: the scan stores R̄, and this pass forms P for the ReWY pullback
  * (the WY pullback starts from R̄ itself). Grid (NC, HV), 256 threads, value slabs of 64 columns.
  *
- * A is fp32 (MATH §10). With bf16 R̄ (rp_t, the default) the product runs on bf_mma as Pᵀ = R̄ᵀ A with A as a
- * hi/lo pair of bf16 tiles (16 mantissa bits, more than tf32's 10), both operands through ldmatrix.trans, and
- * P leaves through a transposed staging tile in 16-B rows. With fp32 R̄ (-DREWY_CUDA_STATE_FP32) it is the
- * general tf32 product. H200, DeltaNet (2,16384,8): 0.075 ms, against 0.127 as the general tf32 product
- * (PERF.md, session 12). */
+ * A is fp32 (MATH §10). R̄ is bf16 (rp_t): the product runs on bf_mma as Pᵀ = R̄ᵀ A with A as a hi/lo pair of
+ * bf16 tiles (16 mantissa bits, more than tf32's 10), both operands through ldmatrix.trans, and P leaves
+ * through a transposed staging tile in 16-B rows. H200, DeltaNet (2,16384,8): 0.075 ms, against 0.127 as the
+ * general tf32 product it replaced (PERF.md, session 12). */
 #include "kernels.cuh"
 
 namespace rewy_cuda {
@@ -21,57 +20,41 @@ __global__ void __launch_bounds__(PP_THREADS) p_from_rbar_kernel(Prob p, const f
     const size_t ch = (size_t)blockIdx.x * p.HV + hv;
     rp_t *pr = PR + ch * BT * p.V;
     const float *a = A + ch * BT * BT;
-    if constexpr (std::is_same<rp_t, __nv_bfloat16>::value) {
-        using bf16 = __nv_bfloat16;
-        __shared__ __align__(16) bf16 Ah[MAXBT * PP_LD], Al[MAXBT * PP_LD]; /* A [k][i] as hi + lo */
-        __shared__ __align__(16) bf16 Rs[MAXBT * PP_LD];                    /* R̄ slab [k][j] */
-        __shared__ __align__(16) bf16 Ps[MAXBT * PP_LD];                    /* P slab [i][j] */
-        for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += PP_THREADS) {
-            const int k = e / (MAXBT / 4), i = (e % (MAXBT / 4)) * 4;
-            const float4 x = k < BT && i < BT ? *reinterpret_cast<const float4 *>(a + k * BT + i) : make_float4(0, 0, 0, 0);
-            const float xs[4] = {x.x, x.y, x.z, x.w};
+    using bf16 = __nv_bfloat16;
+    __shared__ __align__(16) bf16 Ah[MAXBT * PP_LD], Al[MAXBT * PP_LD]; /* A [k][i] as hi + lo */
+    __shared__ __align__(16) bf16 Rs[MAXBT * PP_LD];                    /* R̄ slab [k][j] */
+    __shared__ __align__(16) bf16 Ps[MAXBT * PP_LD];                    /* P slab [i][j] */
+    for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += PP_THREADS) {
+        const int k = e / (MAXBT / 4), i = (e % (MAXBT / 4)) * 4;
+        const float4 x = k < BT && i < BT ? *reinterpret_cast<const float4 *>(a + k * BT + i) : make_float4(0, 0, 0, 0);
+        const float xs[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-            for (int u = 0; u < 4; u++) st_hilo(Ah, Al, k * PP_LD + i + u, xs[u]);
-        }
-        const int warp = threadIdx.x >> 5, j0 = 16 * (warp & 3), i0 = 32 * (warp >> 2);
-        for (int v0 = 0; v0 < p.V; v0 += PP_BV) {
-            /* rows ≥ n of R̄ are not written by the scan: zero-filled here (A's columns ≥ n are zero, 0·NaN is not) */
-            copy_tile<rp_t>(Rs, PP_LD, MAXBT, PP_BV, pr, p.V, n, v0, p.V);
-            cp_async_wait();
-            __syncthreads();
-            /* Pᵀ(j, i) = Σ_k R̄(k, j) A(k, i): R̄ stored [k][j] (A side, transposed), A [k][i] (B side, k-major) */
-            float acc[4][4] = {};
-            bf_mma<4, true, true>(acc, MAXBT, Rs, PP_LD, j0, Ah, Al, PP_LD, i0);
-            pf_each<4>(j0, i0, acc, [&](int j, int i, int s, int e) { Ps[i * PP_LD + j] = __float2bfloat16(acc[s][e]); });
-            __syncthreads();
-            const int nv = p.V - v0 < PP_BV ? p.V - v0 : PP_BV;
-            if (nv == PP_BV && p.V % 8 == 0) {
-                for (int e = threadIdx.x; e < n * (PP_BV / 8); e += PP_THREADS) {
-                    const int i = e / (PP_BV / 8), j = (e % (PP_BV / 8)) * 8;
-                    *reinterpret_cast<uint4 *>(pr + (size_t)i * p.V + v0 + j) = *reinterpret_cast<const uint4 *>(Ps + i * PP_LD + j);
-                }
-            } else {
-                for (int e = threadIdx.x; e < n * PP_BV; e += PP_THREADS) {
-                    const int i = e / PP_BV, j = e % PP_BV;
-                    if (j < nv) pr[(size_t)i * p.V + v0 + j] = Ps[i * PP_LD + j];
-                }
+        for (int u = 0; u < 4; u++) st_hilo(Ah, Al, k * PP_LD + i + u, xs[u]);
+    }
+    const int warp = threadIdx.x >> 5, j0 = 16 * (warp & 3), i0 = 32 * (warp >> 2);
+    for (int v0 = 0; v0 < p.V; v0 += PP_BV) {
+        /* rows ≥ n of R̄ are not written by the scan: zero-filled here (A's columns ≥ n are zero, 0·NaN is not) */
+        copy_tile<rp_t>(Rs, PP_LD, MAXBT, PP_BV, pr, p.V, n, v0, p.V);
+        cp_async_wait();
+        __syncthreads();
+        /* Pᵀ(j, i) = Σ_k R̄(k, j) A(k, i): R̄ stored [k][j] (A side, transposed), A [k][i] (B side, k-major) */
+        float acc[4][4] = {};
+        bf_mma<4, true, true>(acc, MAXBT, Rs, PP_LD, j0, Ah, Al, PP_LD, i0);
+        pf_each<4>(j0, i0, acc, [&](int j, int i, int s, int e) { Ps[i * PP_LD + j] = __float2bfloat16(acc[s][e]); });
+        __syncthreads();
+        const int nv = p.V - v0 < PP_BV ? p.V - v0 : PP_BV;
+        if (nv == PP_BV && p.V % 8 == 0) {
+            for (int e = threadIdx.x; e < n * (PP_BV / 8); e += PP_THREADS) {
+                const int i = e / (PP_BV / 8), j = (e % (PP_BV / 8)) * 8;
+                *reinterpret_cast<uint4 *>(pr + (size_t)i * p.V + v0 + j) = *reinterpret_cast<const uint4 *>(Ps + i * PP_LD + j);
             }
-            __syncthreads(); /* Rs and Ps are refilled for the next slab */
+        } else {
+            for (int e = threadIdx.x; e < n * PP_BV; e += PP_THREADS) {
+                const int i = e / PP_BV, j = e % PP_BV;
+                if (j < nv) pr[(size_t)i * p.V + v0 + j] = Ps[i * PP_LD + j];
+            }
         }
-    } else {
-        __shared__ __align__(16) float As[MAXBT * LDA];
-        __shared__ __align__(16) rp_t Rs[MAXBT * PP_LD];
-        copy_tile<float>(As, LDA, BT, BT, a, BT, n, 0, BT);
-        for (int v0 = 0; v0 < p.V; v0 += PP_BV) {
-            copy_tile<rp_t>(Rs, PP_LD, BT, PP_BV, pr, p.V, n, v0, p.V);
-            cp_async_wait();
-            __syncthreads();
-            /* P(i, j) = Σ_k A(k, i) R̄(k, j): A read transposed */
-            bgemm<PP_THREADS / 32>(BT, PP_BV, BT, As, 1, LDA, Rs, PP_LD, 1, [&](int i, int j, float c) {
-                if (i < n && v0 + j < p.V) st<rp_t>(pr + (size_t)i * p.V + v0 + j, c);
-            });
-            __syncthreads();
-        }
+        __syncthreads(); /* Rs and Ps are refilled for the next slab */
     }
 }
 
