@@ -73,7 +73,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz
+.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random
 
 all: lib $(BUILD)/rewy
 
@@ -135,6 +135,20 @@ run: all
 	  $(MAKE) CUDA=1 BUILD=build/cuda-on lib && \
 	  impl=rewy; extra=; $(PYTHON) -c "import fla" 2>/dev/null && impl=rewy,fla && extra="--rounds 3 --graph"; \
 	  FLA_DISABLE_BACKEND_DISPATCH=1 REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so $(PYTHON) bench/bench_gpu.py --impl $$impl $$extra; fi
+
+# The CLI's lists and error messages (issue 26), in seconds: lists run every item, a bad shape names its field.
+check-cli: $(BUILD)/rewy
+	@set -e; r=$(BUILD)/rewy; fail() { echo "check-cli: $$1"; exit 1; }; \
+	  $$r check --brief --op gdn,kda --shape 1x64x2,2x40x2 --policy R | tail -1 | grep -q "^4/4 cases passed: PASS" \
+	    || fail "check --op gdn,kda over two shapes did not pass 4 cases"; \
+	  ! $$r check --shape 1x0x2 > /dev/null 2>&1 || fail "check accepted T = 0"; \
+	  $$r check --shape 1x0x2 2>&1 | grep -q "T = 0 must be positive" || fail "no field named for T = 0"; \
+	  $$r check --brief --op gdn --policy R --HV 3 --shape 1x64x2 | grep -q "HV = 3 is not a multiple of H = 2" \
+	    || fail "no field named for HV = 3, H = 2"; \
+	  $$r check --op gdn,foo 2>&1 | grep -q "unknown operator 'foo'" || fail "unknown operator not named"; \
+	  test "$$($$r bench --op gdn,kda --shape 1x128x1 --K 32 --V 32 --reps 1 | grep -c -E '^(gdn|kda) ')" = 2 \
+	    || fail "bench --op gdn,kda did not give two rows"; \
+	  echo "rewy CLI: lists and error messages as expected"
 
 # The longer CPU benchmark (several minutes on 2 cores): the default shapes (1x2048x4, 1x8192x16), both policies.
 bench: all
@@ -206,6 +220,9 @@ test-python: lib
 	@$(PYTHON) -c "import pytest" 2>/dev/null || $(PYTHON) -m pip install -q pytest
 	REWY_LIBRARY=$(CURDIR)/$(BUILD)/librewy.so PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q tests/python
 
+# the device tests that test-cuda runs (test_determinism among them); the random campaign has its own target
+CUDA_TESTS = $(filter-out %/test_random,$(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c)))
+
 test-cuda:
 	$(MAKE) CUDA=1 BUILD=build/cuda-on lib
 	$(MAKE) CUDA=1 BUILD=build/cuda-on $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c))
@@ -219,7 +236,7 @@ test-cuda:
 	@# columns starts beside kkt_inverse and waits on its ready flags (REWY_CUDA_SCAN_BESIDE=0: after it); policy R's
 	@# register chains (chain_scan.cu) run on the test shapes only where told (REWY_CUDA_CHAIN=1: 64-column blocks,
 	@# =2: the 128-column blocks the default takes on larger grids)
-	@set -eo pipefail; for t in $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c)); do echo "== $$t"; $$t; \
+	@set -eo pipefail; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; \
 	  for e in REWY_CUDA_CHAIN=1 REWY_CUDA_CHAIN=2 REWY_CUDA_SCAN_WF=0 REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_WU=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BESIDE=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32 REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0"; do \
@@ -238,6 +255,18 @@ test-cuda:
 	@# the Python tests on CUDA tensors (the comparisons against FLA are test-fla's: Triton compiles for minutes)
 	REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q -rs tests/python \
 	  --ignore=tests/python/test_fla.py --ignore=tests/python/test_fla_layers.py
+
+# The random campaign on the device (issue 25): RANDOM_COUNT random valid configurations against the fp64
+# oracle (tests/cuda/test_random.c; 2,000 take under 3 minutes on an H200 host, the host oracle dominating),
+# then its quick part (24 smaller ones) under compute-sanitizer memcheck. RANDOM_SEED picks another campaign.
+RANDOM_SEED  ?= 1
+RANDOM_COUNT ?= 2000
+test-cuda-random:
+	$(MAKE) CUDA=1 BUILD=build/cuda-on lib build/cuda-on/tests/cuda/test_random
+	build/cuda-on/tests/cuda/test_random --seed $(RANDOM_SEED) --count $(RANDOM_COUNT)
+	@set -o pipefail; echo "== test_random --quick under compute-sanitizer memcheck"; \
+	  compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda-on/tests/cuda/test_random --quick \
+	  --seed $(RANDOM_SEED) | tail -3
 
 # rewy against FLA itself (functions and FLA's own layers), on a GPU with FLA on PYTHONPATH
 # (e.g. PYTHONPATH=.ref/fla-src). Expect about ten minutes of Triton compilation on a fresh machine.
