@@ -154,7 +154,7 @@ check-cli: $(BUILD)/rewy
 bench: all
 	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --reps 11 --max-seconds 40
 
-test: test-c check-exports test-install test-asan test-fuzz cuda-compile test-python
+test: test-c check-cli check-exports test-install test-asan test-fuzz cuda-compile test-python
 
 # librewy.so exports exactly the functions that rewy.h declares REWY_API: no internals (hidden
 # visibility), none missing
