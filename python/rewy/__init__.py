@@ -9,6 +9,7 @@ The extra keyword backward="wy" selects the conventional WY pullback instead of 
 from . import _core  # noqa: F401  (registers the torch.ops.rewy custom ops)
 from ._lib import lib as _library
 from .ops import chunk_delta_rule, chunk_gated_delta_rule, chunk_gdn, chunk_gdn2, chunk_kda, gate, l2norm
+from . import cp  # noqa: F401  (rewy.cp: context parallelism over torch.distributed)
 from .fla_patch import patch_fla  # noqa: F401  (FLA's layers and models on rewy: rewy.patch_fla())
 
 __version__ = "0.1.0"
