@@ -64,8 +64,10 @@ static long work(const rewy_case *c) {
 }
 
 static rewy_case random_case(uint64_t seed, int index, long work_max) {
-    rng r = {seed * 0xD1B54A32D192ED03ull + (uint64_t)index};
-    next(&r);
+    /* the index multiplied by an odd constant: neighbouring configurations start far apart in
+     * splitmix's state sequence (index + 1 would give a shifted copy of the same stream) */
+    rng r = {seed};
+    r.s = next(&r) ^ (uint64_t)index * 0xD1B54A32D192ED03ull;
     rewy_case c;
     memset(&c, 0, sizeof c);
     c.backend = REWY_BACKEND_CUDA;
