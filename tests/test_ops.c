@@ -126,6 +126,8 @@ static void run_case(test_counts *tc, rewy_case c) {
             }
         }
         CHECK(tc, r.saved_intact, "%s: the backward modified the saved buffer", desc);
+        CHECK(tc, r.floored_dg_nonzero == 0, "%s: %ld gradients of floored gates (below -30) are not 0", desc,
+              r.floored_dg_nonzero);
         if (c.dtype == REWY_F32) CHECK(tc, r.agree, "%s: WY and ReWY disagree beyond 1e-5", desc);
     }
     if (tc->failed != failed_before) rewy_check_print_table(stderr, &c, &r);
@@ -153,5 +155,6 @@ int main(void) {
     timespec_get(&t1, TIME_UTC);
     printf("test_ops: %d cases x 2 policies = %d runs (%s matrix), %.1f s\n", l.n, runs,
            quick ? "quick" : "full", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    nan_gate_checks(&tc, REWY_BACKEND_CPU, NULL);
     return test_finish(&tc);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "gates.h"
 #include "oracle.h"
 
 /* ---------------------------------------------------------------- names */
@@ -27,7 +28,6 @@ const char *rewy_check_dtype_name(rewy_dtype t) {
     case REWY_F32: return "fp32";
     case REWY_BF16: return "bf16";
     case REWY_F16: return "fp16";
-    case REWY_F64: return "fp64";
     }
     return "?";
 }
@@ -704,6 +704,10 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
             if (!r->applies[q]) continue;
             r->err[runs[a]][q] = fetch_compare(&p, &qb[q], runs[a], r->tol[q]);
         }
+        /* a gate below the library's floor gets the floor's gradient, exactly 0 (src/gates.h) */
+        const float *dg = r->applies[REWY_Q_DG] && qb[REWY_Q_DG].t == REWY_F32 ? qb[REWY_Q_DG].host[runs[a]] : NULL;
+        for (size_t i = 0; dg && i < d.ng; i++)
+            if (in.g[i] < -REWY_GATE_FLOOR && dg[i] != 0.0f) r->floored_dg_nonzero++;
     }
     to_host(&p, saved_after, saved, saved_bytes);
     if (p.failed) { pool_free(&p); return harness_fail(r, "copy to host failed"); }
@@ -718,7 +722,7 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
     }
 
     /* Verdict. */
-    int pass = bwd_ok && r->saved_intact && r->agree;
+    int pass = bwd_ok && r->saved_intact && r->agree && r->floored_dg_nonzero == 0;
     for (int q = 0; q < REWY_Q_COUNT; q++) {
         if (!r->applies[q]) continue;
         for (int run = 0; run < REWY_RUN_COUNT; run++) {
@@ -731,8 +735,118 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
     if (!r->pass && !r->msg[0]) {
         if (!r->saved_intact) snprintf(r->msg, sizeof r->msg, "backward modified the saved buffer");
         else if (!r->all_finite) snprintf(r->msg, sizeof r->msg, "non-finite output");
+        else if (r->floored_dg_nonzero)
+            snprintf(r->msg, sizeof r->msg, "%ld gradients of floored gates are not 0", r->floored_dg_nonzero);
         else if (!r->agree) snprintf(r->msg, sizeof r->msg, "WY and ReWY disagree beyond %.0e", REWY_CHECK_AGREE_F32);
         else snprintf(r->msg, sizeof r->msg, "error above tolerance");
+    }
+    pool_free(&p);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- a NaN gate */
+
+/* Non-finite elements of x[i0 .. i0 + n) (type t). */
+static long count_nonfinite(const void *x, rewy_dtype t, size_t i0, size_t n) {
+    long c = 0;
+    for (size_t i = i0; i < i0 + n; i++) c += !isfinite(rewy_load(x, t, i));
+    return c;
+}
+
+int rewy_check_nan_gate(const rewy_case *c, const rewy_check_mem *mem, int tok, rewy_check_nan *r) {
+    memset(r, 0, sizeof *r);
+    dims d;
+    char msg[200];
+    int HV = c->HV ? c->HV : c->H;
+    if (c->op == REWY_OP_DELTANET || c->num_seqs > 0 || HV != c->H || c->B < 2 || c->H < 2 ||
+        !c->use_h0 || tok < 0 || tok >= c->T || case_dims(c, &d, msg, sizeof msg)) {
+        r->harness_error = 1; /* gated, batched, B, H ≥ 2, HV = H, h0, tok inside the sequence */
+        return 1;
+    }
+    pool p = {.mem = mem};
+    inputs in;
+    if (make_inputs(c, &d, &p, &in)) { pool_free(&p); r->harness_error = 1; return 1; }
+    /* the NaN: sequence 0, value head 0, token tok (vector gates: feature 0 only) */
+    in.g[(size_t)tok * HV * (d.ng / ((size_t)d.B * d.T * HV))] = NAN;
+    rewy_config cfg;
+    fill_cfg(c, &d, &cfg);
+    dev_inputs di;
+    size_t saved_bytes = 0, fws = 0, bws = 0;
+    if (upload_inputs(c, &d, &in, &p, &di) || query_sizes(&cfg, &saved_bytes, &fws, &bws) != REWY_OK) {
+        pool_free(&p);
+        r->harness_error = 1;
+        return 1;
+    }
+    const rewy_dtype t = c->dtype;
+    const size_t es = rewy_dtype_size(t);
+    rewy_fwd_params fp;
+    fill_fwd(&cfg, &di, &fp);
+    fp.o = dev_alloc(&p, d.nv * es);
+    fp.ht = dev_alloc(&p, d.ns * sizeof(float));
+    fp.saved = dev_alloc(&p, saved_bytes);
+    fp.saved_bytes = saved_bytes;
+    fp.workspace = dev_alloc(&p, fws);
+    fp.workspace_bytes = fws;
+    rewy_bwd_params bp;
+    fill_bwd(&fp, &di, &bp);
+    bp.dq = dev_alloc(&p, d.nq * es);
+    bp.dk = dev_alloc(&p, d.nq * es);
+    bp.dv = dev_alloc(&p, d.nv * es);
+    bp.dg = dev_alloc(&p, d.ng * sizeof(float));
+    bp.dbeta = d.nbeta ? dev_alloc(&p, d.nbeta * es) : NULL;
+    bp.db = d.nb ? dev_alloc(&p, d.nb * es) : NULL;
+    bp.dw = d.nw ? dev_alloc(&p, d.nw * es) : NULL;
+    bp.dh0 = dev_alloc(&p, d.ns * sizeof(float));
+    bp.workspace = dev_alloc(&p, bws);
+    bp.workspace_bytes = bws;
+    void *o = host_alloc(&p, d.nv * es), *dq = host_alloc(&p, d.nq * es), *dk = host_alloc(&p, d.nq * es);
+    void *dv = host_alloc(&p, d.nv * es);
+    float *ht = host_alloc(&p, d.ns * sizeof(float)), *dh0 = host_alloc(&p, d.ns * sizeof(float));
+    float *dg = host_alloc(&p, d.ng * sizeof(float));
+    if (p.failed) { pool_free(&p); r->harness_error = 1; return 1; }
+    r->fwd_status = rewy_forward(&fp);
+    r->bwd_status = r->fwd_status == REWY_OK ? rewy_backward(&bp) : r->fwd_status;
+    if (r->bwd_status == REWY_OK) {
+        to_host(&p, o, fp.o, d.nv * es);
+        to_host(&p, ht, fp.ht, d.ns * sizeof(float));
+        to_host(&p, dq, bp.dq, d.nq * es);
+        to_host(&p, dk, bp.dk, d.nq * es);
+        to_host(&p, dv, bp.dv, d.nv * es);
+        to_host(&p, dg, bp.dg, d.ng * sizeof(float));
+        to_host(&p, dh0, bp.dh0, d.ns * sizeof(float));
+    }
+    if (p.failed) { pool_free(&p); r->harness_error = 1; return 1; }
+    if (r->bwd_status == REWY_OK) {
+        /* per token: o and dv rows [HV][V], dq/dk rows [H][K], dg rows [HV] or [HV][K]; head 0 first */
+        const size_t ov = (size_t)d.V, qk = (size_t)d.K, gk = d.ng / ((size_t)d.B * d.T * HV);
+        const size_t st = (size_t)d.K * d.V; /* one head's state */
+        const int chunk0 = tok / d.chunk * d.chunk;
+        for (int b = 0; b < d.B; b++)
+            for (int i = 0; i < d.T; i++) {
+                const size_t row = (size_t)b * d.T + i;
+                for (int h = 0; h < HV; h++) {
+                    const long no = count_nonfinite(o, t, (row * HV + h) * ov, ov);
+                    const long ng = count_nonfinite(dq, t, (row * HV + h) * qk, qk) +
+                                    count_nonfinite(dk, t, (row * HV + h) * qk, qk) +
+                                    count_nonfinite(dv, t, (row * HV + h) * ov, ov) +
+                                    count_nonfinite(dg, REWY_F32, (row * HV + h) * gk, gk);
+                    if (b != 0 || h != 0) r->others += no + ng;
+                    else if (i < chunk0) r->o_before += no;
+                    else if (i < tok) r->o_chunk_before += no;
+                    else r->o_from_finite += (long)ov - no;
+                }
+            }
+        for (int b = 0; b < d.B; b++)
+            for (int h = 0; h < HV; h++) {
+                const size_t off = ((size_t)b * HV + h) * st;
+                const long nh = count_nonfinite(ht, REWY_F32, off, st), nd = count_nonfinite(dh0, REWY_F32, off, st);
+                if (b != 0 || h != 0) r->others += nh + nd;
+                else {
+                    r->ht_nonfinite = nh;
+                    r->dh0_nonfinite = nd;
+                }
+            }
+        r->state_size = (long)st;
     }
     pool_free(&p);
     return 0;

@@ -112,6 +112,8 @@ typedef struct rewy_check_result {
     double wy_vs_rewy[REWY_Q_COUNT];    /* ‖x_WY − x_ReWY‖ / ‖ref‖ per gradient */
     int agree;                          /* fp32 cases: every wy_vs_rewy ≤ REWY_CHECK_AGREE_F32 */
     int saved_intact;                   /* the backward left the saved buffer unchanged */
+    long floored_dg_nonzero;            /* ḡ of gates below the library's floor (src/gates.h)
+                                           that are not exactly 0, over both backwards */
     int all_finite;
     int pass;                           /* everything above as required */
 } rewy_check_result;
@@ -119,6 +121,22 @@ typedef struct rewy_check_result {
 /* Runs one case. Returns 0 when the run completed (the verdict is r->pass), nonzero on a
  * harness error (r->harness_error set, r->msg says what). */
 int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_result *r);
+
+/* A NaN gate (issue 25: NaN inputs propagate, never hidden). The case's inputs, with one NaN log
+ * gate at token tok of batch row 0, value head 0 (feature 0 for vector gates); one forward and one
+ * backward (the case's policy, ReWY). Counts of elements, sorted by where they lie. The case must be
+ * gated, batched with B ≥ 2, H ≥ 2, HV = H, with h0. Returns nonzero on a harness error. */
+typedef struct rewy_check_nan {
+    rewy_status fwd_status, bwd_status;
+    int harness_error;
+    long o_before;          /* non-finite o (row 0, head 0) in the chunks before tok's chunk */
+    long o_chunk_before;    /* non-finite o (row 0, head 0) in tok's chunk, before tok */
+    long o_from_finite;     /* finite o (row 0, head 0) from tok to the end of the sequence */
+    long ht_nonfinite, dh0_nonfinite; /* of (row 0, head 0), out of state_size */
+    long state_size;        /* K·V */
+    long others;            /* non-finite o, q̄, k̄, v̄, ḡ, ht, dh0 of the other rows and heads */
+} rewy_check_nan;
+int rewy_check_nan_gate(const rewy_case *c, const rewy_check_mem *mem, int tok, rewy_check_nan *r);
 
 /* Header line + one line per quantity: rel errors of fwd / WY / ReWY, WY-vs-ReWY, verdict. */
 void rewy_check_print_table(FILE *f, const rewy_case *c, const rewy_check_result *r);
