@@ -152,3 +152,16 @@ def test_patched_layer_computes_rewy_gdn(fake_fla):
                          use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias, use_beta_sigmoid_in_kernel=True)
     err = rel_err(o, o_ref)
     assert err <= TOL["o"], f"o: relative error {err:.3g} > {TOL['o']}"
+
+
+def test_e2e_selftest():
+    """bench/e2e.py's whole pipeline (models from fla.layers in plain blocks, patch_fla, training,
+    timing, the profiler's attention share, the agreement judgement) on CPU with a stand-in FLA
+    whose functions are rewy's with the WY backward: it must report agreement and a falling loss."""
+    import os
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "e2e.py"), "--selftest"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "selftest: passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
