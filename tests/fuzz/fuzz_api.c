@@ -3,12 +3,13 @@
  * Each input is read as a short sequence of decision bytes (missing bytes read as 0):
  *
  *   byte  0  op (mod 4)                    byte  8  K − 1 (K = 1..256)
- *   byte  1  dtype (mod 3)                 byte  9  V − 1 (V = 1..256)
+ *   byte  1  dtype (mod 4)                 byte  9  V − 1 (V = 1..256)
  *   byte  2  policy, bwd_algo, state_v_first, HV = 0 spelling (bits 0..3)
  *   byte  3  chunk size {0, 16, 32, 64} (mod 4)
  *   byte  4  optional tensors: h0, ht, dht, dh0 (bits 0..3); custom scale (bit 4); varlen (bit 5)
  *   byte  5  H − 1 (mod 3) and the value-head group − 1 (bits 2.., mod 3): HV = H · group
- *   byte  6  gate regime (mod 3: normal, strong, −1000 resets); bit 2: zero/tiny β
+ *   byte  6  gate regime (bits 0..2 mod 6: normal, strong, −1000 / −inf / huge resets, mixed); bit 3:
+ *            zero/tiny β; bit 4: resets per feature instead of per token (KDA, GDN2)
  *   byte  7  fault (below 176: none; else one invalid field, see the fault enum)
  *   byte 10  B − 1 (mod 3), or the number of varlen sequences − 1 (mod 6)
  *   byte 11..  T − 1 (T = 1..256), or one length − 1 per varlen sequence (1..100)
@@ -21,7 +22,10 @@
  *
  * Inputs stay inside the numerical contract (MATH §10): feature-normalized Gaussian q/k,
  * Gaussian v and do, h0 and dht Gaussian × 0.1, β/b/w uniform in [0.1, 0.9] (optionally 0 on
- * every third token and 1e-8 on others), gates log σ(x)/16, uniform [−5, 0], or −1000 resets.
+ * every third token and 1e-8 on others), gates log σ(x)/16 or uniform [−5, 0], with resets on
+ * about one token (or feature) in 16: −1000, −inf (exact), or −25, −31, −1e4, −1e6, −1e30 in turn
+ * (MATH §10 holds for any g ≤ 0: issue 25 item 1); or −1000 on every 7th token and −0.1 on the
+ * others (strong and weak decay mixed in one chunk).
  *
  * Valid problems: validation must pass, forward and backward must return OK, the backward
  * must leave the saved buffer unchanged, and every output must be within MATH §10 of the fp64
@@ -122,9 +126,13 @@ static int bwd_fault(fault f) { return f >= F_BWD_SCALE; }
 
 /* ---------------------------------------------------------------- the problem */
 
+enum { G_NORMAL, G_STRONG, G_RESET, G_NEG_INF, G_HUGE, G_MIXED, G_COUNT };   /* gate regimes */
+
+
 typedef struct problem {
     rewy_config cfg;
-    int gates;              /* rewy_gate_regime */
+    int gates;              /* G_* */
+    int feature_resets;     /* resets per feature (vector gates) instead of per token */
     int zero_betas;
     int h0, ht, dht, dh0;   /* optional tensors given */
     fault f;
@@ -142,7 +150,7 @@ static void parse(reader *r, problem *p) {
     memset(p, 0, sizeof *p);
     rewy_config *c = &p->cfg;
     c->op = (rewy_op)(take(r) % 4);
-    c->dtype = (rewy_dtype)(take(r) % 3);
+    c->dtype = (rewy_dtype)(take(r) % 4);     /* REWY_F64: the CPU backend's exact path */
     unsigned b2 = take(r);
     c->policy = (rewy_policy)(b2 & 1);
     c->bwd_algo = (rewy_bwd_algo)((b2 >> 1) & 1);
@@ -161,8 +169,9 @@ static void parse(reader *r, problem *p) {
     c->H = 1 + (int)(b5 % 3);
     c->HV = c->H * (1 + (int)((b5 >> 2) % 3));
     unsigned b6 = take(r);
-    p->gates = (int)(b6 % 3);
-    p->zero_betas = (b6 >> 2) & 1;
+    p->gates = (int)((b6 & 7) % G_COUNT);
+    p->zero_betas = (b6 >> 3) & 1;
+    p->feature_resets = (b6 >> 4) & 1;
     unsigned b7 = take(r);
     p->f = b7 < 176 ? F_NONE : (fault)(1 + (b7 - 176) % (F_COUNT - 1));
     c->K = 1 + (int)take(r);
@@ -219,17 +228,25 @@ static void *exact(size_t bytes) {
     return x;
 }
 
-/* An element-typed input: the dtype array and the exact fp64 values it holds. */
+/* Element i of an array of type t (REWY_F64 arrays are double throughout). */
+static double load(const void *x, rewy_dtype t, size_t i) {
+    return t == REWY_F64 ? ((const double *)x)[i] : rewy_load(x, t, i);
+}
+static size_t elem_size(rewy_dtype t) { return t == REWY_F64 ? 8 : rewy_dtype_size(t); }
+
+/* An array the library reads or writes, of type t, and the exact fp64 values it holds. */
 typedef struct tensor { void *x; double *x64; size_t n; rewy_dtype t; } tensor;
 
 static tensor make(size_t n, rewy_dtype t) {
-    tensor a = {exact(n * rewy_dtype_size(t)), exact(n * sizeof(double)), n, t};
+    tensor a = {exact(n * elem_size(t)), exact(n * sizeof(double)), n, t};
     return a;
 }
 static void put(tensor *a, size_t i, double v) {
-    rewy_store(a->x, a->t, i, (float)v);
-    a->x64[i] = rewy_load(a->x, a->t, i);
+    if (a->t == REWY_F64) ((double *)a->x)[i] = v;
+    else rewy_store(a->x, a->t, i, (float)v);
+    a->x64[i] = load(a->x, a->t, i);
 }
+static void poison(tensor *a) { memset(a->x, 0xff, a->n * elem_size(a->t)); }   /* NaN in every type */
 static void drop(tensor *a) { free(a->x); free(a->x64); }
 
 /* Token index of element i of a [B,T,...] array with `per` elements per token. */
@@ -257,24 +274,29 @@ static void fill_betas(const problem *p, tensor *a, rng *r) {
     }
 }
 
-/* Gates: normal log σ(x)/16, strong uniform [−5, 0], or normal with −1000 on about one token
- * in 16 (the whole token: every feature of a vector gate). */
-static void fill_gates(const problem *p, float *g, double *g64, size_t n, rng *r) {
+/* Gates: normal log σ(x)/16 or strong uniform [−5, 0]; the reset regimes replace about one token in
+ * 16 (every feature of a vector gate, or with feature_resets each feature on its own) by −1000, −inf
+ * or a huge value; mixed: −1000 on every 7th token, −0.1 on the others. */
+static void fill_gates(const problem *p, tensor *g, rng *r) {
+    const size_t n = g->n;
+    static const float huge[5] = {-25.0f, -31.0f, -1e4f, -1e6f, -1e30f};
     size_t per = n / ((size_t)p->cfg.B * (size_t)p->cfg.T);
-    int reset = 0;
+    int reset = 0, nhuge = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i % per == 0) reset = p->gates == REWY_GATES_RESET && (rng_next(r) & 15) == 0;
+        if (i % per == 0 || p->feature_resets) reset = (rng_next(r) & 15) == 0;
         double x;
-        if (p->gates == REWY_GATES_STRONG) x = -5.0 * uniform(r);
+        if (p->gates == G_STRONG) x = -5.0 * uniform(r);
+        else if (p->gates == G_MIXED) x = token_of(p, i, per) % 7 == 6 ? -1000.0 : -0.1;
         else { double y = normal(r); x = (y > 0 ? -log1p(exp(-y)) : y - log1p(exp(y))) / 16.0; }
-        if (reset) x = -1000.0;
-        g[i] = (float)x;
-        g64[i] = g[i];
+        if (reset && p->gates == G_RESET) x = -1000.0;
+        if (reset && p->gates == G_NEG_INF) x = -INFINITY;
+        if (reset && p->gates == G_HUGE) x = huge[nhuge++ % 5];
+        put(g, i, x);
     }
 }
 
-static void fill_state(float *s, double *s64, size_t n, rng *r) {
-    for (size_t i = 0; i < n; i++) { s[i] = (float)(0.1 * normal(r)); s64[i] = s[i]; }
+static void fill_state(tensor *s, rng *r) {
+    for (size_t i = 0; i < s->n; i++) put(s, i, 0.1 * normal(r));
 }
 
 /* ---------------------------------------------------------------- checks */
@@ -302,7 +324,7 @@ static void compare(const problem *p, const char *name, const void *x, rewy_dtyp
                     size_t n, double tol) {
     double num = 0, den = 0, max_abs = 0;
     for (size_t i = 0; i < n; i++) {
-        double xi = rewy_load(x, t, i), d = xi - ref[i];
+        double xi = load(x, t, i), d = xi - ref[i];
         if (!isfinite(xi)) fail(p, "%s[%zu] = %g is not finite (oracle %g)", name, i, xi, ref[i]);
         num += d * d;
         den += ref[i] * ref[i];
@@ -326,7 +348,8 @@ static void expect(const problem *p, const char *what, rewy_status got, rewy_sta
 static void run(problem *p) {
     rewy_config *c = &p->cfg;
     const rewy_dtype dt = c->dtype;
-    const size_t es = rewy_dtype_size(dt);
+    const size_t es = elem_size(dt);
+    const rewy_dtype st = dt == REWY_F64 ? REWY_F64 : REWY_F32;   /* gates and states */
     const fault f = p->f;
     char msg[256];
     int32_t *cu = NULL;
@@ -353,20 +376,20 @@ static void run(problem *p) {
     fill_betas(p, &beta, &r);
     fill_betas(p, &bb, &r);
     fill_betas(p, &ww, &r);
-    float *g = p->ng ? exact(p->ng * sizeof(float)) : NULL;
-    double *g64 = exact(p->ng * sizeof(double));
-    if (g) fill_gates(p, g, g64, p->ng, &r);
-    float *h0 = p->h0 ? exact(p->ns * sizeof(float)) : NULL, *dht = p->dht ? exact(p->ns * sizeof(float)) : NULL;
-    double *h064 = exact(p->ns * sizeof(double)), *dht64 = exact(p->ns * sizeof(double));
-    if (h0) fill_state(h0, h064, p->ns, &r);
-    if (dht) fill_state(dht, dht64, p->ns, &r);
+    tensor gt = make(p->ng, st), h0t = make(p->h0 ? p->ns : 0, st), dhtt = make(p->dht ? p->ns : 0, st);
+    fill_gates(p, &gt, &r);
+    fill_state(&h0t, &r);
+    fill_state(&dhtt, &r);
+    /* the optional ones as the API sees them (the structs say float *; REWY_F64 passes double *) */
+    const float *g = p->ng ? gt.x : NULL, *h0 = p->h0 ? h0t.x : NULL, *dht = p->dht ? dhtt.x : NULL;
 
     /* outputs, poisoned: all-ones bytes are NaN in every dtype */
     void *o = exact(p->nv * es), *saved = exact(saved_bytes), *fws = exact(fws_bytes), *bws = exact(bws_bytes);
-    float *ht = p->ht ? exact(p->ns * sizeof(float)) : NULL;
+    tensor htt = make(p->ht ? p->ns : 0, st);
+    float *ht = p->ht ? htt.x : NULL;
     memset(o, 0xff, p->nv * es);
     memset(saved, 0xff, saved_bytes);
-    if (ht) memset(ht, 0xff, p->ns * sizeof(float));
+    poison(&htt);
 
     /* ---- forward */
     rewy_fwd_params fp;
@@ -403,6 +426,7 @@ static void run(problem *p) {
     rewy_status want = bwd_fault(f) ? REWY_OK : fault_status(f);
     /* the two stand-ins above when a fault does not fit the problem */
     if ((f == F_SEQ_END || f == F_SEQ_B) && !cu) want = REWY_ERR_BAD_SHAPE;
+    if (f == F_BACKEND && dt == REWY_F64) want = REWY_ERR_BAD_DTYPE;   /* fp64 is CPU-only, checked first */
     s = rewy_validate_fwd(&fp, msg, sizeof msg);
     expect(p, "rewy_validate_fwd", s, want, msg);
     expect(p, "rewy_forward", rewy_forward(&fp), want, NULL);
@@ -417,15 +441,15 @@ static void run(problem *p) {
         /* ---- backward */
         tensor dq = make(p->nq, dt), dk = make(p->nq, dt), dv = make(p->nv, dt);
         tensor dbeta = make(p->nbeta, dt), db = make(p->nb, dt), dw = make(p->nw, dt);
-        float *dg = p->ng ? exact(p->ng * sizeof(float)) : NULL;
-        float *dh0 = p->dh0 ? exact(p->ns * sizeof(float)) : NULL;
+        tensor dgt = make(p->ng, st), dh0t = make(p->dh0 ? p->ns : 0, st);
+        float *dg = p->ng ? dgt.x : NULL, *dh0 = p->dh0 ? dh0t.x : NULL;
         void *saved_copy = exact(saved_bytes);
         memcpy(saved_copy, saved, saved_bytes);
         memset(dq.x, 0xff, p->nq * es); memset(dk.x, 0xff, p->nq * es); memset(dv.x, 0xff, p->nv * es);
         memset(dbeta.x, 0xff, p->nbeta * es); memset(db.x, 0xff, p->nb * es); memset(dw.x, 0xff, p->nw * es);
-        if (dg) memset(dg, 0xff, p->ng * sizeof(float));
-        if (dh0) memset(dh0, 0xff, p->ns * sizeof(float));
-        float *h0_only_bwd = NULL;
+        poison(&dgt);
+        poison(&dh0t);
+        tensor h0_only_bwd = make(0, st);
 
         rewy_bwd_params bp;
         memset(&bp, 0, sizeof bp);
@@ -445,9 +469,10 @@ static void run(problem *p) {
         case F_BWD_H0:
             if (h0) { bp.h0 = NULL; }           /* given to the forward only */
             else {
-                h0_only_bwd = exact(p->ns * sizeof(float));
-                memset(h0_only_bwd, 0, p->ns * sizeof(float));
-                bp.h0 = h0_only_bwd;
+                drop(&h0_only_bwd);
+                h0_only_bwd = make(p->ns, st);
+                memset(h0_only_bwd.x, 0, p->ns * elem_size(st));
+                bp.h0 = h0_only_bwd.x;
                 if (!dh0) want = REWY_ERR_NULL_POINTER;   /* dh0 is required with h0, checked first */
             }
             break;
@@ -466,24 +491,24 @@ static void run(problem *p) {
             rewy_ref_problem rp;
             memset(&rp, 0, sizeof rp);
             rp.cfg = *c;
-            rp.q = q.x64; rp.k = k.x64; rp.v = v.x64; rp.g = p->ng ? g64 : NULL;
+            rp.q = q.x64; rp.k = k.x64; rp.v = v.x64; rp.g = p->ng ? gt.x64 : NULL;
             rp.beta = p->nbeta ? beta.x64 : NULL; rp.b = p->nb ? bb.x64 : NULL; rp.w = p->nw ? ww.x64 : NULL;
-            rp.h0 = h0 ? h064 : NULL;
+            rp.h0 = h0 ? h0t.x64 : NULL;
             double *ro = exact(p->nv * 8), *rht = exact(p->ns * 8), *rdq = exact(p->nq * 8), *rdk = exact(p->nq * 8),
                    *rdv = exact(p->nv * 8), *rdg = exact(p->ng * 8), *rdbeta = exact(p->nbeta * 8),
                    *rdb = exact(p->nb * 8), *rdw = exact(p->nw * 8), *rdh0 = exact(p->ns * 8);
             if (rewy_ref_forward(&rp, ro, rht) ||
-                rewy_ref_backward(&rp, dout.x64, dht ? dht64 : NULL, rdq, rdk, rdv, p->ng ? rdg : NULL,
+                rewy_ref_backward(&rp, dout.x64, dht ? dhtt.x64 : NULL, rdq, rdk, rdv, p->ng ? rdg : NULL,
                                   p->nbeta ? rdbeta : NULL, p->nb ? rdb : NULL, p->nw ? rdw : NULL, rdh0))
                 fail(p, "the oracle failed");
             const double M = REWY_CHECK_TOL_MAIN, G = REWY_CHECK_TOL_GATE;
             compare(p, "o", o, dt, ro, p->nv, M);
-            if (ht) compare(p, "ht", ht, REWY_F32, rht, p->ns, M);
+            if (ht) compare(p, "ht", ht, st, rht, p->ns, M);
             compare(p, "dq", dq.x, dt, rdq, p->nq, M);
             compare(p, "dk", dk.x, dt, rdk, p->nq, M);
             compare(p, "dv", dv.x, dt, rdv, p->nv, M);
-            if (dh0) compare(p, "dh0", dh0, REWY_F32, rdh0, p->ns, M);
-            if (dg) compare(p, "dg", dg, REWY_F32, rdg, p->ng, G);
+            if (dh0) compare(p, "dh0", dh0, st, rdh0, p->ns, M);
+            if (dg) compare(p, "dg", dg, st, rdg, p->ng, G);
             if (p->nbeta) compare(p, "dbeta", dbeta.x, dt, rdbeta, p->nbeta, G);
             if (p->nb) compare(p, "db", db.x, dt, rdb, p->nb, G);
             if (p->nw) compare(p, "dw", dw.x, dt, rdw, p->nw, G);
@@ -491,12 +516,12 @@ static void run(problem *p) {
             free(rdh0);
         }
         drop(&dq); drop(&dk); drop(&dv); drop(&dbeta); drop(&db); drop(&dw);
-        free(dg); free(dh0); free(saved_copy); free(h0_only_bwd);
+        drop(&dgt); drop(&dh0t); drop(&h0_only_bwd); free(saved_copy);
     }
 
     drop(&q); drop(&k); drop(&v); drop(&dout); drop(&beta); drop(&bb); drop(&ww);
-    free(g); free(g64); free(h0); free(dht); free(h064); free(dht64);
-    free(o); free(saved); free(fws); free(bws); free(ht); free(cu);
+    drop(&gt); drop(&h0t); drop(&dhtt); drop(&htt);
+    free(o); free(saved); free(fws); free(bws); free(cu);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
