@@ -27,6 +27,8 @@
  * (MATH §10 holds for any g ≤ 0: issue 25 item 1); or −1000 on every 7th token and −0.1 on the
  * others (strong and weak decay mixed in one chunk).
  *
+ * REWY_F64 makes every array double, gates and states too (the CPU backend's exact path).
+ *
  * Valid problems: validation must pass, forward and backward must return OK, the backward
  * must leave the saved buffer unchanged, and every output must be within MATH §10 of the fp64
  * oracle. Faulty problems: validation, the call (and the size queries for config faults)
