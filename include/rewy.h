@@ -191,7 +191,8 @@ REWY_API double rewy_pullback_flops(rewy_bwd_algo algo, int n, int K, int V);
  * patterns as uint16_t. fp32 to bf16/fp16 rounds to nearest, ties to even (the library's own
  * rounding), with subnormals kept, values beyond fp16's range becoming ±inf, and NaN staying
  * a (quiet) NaN; bf16/fp16 to fp32 is exact; bf16 <-> fp16 rounds once. Each pointer must be
- * aligned to its element size; NULL is accepted when n is 0. Example, a float array to bf16:
+ * aligned to its element size; NULL is accepted when n is 0. REWY_F64 is not converted here
+ * (REWY_ERR_BAD_DTYPE). Example, a float array to bf16:
  *     uint16_t *x16 = malloc(n * sizeof *x16);
  *     rewy_status s = rewy_convert(REWY_BF16, x16, REWY_F32, x, n); */
 REWY_API rewy_status rewy_convert(rewy_dtype dst_dtype, void *dst, rewy_dtype src_dtype, const void *src,

@@ -132,6 +132,7 @@ static void errors(test_counts *tc) {
     uint16_t h[3];
     CHECK(tc, rewy_convert((rewy_dtype)7, h, REWY_F32, x, 2) == REWY_ERR_BAD_DTYPE, "bad dst dtype");
     CHECK(tc, rewy_convert(REWY_BF16, h, (rewy_dtype)-1, x, 2) == REWY_ERR_BAD_DTYPE, "bad src dtype");
+    CHECK(tc, rewy_convert(REWY_F64, h, REWY_F32, x, 1) == REWY_ERR_BAD_DTYPE, "F64 is not converted");
     CHECK(tc, rewy_convert(REWY_BF16, NULL, REWY_F32, x, 2) == REWY_ERR_NULL_POINTER, "NULL dst");
     CHECK(tc, rewy_convert(REWY_BF16, h, REWY_F32, NULL, 2) == REWY_ERR_NULL_POINTER, "NULL src");
     CHECK(tc, rewy_convert(REWY_BF16, NULL, REWY_F32, NULL, 0) == REWY_OK, "n = 0 with NULL");
