@@ -16,8 +16,8 @@ OK = 0
  ERR_BAD_OP, ERR_BAD_SEQLENS, ERR_BAD_ENUM, ERR_WORKSPACE, ERR_BACKEND, ERR_MISMATCH) = range(1, 13)
 # rewy_op
 OP_DELTANET, OP_GDN, OP_KDA, OP_GDN2 = 0, 1, 2, 3
-# rewy_dtype
-F32, BF16, F16 = 0, 1, 2
+# rewy_dtype (F64: CPU backend only; gates and states are double too)
+F32, BF16, F16, F64 = 0, 1, 2, 3
 # rewy_policy
 POLICY_R, POLICY_A = 0, 1
 # rewy_bwd_algo
