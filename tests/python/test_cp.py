@@ -50,24 +50,38 @@ def _inputs(name):
     return x, opts
 
 
-def _cotangents(name, o_shape, ht_shape):
-    gen = torch.Generator().manual_seed(123)
+def _cotangents(name, o_shape, ht_shape, seed=123):
+    gen = torch.Generator().manual_seed(seed)
     return (torch.randn(o_shape, generator=gen, dtype=torch.float64),
             0.1 * torch.randn(ht_shape, generator=gen, dtype=torch.float64))
 
 
-def _layout(name, R):
-    """Per rank: (token bounds [a, e), global index of its first sequence, its sequence count,
-    global index of each local sequence that ends on this rank) from the same context math."""
+def _rank_layout(name, R, r):
+    """Rank r's tokens [a, e), its rows of the global states, its local offsets (None without varlen),
+    carry_in, carry_out: the rows of a batch split evenly (the remainder on the last rank), or
+    rewy.cp's own varlen layout (bounds of the case, or even)."""
     op, B, T, H, HV, K, V, cu, bounds, _ = CASES[name]
     if cu is None:
-        return None
-    bounds = (bounds or {}).get(R) or [T // R * i for i in range(R + 1)]
-    return bounds
+        step = T // R
+        return step * r, (T if r == R - 1 else step * (r + 1)), slice(0, B), None, r > 0, r < R - 1
+    local, first, carry_in, carry_out, bounds = cp.segment_layout(cu, R, r, (bounds or {}).get(R))
+    return bounds[r], bounds[r + 1], slice(first, first + len(local) - 1), local, carry_in, carry_out
+
+
+def _local(x, a, e, rows):
+    """Rank-local fp32 leaves: tokens [a, e), state rows `rows`, A_log/dt_bias whole."""
+    out = {}
+    for n, t in x.items():
+        t = t.to(torch.float32)
+        t = t[rows] if n == "initial_state" else t if n in ("A_log", "dt_bias") else t[:, a:e]
+        out[n] = t.contiguous().requires_grad_()
+    return out
 
 
 def _worker(rank, R, store, out_dir):
-    """One rank: every case on its own tokens; results saved to out_dir/rank{r}.pt."""
+    """One rank: every case on its own tokens, twice: with the final-state gradient only on the rows
+    whose sequences end here ("final": the single-process loss) and on every row, boundary states
+    included ("all"). Results saved to out_dir/rank{r}.pt."""
     torch.set_num_threads(1)
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=R,
@@ -75,38 +89,25 @@ def _worker(rank, R, store, out_dir):
     results = {}
     try:
         for name in CASES:
-            op, B, T, H, HV, K, V, cu, _, opts = CASES[name]
+            op, B, T, H, HV, K, V, cu, bounds, opts = CASES[name]
             x, opts = _inputs(name)
-            bounds = _layout(name, R)
             ctx = (cp.build_cp_context(None) if cu is None else
-                   cp.build_cp_context(torch.tensor(cu, dtype=torch.int32), bounds=bounds))
-            if cu is None:   # even split of each row, the remainder on the last rank
-                step = T // R
-                a, e = step * rank, (T if rank == R - 1 else step * (rank + 1))
-                rows = slice(0, B)
-            else:
-                a, e = bounds[rank], bounds[rank + 1]
-                rows = slice(ctx.first_seq, ctx.first_seq + ctx.num_seqs)
-            leaves = {}
-            for n, t in x.items():
-                t = t.to(torch.float32)
-                if n == "initial_state":
-                    t = t[rows]
-                elif n not in ("A_log", "dt_bias"):
-                    t = t[:, a:e]
-                leaves[n] = t.contiguous().requires_grad_()
-            o, ht = getattr(cp, FN[op].__name__)(**leaves, output_final_state=True, cp_context=ctx, **opts)
-            do, dht = _cotangents(name, (B, T) + tuple(o.shape[2:]), (x["initial_state"].shape[0],) + tuple(ht.shape[1:]))
-            # the final-state gradient only for the rows whose sequences end here (the others are
-            # boundary states, not part of the single-process loss)
-            dht_local = dht[rows].clone()
-            if ctx.carry_out:
-                dht_local[-(B if cu is None else 1):] = 0
-            loss = (o * do[:, a:e].float()).sum() + (ht * dht_local.float()).sum()
-            grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-            grads = [torch.zeros_like(t) if d is None else d for t, d in zip(leaves.values(), grads)]   # unread h0
-            results[name] = dict(o=o.detach(), ht=ht.detach(), carry_in=ctx.carry_in, carry_out=ctx.carry_out,
-                                 first_seq=ctx.first_seq, grads=dict(zip(leaves, grads)))
+                   cp.build_cp_context(torch.tensor(cu, dtype=torch.int32), bounds=(bounds or {}).get(R)))
+            a, e, rows, _, carry_in, carry_out = _rank_layout(name, R, rank)
+            assert (carry_in, carry_out) == (ctx.carry_in, ctx.carry_out)
+            for kind in ("final", "all"):
+                leaves = _local(x, a, e, rows)
+                o, ht = getattr(cp, FN[op].__name__)(**leaves, output_final_state=True, cp_context=ctx, **opts)
+                do, dht = _cotangents(name, (B, T) + tuple(o.shape[2:]), x["initial_state"].shape)
+                dht = dht[rows].clone()
+                if kind == "all":
+                    dht = _cotangents(name, (1,), ht.shape, seed=1000 + rank)[1]
+                elif carry_out:   # a boundary state is not an output of the single-process call
+                    dht[-(B if cu is None else 1):] = 0
+                loss = (o * do[:, a:e].float()).sum() + (ht * dht.float()).sum()
+                grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+                grads = [torch.zeros_like(t) if d is None else d for t, d in zip(leaves.values(), grads)]  # unread h0
+                results[name, kind] = dict(o=o.detach(), ht=ht.detach(), grads=dict(zip(leaves, grads)))
     finally:
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.destroy_process_group()
@@ -153,8 +154,13 @@ def runs(tmp_path_factory):
     return get
 
 
+_SINGLE = {}
+
+
 def _single(name):
-    """The single-process rewy call (fp32) and the fp64 reference, with the same loss."""
+    """The single-process rewy call (fp32) and the fp64 reference, with the "final" loss."""
+    if name in _SINGLE:
+        return _SINGLE[name]
     op, B, T, H, HV, K, V, cu, _, opts = CASES[name]
     x, opts = _inputs(name)
     kw = dict(opts) if cu is None else dict(opts, cu_seqlens=torch.tensor(cu, dtype=torch.int32))
@@ -167,58 +173,135 @@ def _single(name):
     for key, lv, (oo, hh) in (("rewy", leaves, (o, ht)), ("ref", ref_leaves, (ref_o, ref_ht))):
         loss = (oo * do.to(oo.dtype)).sum() + (hh * dht.to(hh.dtype)).sum()
         out[key] = dict(o=oo.detach(), ht=hh.detach(), **dict(zip(lv, torch.autograd.grad(loss, list(lv.values())))))
+    _SINGLE[name] = out
     return out
 
 
-def _assemble(name, ranks):
-    """The ranks' results in global order: outputs and per-token gradients by token, final states
-    and h0 gradients by sequence (from the rank where it ends, resp. starts), A_log/dt_bias summed."""
+def _serial(name, R):
+    """The "all" loss without rewy.cp: the ranks' segments called one after another in this process,
+    each carried-in state taken from the previous segment's call on the autograd graph (so the
+    gradients of boundary states go through the library's own dh0). Per rank: o, ht; and the grads."""
     op, B, T, H, HV, K, V, cu, _, opts = CASES[name]
-    res = [r[name] for r in ranks]
+    x, opts = _inputs(name)
+    leaves = {n: t.float().requires_grad_() for n, t in x.items()}
+    do = _cotangents(name, (B, T, HV, V), x["initial_state"].shape)[0]
+    loss, outs, carried = 0, [], None
+    for r in range(R):
+        a, e, rows, local, carry_in, carry_out = _rank_layout(name, R, r)
+        args = {n: (t if n in ("A_log", "dt_bias", "initial_state") else t[:, a:e]) for n, t in leaves.items()}
+        h0 = leaves["initial_state"][rows]
+        args["initial_state"] = torch.cat([carried, h0[1:]]) if carry_in and cu is not None else carried if carry_in else h0
+        kw = dict(opts) if local is None else dict(opts, cu_seqlens=local)
+        o, ht = FN[op](**args, output_final_state=True, **kw)
+        carried = ht[-(B if cu is None else 1):]
+        dht = _cotangents(name, (1,), ht.shape, seed=1000 + r)[1]
+        loss = loss + (o * do[:, a:e].float()).sum() + (ht * dht.float()).sum()
+        outs.append((o.detach(), ht.detach()))
+    return outs, dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
+
+
+def _assemble(name, R, ranks, kind):
+    """The ranks' results in global order: outputs and per-token gradients by token, h0 gradients
+    summed into the global rows, A_log/dt_bias summed; final states ("final") by sequence, from the
+    rank where it ends."""
+    op, B, T, H, HV, K, V, cu, _, opts = CASES[name]
+    res = [r[name, kind] for r in ranks]
     out = dict(o=torch.cat([r["o"] for r in res], dim=1))
-    for n in res[0]["grads"]:
-        gs = [r["grads"][n] for r in res]
+    for n, g in res[0]["grads"].items():
         if n in ("A_log", "dt_bias"):
-            out[n] = sum(gs)
-        elif n != "initial_state":
-            out[n] = torch.cat(gs, dim=1)
-    hts, dh0s = [], []
-    if cu is None:   # one sequence per row: it starts on the first rank and ends on the last
-        res_ = []
-        hts, dh0s = [res[-1]["ht"]], [res[0]["grads"]["initial_state"]]
-    else:
-        res_ = res
-    for r in res_:   # each rank's local sequences: the carried-in one started earlier, the carried-out one ends later
-        n_local = r["ht"].shape[0]
-        for j in range(n_local):
-            if not (r["carry_out"] and j == n_local - 1):
-                hts.append(r["ht"][j:j + 1])
-            if not (r["carry_in"] and j == 0):
-                dh0s.append(r["grads"]["initial_state"][j:j + 1])
-    out["ht"], out["initial_state"] = torch.cat(hts), torch.cat(dh0s)
-    return out, res
+            out[n] = sum(r["grads"][n] for r in res)
+        elif n == "initial_state":
+            out[n] = torch.zeros((B if cu is None else len(cu) - 1,) + g.shape[1:])
+            for r, x in enumerate(res):
+                out[n][_rank_layout(name, R, r)[2]] += x["grads"][n]
+        else:
+            out[n] = torch.cat([r["grads"][n] for r in res], dim=1)
+    hts = []   # the final states: every row of a rank but the one carried on to the next rank
+    for r, x in enumerate(res):
+        carry_out = _rank_layout(name, R, r)[5]
+        hts.append(x["ht"][:-(B if cu is None else 1)] if carry_out else x["ht"])
+    out["ht"] = torch.cat(hts)
+    return out
+
+
+def _compare(got, want, bound, what):
+    assert set(got) == set(want), (set(got), set(want))
+    for n, x in got.items():
+        assert torch.isfinite(x).all(), f"{n}: non-finite values"
+        assert x.shape == want[n].shape, (n, x.shape, want[n].shape)
+        err = rel_err(x, want[n])
+        b = bound(n)
+        assert err <= b, f"{n}: relative error {err:.3g} > {b:.3g} against {what}"
 
 
 @pytest.mark.parametrize("R", WORLD_SIZES)
 @pytest.mark.parametrize("name", list(CASES))
 def test_cp_matches_single_process(runs, R, name):
     """Every output, final state and gradient of the R ranks, put together, against the single-process
-    call (fp32 both: the split changes only the summation order) and against the fp64 reference."""
-    got, res = _assemble(name, runs(R))
+    call (fp32 both: the split changes only the summation order) and against the fp64 reference
+    (half the MATH §10 bound for fp32 elements, as the fp32 rows of test_ops)."""
+    got = _assemble(name, R, runs(R), "final")
     single = _single(name)
-    assert set(got) == set(single["rewy"]), (set(got), set(single["rewy"]))
-    for n, x in got.items():
-        assert torch.isfinite(x).all(), f"{n}: non-finite values"
-        assert x.shape == single["rewy"][n].shape, (n, x.shape, single["rewy"][n].shape)
-        err = rel_err(x, single["rewy"][n])
-        assert err <= 1e-5, f"{n}: relative error {err:.3g} against the single-process call"
-        ref_err = rel_err(x, single["ref"][n])
-        bound = TOL[n] * 0.5   # fp32 elements: half the MATH §10 bound, as the fp32 rows of test_ops
-        assert ref_err <= bound, f"{n}: relative error {ref_err:.3g} > {bound:.3g} against the fp64 reference"
+    _compare(got, single["rewy"], lambda n: 1e-5, "the single-process call")
+    _compare(got, single["ref"], lambda n: TOL[n] * 0.5, "the fp64 reference")
     # the h0 row of a sequence carried in from an earlier rank is not read: its gradient is zero
-    for r in res:
-        if r["carry_in"]:
-            assert r["grads"]["initial_state"][0 if CASES[name][7] is not None else slice(None)].abs().max() == 0
+    for r, x in enumerate(runs(R)):
+        a, e, rows, local, carry_in, carry_out = _rank_layout(name, R, r)
+        if carry_in:
+            assert x[name, "final"]["grads"]["initial_state"][:1 if local is not None else None].abs().max() == 0
+
+
+@pytest.mark.parametrize("R", WORLD_SIZES)
+@pytest.mark.parametrize("name", list(CASES))
+def test_cp_boundary_states(runs, R, name):
+    """A final-state gradient on every rank's every state, boundary states included: each rank's
+    outputs and states (boundary ones too) and every gradient against the segments called one after
+    another in one process, the carried state on the autograd graph."""
+    res = [x[name, "all"] for x in runs(R)]
+    outs, grads = _serial(name, R)
+    for r, (x, (o, ht)) in enumerate(zip(res, outs)):
+        _compare(dict(o=x["o"], ht=x["ht"]), dict(o=o, ht=ht), lambda n: 1e-5, f"the serial segments (rank {r})")
+    got = _assemble(name, R, runs(R), "all")
+    del got["o"], got["ht"]
+    _compare(got, grads, lambda n: 1e-5, "the serial segments")
+
+
+def _fake_context(**kw):
+    """A context as build_cp_context would give rank 1 of 2 (the argument checks run before any collective)."""
+    return cp.CPContext(group=None, rank=1, world_size=2, **kw)
+
+
+def test_cp_argument_errors():
+    x = _local(make_inputs("gdn", B=1, T=20, H=1, K=16, V=16, h0=False), 0, 20, slice(0, 1))
+    args = (x["q"], x["k"], x["v"], x["g"], x["beta"])
+    with pytest.raises(TypeError, match="cp_context must be a rewy.cp.CPContext"):
+        cp.chunk_gated_delta_rule(*args, cp_context=object())
+    ctx = _fake_context(carry_in=True)
+    with pytest.raises(ValueError, match="cu_seqlens comes from the context"):
+        cp.chunk_gated_delta_rule(*args, cp_context=ctx, cu_seqlens=torch.tensor([0, 20]))
+    local, first, carry_in, carry_out, bounds = cp.segment_layout([0, 30, 40], 2, 1)
+    ctx = _fake_context(cu_seqlens=local, cu_seqlens_cpu=local, bounds=bounds, first_seq=first, carry_in=carry_in)
+    with pytest.raises(ValueError, match=r"rank 1 holds \[1, 20, \.\.\.\] tokens"):
+        cp.chunk_gated_delta_rule(x["q"][:, :10], x["k"][:, :10], x["v"][:, :10], x["g"][:, :10], x["beta"][:, :10],
+                                  cp_context=ctx)
+    with pytest.raises(ValueError, match="divisible by the world size"):
+        cp.segment_layout([0, 7, 41], 2, 0)
+    with pytest.raises(ValueError, match="bounds must be 3 strictly increasing offsets"):
+        cp.segment_layout([0, 7, 40], 2, 0, bounds=[0, 40, 40])
+    # without a context, the ordinary call
+    o, _ = cp.chunk_gated_delta_rule(*args)
+    torch.testing.assert_close(o, rewy_ops_gdn(*args)[0], rtol=0, atol=0)
+
+
+def rewy_ops_gdn(*args):
+    return FN["gdn"](*args)
+
+
+def test_segment_layout():
+    """Rank-local offsets and carries of global offsets [0, 37, 150, 151, 240] over 4 even segments."""
+    got = [cp.segment_layout([0, 37, 150, 151, 240], 4, r) for r in range(4)]
+    assert [g[0].tolist() for g in got] == [[0, 37, 60], [0, 60], [0, 30, 31, 60], [0, 60]]
+    assert [(g[1], g[2], g[3]) for g in got] == [(0, False, True), (1, True, True), (1, True, True), (3, True, False)]
 
 
 if __name__ == "__main__":
