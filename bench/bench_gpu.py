@@ -2,7 +2,7 @@
 """bench_gpu.py: rewy (CUDA C, through its C API) and FLA (Triton) on one GPU, same process, same inputs.
 
 Suite (B,T,H) = (1,2048,4) (1,8192,16) (4,4096,16) (8,2048,32) (2,16384,8) (16,1024,16), K = V = 128, bf16,
-all four operators (--ops). Inputs as in ../shared/notes/fla-h200-baseline.md: feature-normalized Gaussian q/k,
+all four operators (--ops). Inputs as in docs/MATH.md §10: feature-normalized Gaussian q/k,
 Gaussian v, g = logsigmoid(x)/16 (per channel for KDA/GDN2), beta (GDN2: b, w) in [0.1, 0.9],
 h0 = 0.1 N(0,1), final state requested. FLA's policy A is its disable_recompute=True (KDA, GDN2).
 
