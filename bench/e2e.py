@@ -625,7 +625,7 @@ def parse_args(argv=None):
     ap.add_argument("--deadline", type=float, default=470.0, help="seconds: runs after it are skipped or cut")
     ap.add_argument("--prewarm", choices=("auto", "on", "off"), default="auto",
                     help="compile FLA's (and FlashQLA's) kernels first in parallel processes, one per model "
-                         "(auto: on a GPU); their autotune timings are not kept (TRITON_CACHE_AUTOTUNING=0)")
+                         "(auto: on a GPU); their autotune timings are not kept")
     ap.add_argument("--warm-only", metavar="MODEL:IMPL", help=argparse.SUPPRESS)
     ap.add_argument("--json", default=os.path.join(ROOT, "build", "e2e", "e2e.json"))
     ap.add_argument("--png", default=os.path.join(ROOT, "docs", "e2e_loss.png"))
@@ -799,13 +799,16 @@ def prewarm(a, impls_of, argv, deadline):
     model; FlashQLA's first call JIT-compiles with TileLang. Do that for all models at once in
     child processes (the CPU-bound compiles overlap), filling the on-disk compile caches that the
     measured runs then hit. The children's autotune timings, taken under that load, are not kept
-    (TRITON_CACHE_AUTOTUNING=0): the measured FLA run autotunes for itself, from compiled kernels."""
+    (TRITON_CACHE_AUTOTUNING=0, FLA_CACHE_RESULTS=0): the measured FLA run autotunes for itself,
+    from compiled kernels."""
     jobs = [(name, "fla") for name in a.models]
     if "flashqla" in impls_of.get("gdn", []):
         jobs.append(("gdn", "flashqla"))
     logdir = os.path.dirname(os.path.abspath(a.json))
     os.makedirs(logdir, exist_ok=True)
-    env = dict(os.environ, TRITON_CACHE_AUTOTUNING="0")
+    # (FLA passes cache_results=FLA_CACHE_RESULTS, default on, to triton.autotune itself, which
+    # overrides TRITON_CACHE_AUTOTUNING: both are needed to keep the children's choices off disk)
+    env = dict(os.environ, TRITON_CACHE_AUTOTUNING="0", FLA_CACHE_RESULTS="0")
     t, procs = time.perf_counter(), []
     for name, impl in jobs:
         log = open(os.path.join(logdir, f"warm-{name}-{impl}.log"), "w")
