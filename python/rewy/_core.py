@@ -34,7 +34,8 @@ from torch import Tensor
 from . import _lib
 from ._lib import Config
 
-DTYPES = {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}
+# float64 runs on the CPU backend only (the library refuses it on CUDA with its own message)
+DTYPES = {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16, torch.float64: _lib.F64}
 
 
 def state_dtype(dtype):

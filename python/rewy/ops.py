@@ -111,7 +111,7 @@ def _check_tensors(name, q, k, v, g, beta, b, w, initial_state, A_log, dt_bias, 
         raise ValueError(f"{name}: v must be [B, T, HV, V] = [{B}, {T}, HV, V] (got {list(v.shape)})")
     dtype, device = q.dtype, q.device
     if dtype not in DTYPES:
-        raise TypeError(f"{name}: q must be float32, bfloat16 or float16 (got {q.dtype})")
+        raise TypeError(f"{name}: q must be float32, bfloat16, float16 or float64 (got {q.dtype})")
     if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(f"{name}: cu_seqlens must be a torch.Tensor (got {type(cu_seqlens).__name__})")
     if cu_seqlens is not None and B != 1:
@@ -282,6 +282,10 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
 
     if use_qk_l2norm_in_kernel:
         q, k = l2norm(q), l2norm(k)
+    if q.dtype == torch.float64:
+        # rewy_config.scale is a C float: an fp64 call scales q here, in fp64 (o = Sᵀ(scale·q)), and
+        # runs the library with scale 1, so that K^-1/2 is not rounded to fp32
+        q, scale = q * _scale(q.shape[-1], scale), 1.0
     # gates and states are fp32, fp64 with fp64 elements (rewy.h)
     state_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if g is not None:

@@ -45,9 +45,19 @@ def test_gdn2_gate_shapes():
         rewy.chunk_gdn2(**x)
 
 
-def test_float64_rejected():
-    x = {n: t.double() for n, t in make_inputs("gdn", T=16).items()}
-    with pytest.raises(TypeError, match="float32, bfloat16 or float16.*float64"):
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.int64, torch.float8_e4m3fn])
+def test_unsupported_dtype(dtype):
+    x = {n: t.to(dtype) if n in ("q", "k", "v") else t.float() for n, t in make_inputs("gdn", T=16).items()}
+    with pytest.raises(TypeError, match=rf"q must be float32, bfloat16, float16 or float64 \(got {dtype}\)"):
+        rewy.chunk_gated_delta_rule(**x)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and rewy.has_cuda()),
+                    reason="needs a CUDA device and librewy built with CUDA=1")
+def test_float64_on_cuda():
+    """float64 runs on the CPU backend (REWY_F64); on CUDA the library's own message, as a TypeError."""
+    x = {n: t.cuda() for n, t in make_inputs("gdn", T=16).items()}
+    with pytest.raises(TypeError, match="REWY_F64 runs on the CPU backend only"):
         rewy.chunk_gated_delta_rule(**x)
 
 
