@@ -40,7 +40,7 @@ from . import ops
 PER_TOKEN = ("g", "beta", "b", "w")   # the gate tensors sliced with the tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # (eq=False: tensor fields; a context is its own identity)
 class CPContext:
     """A rank's place in the global token sequence (FLA's FLACPContext, plus what rewy needs).
 
