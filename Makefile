@@ -50,7 +50,7 @@ NVARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm
 NVFLAGS  = -O3 -std=c++17 -lineinfo -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Iinclude -Isrc $(NVARCH) \
            --expt-relaxed-constexpr -Werror all-warnings
 
-LIB_SRC  = src/api.c src/convert.c $(wildcard src/cpu/*.c)
+LIB_SRC  = src/api.c src/backend.c src/convert.c $(wildcard src/cpu/*.c)
 # the fp64 oracle and the accuracy harness: used by the tests and the CLI, not part of the library
 CHECK_SRC = $(wildcard src/check/*.c)
 CU_SRC   = $(wildcard src/cuda/*.cu)

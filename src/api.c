@@ -1,5 +1,7 @@
 /* api.c: argument validation, size queries and dispatch to the CPU or CUDA backend.
- * Every check names the argument it rejects; the backends assume a valid call. */
+ * Every check names the argument it rejects; the backends assume a valid call. A backend is
+ * reached only through its rewy_backend_ops (backend.h): sizes, forward, backward and the check
+ * of its saved record. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -7,10 +9,7 @@
 #include <string.h>
 
 #include "rewy.h"
-#include "cpu/chunk.h"
-#ifdef REWY_WITH_CUDA
-#include "cuda/cuda_backend.h"
-#endif
+#include "backend.h"
 
 #define REWY_MAX_DIM 256
 
@@ -29,7 +28,7 @@ const char *rewy_strerror(rewy_status s) {
     case REWY_OK: return "success";
     case REWY_ERR_NULL_POINTER: return "a required pointer is NULL";
     case REWY_ERR_MISALIGNED: return "a pointer is not aligned to its element size";
-    case REWY_ERR_BAD_SHAPE: return "invalid shape (B, T, H, HV, K, V must be positive and HV a multiple of H)";
+    case REWY_ERR_BAD_SHAPE: return "invalid shape (B, T, H, HV, K, V must be positive and HV a multiple of H; sizes within the backend's limits)";
     case REWY_ERR_UNSUPPORTED_DIM: return "unsupported head dimension (K and V must be at most 256)";
     case REWY_ERR_BAD_CHUNK: return "unsupported chunk size (16, 32 or 64)";
     case REWY_ERR_BAD_DTYPE: return "unsupported element type (bf16, fp16, fp32; fp64 on the CPU backend only)";
@@ -66,6 +65,23 @@ static rewy_status fail(err e, rewy_status s, const char *fmt, ...) {
 
 static int misaligned(const void *ptr, size_t align) { return ((uintptr_t)ptr % align) != 0; }
 
+/* Every tensor's byte size fits in size_t, so that every element offset does (64-bit sizes
+ * throughout; the backends add their own index limits in their size queries). */
+static rewy_status check_extent(const rewy_config *c, err e) {
+    const size_t HV = (size_t)(c->HV ? c->HV : c->H), tok = (size_t)c->B * (size_t)c->T; /* < 2^62 */
+    const size_t N = c->cu_seqlens ? (size_t)c->num_seqs : (size_t)c->B;
+    const size_t el = c->dtype == REWY_F64 ? 8 : c->dtype == REWY_F32 ? 4 : 2, gl = c->dtype == REWY_F64 ? 8 : 4;
+    const struct { const char *name; size_t bytes; } t[] = {
+        {"q, k: B*T*H*K", rewy_sz_mul(rewy_sz_mul(tok, (size_t)c->H), (size_t)c->K * el)},
+        {"v, o: B*T*HV*V", rewy_sz_mul(rewy_sz_mul(tok, HV), (size_t)c->V * el)},
+        {"g, b: B*T*HV*K", rewy_sz_mul(rewy_sz_mul(tok, HV), (c->op == REWY_OP_GDN ? 1 : (size_t)c->K) * (el > gl ? el : gl))},
+        {"states: N*HV*K*V", rewy_sz_mul(rewy_sz_mul(N, HV), (size_t)c->K * c->V * gl)}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (t[i].bytes == SIZE_MAX)
+            return fail(e, REWY_ERR_BAD_SHAPE, "problem too large: %s elements need more than SIZE_MAX bytes", t[i].name);
+    return REWY_OK;
+}
+
 static rewy_status check_config(const rewy_config *c, err e) {
     if (!c) return fail(e, REWY_ERR_NULL_POINTER, "params must not be NULL");
     if ((unsigned)c->op > REWY_OP_GDN2) return fail(e, REWY_ERR_BAD_OP, "op: unknown operator %d", (int)c->op);
@@ -89,8 +105,6 @@ static rewy_status check_config(const rewy_config *c, err e) {
         return fail(e, REWY_ERR_BAD_SHAPE, "HV (%d) must be a multiple of H (%d)", HV, c->H);
     if (c->K > REWY_MAX_DIM || c->V > REWY_MAX_DIM)
         return fail(e, REWY_ERR_UNSUPPORTED_DIM, "K and V must be at most %d (got K=%d, V=%d)", REWY_MAX_DIM, c->K, c->V);
-    if ((double)c->B * c->T * HV * (c->K > c->V ? c->K : c->V) * 64.0 > 9.0e18)
-        return fail(e, REWY_ERR_BAD_SHAPE, "problem too large (B*T*HV*max(K,V) overflows)");
     if (c->chunk_size != 0 && c->chunk_size != 16 && c->chunk_size != 32 && c->chunk_size != 64)
         return fail(e, REWY_ERR_BAD_CHUNK, "chunk_size must be 16, 32 or 64 (got %d)", c->chunk_size);
     if (!isfinite(c->scale)) return fail(e, REWY_ERR_BAD_SHAPE, "scale must be finite");
@@ -113,7 +127,7 @@ static rewy_status check_config(const rewy_config *c, err e) {
     }
     if (c->backend == REWY_BACKEND_CUDA && !rewy_has_cuda())
         return fail(e, REWY_ERR_BACKEND, "backend: this library was built without CUDA (rebuild with make CUDA=1)");
-    return REWY_OK;
+    return check_extent(c, e);
 }
 
 /* required: must be non-NULL; allowed: may be non-NULL for this op; gate: a missing one is
@@ -140,19 +154,17 @@ static size_t elem(const rewy_config *c) { return c->dtype == REWY_F64 ? 8 : c->
 /* Gates (g, dg) and states (h0, ht, dht, dh0): fp32, or double with REWY_F64. */
 static size_t gate_elem(const rewy_config *c) { return c->dtype == REWY_F64 ? 8 : 4; }
 
-static rewy_status sizes(const rewy_config *c, size_t *saved, size_t *fwd, size_t *bwd) {
+/* The backend of a checked config (check_config has refused CUDA where it is not built in). */
+static const rewy_backend_ops *ops_of(const rewy_config *c) {
 #ifdef REWY_WITH_CUDA
-    if (c->backend == REWY_BACKEND_CUDA) {
-        if (saved) *saved = rewy_cuda_saved_size(c);
-        if (fwd) *fwd = rewy_cuda_fwd_workspace_size(c);
-        if (bwd) *bwd = rewy_cuda_bwd_workspace_size(c);
-        return REWY_OK;
-    }
+    if (c->backend == REWY_BACKEND_CUDA) return rewy_cuda_backend_ops();
 #endif
-    if (saved) *saved = rewy_cpu_saved_size(c);
-    if (fwd) *fwd = rewy_cpu_fwd_workspace_size(c);
-    if (bwd) *bwd = rewy_cpu_bwd_workspace_size(c);
-    return REWY_OK;
+    (void)c;
+    return rewy_cpu_backend_ops();
+}
+
+static rewy_status sizes(const rewy_config *c, rewy_sizes *out, err e) {
+    return ops_of(c)->sizes(c, out, e.msg, e.len);
 }
 
 /* The forward's inputs, checked alike by both calls. */
@@ -169,13 +181,15 @@ static rewy_status check_inputs(const rewy_config *c, const void *q, const void 
 
 /* saved and workspace against their size queries; `pass` 1 = forward, 2 = backward. */
 static rewy_status check_sizes(const rewy_config *c, size_t saved_bytes, size_t ws_bytes, int pass, err e) {
-    size_t need[3];
-    sizes(c, &need[0], &need[1], &need[2]);
-    if (saved_bytes < need[0])
-        return fail(e, REWY_ERR_WORKSPACE, "saved_bytes %zu < rewy_saved_size %zu", saved_bytes, need[0]);
-    if (ws_bytes < need[pass])
+    rewy_sizes need;
+    rewy_status s = sizes(c, &need, e);
+    if (s) return s;
+    const size_t ws_need = pass == 1 ? need.fwd : need.bwd;
+    if (saved_bytes < need.saved)
+        return fail(e, REWY_ERR_WORKSPACE, "saved_bytes %zu < rewy_saved_size %zu", saved_bytes, need.saved);
+    if (ws_bytes < ws_need)
         return fail(e, REWY_ERR_WORKSPACE, "workspace_bytes %zu < rewy_%s_workspace_size %zu", ws_bytes,
-                    pass == 1 ? "fwd" : "bwd", need[pass]);
+                    pass == 1 ? "fwd" : "bwd", ws_need);
     return REWY_OK;
 }
 
@@ -191,30 +205,6 @@ static rewy_status validate_fwd(const rewy_fwd_params *p, err e) {
         {"saved", p->saved, 16, 1, 1, 0}, {"workspace", p->workspace, 16, 1, 1, 0}};
     if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
     return check_sizes(c, p->saved_bytes, p->workspace_bytes, 1, e);
-}
-
-/* The CPU saved buffer starts with the forward's config; the backward must match it. */
-static rewy_status check_saved_header(const rewy_bwd_params *p, err e) {
-    saved_header h;
-    memcpy(&h, p->saved, sizeof h);
-    problem pb;
-    problem_init(&pb, &p->cfg);
-    if (memcmp(h.magic, "rewyCPU", 8) != 0)
-        return fail(e, REWY_ERR_MISMATCH, "saved: not written by rewy_forward (CPU)");
-    const problem *f0 = &h.pb;
-    const struct { const char *name; double fwd, bwd; } f[] = {
-        {"op", f0->op, pb.op}, {"dtype", f0->dt, pb.dt}, {"B", f0->B, pb.B}, {"T", f0->T, pb.T},
-        {"H", f0->H, pb.H}, {"HV", f0->HV, pb.HV}, {"K", f0->K, pb.K}, {"V", f0->V, pb.V},
-        {"chunk_size", f0->BT, pb.BT}, {"policy", f0->policy, pb.policy},
-        {"state_v_first", f0->state_v_first, pb.state_v_first}, {"num_seqs", f0->N, pb.N},
-        {"scale", f0->scale, pb.scale}};
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (f[i].fwd != f[i].bwd)
-            return fail(e, REWY_ERR_MISMATCH, "%s differs from the forward's (%g here, %g in saved)",
-                        f[i].name, f[i].bwd, f[i].fwd);
-    if (h.has_h0 != (p->h0 != NULL))
-        return fail(e, REWY_ERR_MISMATCH, "h0: given to %s but not to the other", h.has_h0 ? "the forward" : "the backward");
-    return REWY_OK;
 }
 
 static rewy_status validate_bwd(const rewy_bwd_params *p, err e) {
@@ -233,8 +223,7 @@ static rewy_status validate_bwd(const rewy_bwd_params *p, err e) {
         {"dh0", p->dh0, gl, p->h0 != NULL, 1, 0}, {"workspace", p->workspace, 16, 1, 1, 0}};
     if ((s = check_tensors(c, t, (int)(sizeof t / sizeof t[0]), e))) return s;
     if ((s = check_sizes(c, p->saved_bytes, p->workspace_bytes, 2, e))) return s;
-    if (c->backend == REWY_BACKEND_CPU) return check_saved_header(p, e);
-    return REWY_OK;
+    return ops_of(c)->check_saved(p, e.msg, e.len);
 }
 
 /* --- public entry points ------------------------------------------------------------ */
@@ -256,9 +245,9 @@ static rewy_status size_query(const rewy_config *cfg, size_t *bytes, int which) 
     if (!bytes) return REWY_ERR_NULL_POINTER;
     rewy_status s = check_config(cfg, none);
     if (s) return s;
-    size_t v[3];
-    sizes(cfg, &v[0], &v[1], &v[2]);
-    *bytes = v[which];
+    rewy_sizes v;
+    if ((s = sizes(cfg, &v, none))) return s;
+    *bytes = which == 0 ? v.saved : which == 1 ? v.fwd : v.bwd;
     return REWY_OK;
 }
 
@@ -270,18 +259,12 @@ rewy_status rewy_forward(const rewy_fwd_params *p) {
     err none = {NULL, 0};
     rewy_status s = validate_fwd(p, none);
     if (s) return s;
-#ifdef REWY_WITH_CUDA
-    if (p->cfg.backend == REWY_BACKEND_CUDA) return rewy_cuda_forward(p);
-#endif
-    return rewy_cpu_forward(p);
+    return ops_of(&p->cfg)->forward(p);
 }
 
 rewy_status rewy_backward(const rewy_bwd_params *p) {
     err none = {NULL, 0};
     rewy_status s = validate_bwd(p, none);
     if (s) return s;
-#ifdef REWY_WITH_CUDA
-    if (p->cfg.backend == REWY_BACKEND_CUDA) return rewy_cuda_backward(p);
-#endif
-    return rewy_cpu_backward(p);
+    return ops_of(&p->cfg)->backward(p);
 }

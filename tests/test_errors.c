@@ -488,6 +488,31 @@ static void test_bwd(test_counts *tc, fixture *x) {
 #undef BWD_CASE
 }
 
+/* A backward must see the forward's cu_seqlens values (issue 25 item 3): the saved record holds a
+ * hash of them. With other boundaries of the same count and total the buffers are the same size,
+ * and before the record the backward ran and returned dk off by up to 4.0. */
+static void test_bwd_seqlens(test_counts *tc, fixture *x) {
+    int32_t cu_f[3] = {0, 30, FX_T}, cu_same[3] = {0, 30, FX_T}, cu_b[3] = {0, 50, FX_T};
+    rewy_fwd_params f = x->fp;
+    f.cfg.cu_seqlens = cu_f;
+    f.cfg.num_seqs = 2;
+    rewy_status s = rewy_forward(&f);
+    CHECK(tc, s == REWY_OK, "varlen forward: %s", st(s));
+    rewy_bwd_params p;
+#define BWD_SEQ(what, cu, n, want, name) do {                                             p = x->bp; p.cfg.cu_seqlens = cu; p.cfg.num_seqs = n;                              expect_bwd(tc, what, &p, want, name); } while (0)
+    BWD_SEQ("same cu_seqlens values, another array", cu_same, 2, REWY_OK, "");
+    BWD_SEQ("cu_seqlens values differ from the forward's", cu_b, 2, REWY_ERR_MISMATCH, "cu_seqlens");
+    BWD_SEQ("fixed length after a varlen forward", NULL, 0, REWY_ERR_MISMATCH, "num_seqs");
+    p = x->bp; /* the host copy is what is hashed when given */
+    p.cfg.cu_seqlens = cu_f;
+    p.cfg.cu_seqlens_host = cu_b;
+    p.cfg.num_seqs = 2;
+    expect_bwd(tc, "cu_seqlens_host values differ", &p, REWY_ERR_MISMATCH, "cu_seqlens");
+#undef BWD_SEQ
+    s = rewy_forward(&x->fp); /* leave the fixture's saved buffer as it was */
+    CHECK(tc, s == REWY_OK, "fixture forward again: %s", st(s));
+}
+
 /* ---------------------------------------------------------------- misc API */
 
 static void test_strings(test_counts *tc) {
@@ -543,6 +568,7 @@ int main(void) {
         if (ops[i] == REWY_OP_GDN) {
             test_fwd_config(&tc, &x);
             test_fwd_seqlens(&tc, &x);
+            test_bwd_seqlens(&tc, &x);
             test_msg_buffer(&tc, &x);
         }
         fixture_free(&x);

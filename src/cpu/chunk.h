@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "rewy.h"
 
 /* Largest |G − c| (natural log) for which centered factors are used: α, ζ ≤ e^40 keeps
@@ -52,12 +53,12 @@ typedef struct chunk {
 } chunk;
 
 /* Where one sequence lives in the packed token axis. */
-typedef struct seq_span { long tok0; int len; long chunk0; } seq_span;
+typedef struct seq_span { int64_t tok0; int len; int64_t chunk0; } seq_span;
 
 /* A running position in the sequence list: sequence s starts at chunk chunk0. A varlen
  * sequence's first chunk is the sum of the chunk counts before it, so looking it up from
  * scratch costs O(s); walking with a cursor keeps a pass over all N sequences O(N). */
-typedef struct seq_cursor { int s; long chunk0; } seq_cursor;
+typedef struct seq_cursor { int s; int64_t chunk0; } seq_cursor;
 
 /* A bump allocator over caller memory: the backend never calls malloc. */
 typedef struct arena { char *base; size_t used, cap; } arena;
@@ -75,7 +76,7 @@ typedef struct problem {
     int state_v_first;
     rewy_policy policy;
     int Tmax;                        /* longest sequence */
-    long NC;                         /* total chunks over all sequences */
+    int64_t NC;                      /* total chunks over all sequences */
 } problem;
 
 int problem_init(problem *pb, const rewy_config *cfg);
@@ -110,9 +111,11 @@ void state_store(const problem *pb, const float *S, float *dst);
 
 /* Threads to use: one scratch slot each, no more than the workspace holds or there are
  * work items (≥ 1). */
-int cpu_slots(size_t workspace_bytes, size_t slot_bytes, int items);
+int cpu_slots(size_t workspace_bytes, size_t slot_bytes, int64_t items);
 
-/* The backend entry points (api.c has validated everything). */
+/* The backend's work (api.c has validated everything); api.c reaches them through
+ * rewy_cpu_backend_ops (cpu_backend.c, backend.h). The sizes are exact, or SIZE_MAX when they
+ * do not fit in size_t. */
 size_t rewy_cpu_saved_size(const rewy_config *cfg);
 size_t rewy_cpu_fwd_workspace_size(const rewy_config *cfg);
 size_t rewy_cpu_bwd_workspace_size(const rewy_config *cfg);
@@ -125,14 +128,10 @@ size_t cpu_f64_workspace_size(const rewy_config *cfg, int backward);
 rewy_status cpu_f64_forward(const rewy_fwd_params *p);
 rewy_status cpu_f64_backward(const rewy_bwd_params *p);
 
-/* Saved-buffer header: the forward's resolved problem, so the backward can check that it
- * got the same config (api.c). Padded to SAVED_HEADER_BYTES. */
-typedef struct saved_header {
-    char magic[8];
-    problem pb;
-    int has_h0;
-} saved_header;
+/* Saved-buffer header: the forward's rewy_saved_record (backend.h: config, h0 given, cu_seqlens
+ * hash), so the backward can check that it got the same ones. Padded to SAVED_HEADER_BYTES. */
 #define SAVED_HEADER_BYTES 128
+#define SAVED_MAGIC "rewyCPU"
 
 /* Offsets (in floats, after the header) of what the forward saves:
  * A [tok][HV][BT] always; under policy A also S_c [chunk][HV][K][V], R [tok][HV][V],

@@ -12,6 +12,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cpu/chunk.h"
 #include "dtype.h"
 #include "gates.h"
@@ -169,7 +170,7 @@ static void chunk_backward(const problem *pb, const rewy_bwd_params *p, chunk *c
 /* Per work item (sequence, query/key head): fp32 group accumulators for dq, dk, the
  * policy-R recompute of S_c, R, W for one value head, two states, then chunk scratch. */
 static size_t bwd_slot_floats(const problem *pb) {
-    const size_t K = pb->K, V = pb->V, Tm = pb->Tmax, NTm = (pb->Tmax + pb->BT - 1) / pb->BT;
+    const size_t K = pb->K, V = pb->V, Tm = pb->Tmax, NTm = (Tm + pb->BT - 1) / pb->BT;
     size_t fl = 2 * Tm * K + 2 * K * V + 16 * 8;
     if (pb->policy == REWY_POLICY_R) fl += NTm * K * V + Tm * V + Tm * K;
     size_t a = head_forward_floats(pb->BT, pb->K, pb->V), b = bwd_chunk_floats(pb->BT, pb->K, pb->V);
@@ -180,7 +181,7 @@ size_t rewy_cpu_bwd_workspace_size(const rewy_config *cfg) {
     if (cfg->dtype == REWY_F64) return cpu_f64_workspace_size(cfg, 1);
     problem pb;
     problem_init(&pb, cfg);
-    return (size_t)omp_get_max_threads() * bwd_slot_floats(&pb) * sizeof(float);
+    return rewy_sz_mul((size_t)omp_get_max_threads(), rewy_sz_mul(bwd_slot_floats(&pb), sizeof(float)));
 }
 
 rewy_status rewy_cpu_backward(const rewy_bwd_params *p) {
@@ -190,22 +191,23 @@ rewy_status rewy_cpu_backward(const rewy_bwd_params *p) {
     const float *saved = (const float *)((const char *)p->saved + SAVED_HEADER_BYTES);
     const saved_layout L = saved_layout_of(&pb);
     const size_t slot = bwd_slot_floats(&pb) * sizeof(float);
-    const int nslots = cpu_slots(p->workspace_bytes, slot, pb.N * pb.H), items = pb.N * pb.H;
+    const int64_t items = (int64_t)pb.N * pb.H; /* 64-bit: N·H passes 2^31 */
+    const int nslots = cpu_slots(p->workspace_bytes, slot, items);
     const int K = pb.K, V = pb.V, KV = K * V, HV = pb.HV, BT = pb.BT, group = pb.HV / pb.H;
 
     /* firstprivate: a cursor per thread. Monotonic dynamic scheduling hands each thread
      * increasing items, so its cursor only moves forward: O(N) per thread in all. */
     seq_cursor cur = {0, 0};
 #pragma omp parallel for num_threads(nslots) schedule(monotonic : dynamic) firstprivate(cur) if (nslots > 1)
-    for (int it = 0; it < items; it++) {
-        const int s = it / pb.H, h = it % pb.H;
+    for (int64_t it = 0; it < items; it++) {
+        const int s = (int)(it / pb.H), h = (int)(it % pb.H);
         const seq_span sp = problem_seq(&pb, &p->cfg, &cur, s);
         arena a = {(char *)p->workspace + (size_t)omp_get_thread_num() * slot, 0, slot};
         head_grads hg = {arena_floats(&a, (size_t)sp.len * K), arena_floats(&a, (size_t)sp.len * K)};
         memset(hg.dq, 0, sizeof(float) * sp.len * K);
         memset(hg.dk, 0, sizeof(float) * sp.len * K);
         float *S0 = arena_floats(&a, (size_t)KV), *Sb = arena_floats(&a, (size_t)KV);
-        const int NT = (sp.len + BT - 1) / BT;
+        const int NT = (int)(((int64_t)sp.len + BT - 1) / BT);
         float *S_rc = NULL, *R_rc = NULL, *W_rc = NULL;
         if (pb.policy == REWY_POLICY_R) {
             S_rc = arena_floats(&a, (size_t)NT * KV);
@@ -215,7 +217,8 @@ rewy_status rewy_cpu_backward(const rewy_bwd_params *p) {
         chunk c; /* shared by the recompute and the reverse scan (see below) */
         chunk_alloc(&c, &a, BT, K, V);
         for (int gi = 0; gi < group; gi++) {
-            const int hv = h * group + gi, sh = s * HV + hv;
+            const int hv = h * group + gi;
+            const int64_t sh = (int64_t)s * HV + hv;
             const float *A = saved + L.A + ((size_t)sp.tok0 * HV + hv) * BT;
             head_io io = {(float *)A, S_rc, R_rc, W_rc, (long)HV * BT, KV, V, K};
             if (pb.policy == REWY_POLICY_R) { /* recompute W, U, S_c, R from the saved A */

@@ -7,6 +7,7 @@
 #include <cblas.h>
 #endif
 
+#include "backend.h"
 #include "cpu/chunk.h"
 #include "dtype.h"
 #include "gates.h"
@@ -70,7 +71,7 @@ int problem_init(problem *pb, const rewy_config *cfg) {
     for (int s = 0; s < pb->N; s++) {
         seq_span sp = problem_seq(pb, cfg, &cur, s);
         if (sp.len > pb->Tmax) pb->Tmax = sp.len;
-        pb->NC += (sp.len + pb->BT - 1) / pb->BT;
+        pb->NC += ((int64_t)sp.len + pb->BT - 1) / pb->BT; /* 64-bit: len may be near INT_MAX */
     }
     return 0;
 }
@@ -80,14 +81,14 @@ seq_span problem_seq(const problem *pb, const rewy_config *cfg, seq_cursor *cur,
     const int32_t *cu = cfg->cu_seqlens_host ? cfg->cu_seqlens_host : cfg->cu_seqlens;
     if (cu) {
         if (s < cur->s) *cur = (seq_cursor){0, 0}; /* asked for an earlier sequence: rewalk */
-        for (; cur->s < s; cur->s++) cur->chunk0 += (cu[cur->s + 1] - cu[cur->s] + pb->BT - 1) / pb->BT;
+        for (; cur->s < s; cur->s++) cur->chunk0 += ((int64_t)cu[cur->s + 1] - cu[cur->s] + pb->BT - 1) / pb->BT;
         sp.tok0 = cu[s];
         sp.len = cu[s + 1] - cu[s];
         sp.chunk0 = cur->chunk0;
     } else {
-        sp.tok0 = (long)s * pb->T;
+        sp.tok0 = (int64_t)s * pb->T;
         sp.len = pb->T;
-        sp.chunk0 = (long)s * ((pb->T + pb->BT - 1) / pb->BT);
+        sp.chunk0 = (int64_t)s * (((int64_t)pb->T + pb->BT - 1) / pb->BT);
     }
     return sp;
 }
@@ -351,22 +352,22 @@ void state_store(const problem *pb, const float *S, float *dst) {
 }
 
 saved_layout saved_layout_of(const problem *pb) {
-    saved_layout L;
-    size_t tok = (size_t)pb->B * pb->T, HV = (size_t)pb->HV;
+    saved_layout L; /* checked: floats is exact or SIZE_MAX (then the size query refuses the shape) */
+    const size_t tokHV = rewy_sz_mul((size_t)pb->B * (size_t)pb->T, (size_t)pb->HV);
     L.A = 0;
-    L.S = L.A + tok * HV * pb->BT;
+    L.S = rewy_sz_mul(tokHV, (size_t)pb->BT);
     L.R = L.S;
     L.W = L.S;
     L.floats = L.S;
     if (pb->policy == REWY_POLICY_A) {
-        L.R = L.S + (size_t)pb->NC * HV * pb->K * pb->V;
-        L.W = L.R + tok * HV * pb->V;
-        L.floats = L.W + tok * HV * pb->K;
+        L.R = rewy_sz_add(L.S, rewy_sz_mul(rewy_sz_mul((size_t)pb->NC, (size_t)pb->HV), (size_t)pb->K * pb->V));
+        L.W = rewy_sz_add(L.R, rewy_sz_mul(tokHV, (size_t)pb->V));
+        L.floats = rewy_sz_add(L.W, rewy_sz_mul(tokHV, (size_t)pb->K));
     }
     return L;
 }
 
-int cpu_slots(size_t workspace_bytes, size_t slot_bytes, int items) {
+int cpu_slots(size_t workspace_bytes, size_t slot_bytes, int64_t items) {
     size_t n = workspace_bytes / slot_bytes, m = (size_t)omp_get_max_threads();
     n = n < m ? n : m;
     n = n < (size_t)items ? n : (size_t)items; /* no idle threads: a lone item runs inline */

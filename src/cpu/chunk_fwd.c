@@ -9,6 +9,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cpu/chunk.h"
 #include "dtype.h"
 
@@ -70,23 +71,22 @@ size_t rewy_cpu_saved_size(const rewy_config *cfg) {
     problem pb;
     problem_init(&pb, cfg);
     if (pb.dt == REWY_F64) return SAVED_HEADER_BYTES; /* the backward reruns the recurrence */
-    return SAVED_HEADER_BYTES + saved_layout_of(&pb).floats * sizeof(float);
+    return rewy_sz_add(SAVED_HEADER_BYTES, rewy_sz_mul(saved_layout_of(&pb).floats, sizeof(float)));
 }
 
 size_t rewy_cpu_fwd_workspace_size(const rewy_config *cfg) {
     if (cfg->dtype == REWY_F64) return cpu_f64_workspace_size(cfg, 0);
     problem pb;
     problem_init(&pb, cfg);
-    return (size_t)omp_get_max_threads() * fwd_slot_floats(&pb) * sizeof(float);
+    return rewy_sz_mul((size_t)omp_get_max_threads(), rewy_sz_mul(fwd_slot_floats(&pb), sizeof(float)));
 }
 
-static void write_header(const problem *pb, const rewy_fwd_params *p) {
-    _Static_assert(sizeof(saved_header) <= SAVED_HEADER_BYTES, "saved header too large");
-    saved_header h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, "rewyCPU", 8);
-    h.pb = *pb;
-    h.has_h0 = p->h0 != NULL;
+/* The record the backward checks (backend.h): config, h0 given, cu_seqlens hash. */
+static void write_header(const rewy_fwd_params *p) {
+    _Static_assert(sizeof(rewy_saved_record) <= SAVED_HEADER_BYTES, "saved header too large");
+    const rewy_config *c = &p->cfg;
+    const rewy_saved_record h = rewy_saved_record_of(c, c->cu_seqlens_host ? c->cu_seqlens_host : c->cu_seqlens,
+                                                     p->h0 != NULL, SAVED_MAGIC);
     memset(p->saved, 0, SAVED_HEADER_BYTES); /* every byte of the header written */
     memcpy(p->saved, &h, sizeof h);
 }
@@ -94,20 +94,21 @@ static void write_header(const problem *pb, const rewy_fwd_params *p) {
 rewy_status rewy_cpu_forward(const rewy_fwd_params *p) {
     problem pb;
     problem_init(&pb, &p->cfg);
-    write_header(&pb, p);
+    write_header(p);
     if (pb.dt == REWY_F64) return cpu_f64_forward(p);
     float *saved = (float *)((char *)p->saved + SAVED_HEADER_BYTES);
     const saved_layout L = saved_layout_of(&pb);
     const size_t slot = fwd_slot_floats(&pb) * sizeof(float);
-    const int nslots = cpu_slots(p->workspace_bytes, slot, pb.N * pb.HV), items = pb.N * pb.HV;
+    const int64_t items = (int64_t)pb.N * pb.HV; /* 64-bit: N·HV passes 2^31 (65537 sequences × 65536 heads) */
+    const int nslots = cpu_slots(p->workspace_bytes, slot, items);
     const int KV = pb.K * pb.V, HV = pb.HV;
 
     /* firstprivate: a cursor per thread. Monotonic dynamic scheduling hands each thread
      * increasing items, so its cursor only moves forward: O(N) per thread in all. */
     seq_cursor cur = {0, 0};
 #pragma omp parallel for num_threads(nslots) schedule(monotonic : dynamic) firstprivate(cur) if (nslots > 1)
-    for (int it = 0; it < items; it++) {
-        const int s = it / HV, hv = it % HV;
+    for (int64_t it = 0; it < items; it++) {
+        const int s = (int)(it / HV), hv = (int)(it % HV);
         arena a = {(char *)p->workspace + (size_t)omp_get_thread_num() * slot, 0, slot};
         float *S = arena_floats(&a, (size_t)KV);
         chunk c;

@@ -408,7 +408,7 @@ size_t rewy_rec_slot_bytes(const rewy_config *cfg, int backward) {
 }
 
 /* Workers: one slot each, no more than the workspace holds, the threads or the tasks. */
-static int workers(size_t workspace_bytes, size_t slot_bytes, long tasks) {
+static int workers(size_t workspace_bytes, size_t slot_bytes, int64_t tasks) {
     size_t n = workspace_bytes / slot_bytes, m = (size_t)omp_get_max_threads();
     n = n < m ? n : m;
     n = n < (size_t)tasks ? n : (size_t)tasks;
@@ -420,14 +420,14 @@ int rewy_rec_forward(const rewy_ref_problem *p, double *o, double *ht, void *wor
     ref_shape s;
     if (ref_problem_init(p, &s) || !o || !workspace) return 1;
     const int K = s.K, V = s.V, HV = s.HV;
-    const long tasks = (long)s.N * HV;
+    const int64_t tasks = (int64_t)s.N * HV;
     const size_t slot = slot_doubles(&s, 0);
     const int nw = workers(workspace_bytes, slot * sizeof(double), tasks);
     if (nw < 1) return 1;
 
     /* Every (sequence, value head) is independent and writes disjoint parts of o and ht. */
 #pragma omp parallel for num_threads(nw) schedule(dynamic) if (nw > 1)
-    for (long task = 0; task < tasks; task++) {
+    for (int64_t task = 0; task < tasks; task++) {
         const int n = (int)(task / HV), hv = (int)(task % HV);
         double *mem = (double *)workspace + (size_t)omp_get_thread_num() * slot;
         size_t bos;
@@ -450,7 +450,7 @@ int rewy_rec_backward(const rewy_ref_problem *p, const double *do_, const double
     ref_shape s;
     if (ref_problem_init(p, &s) || !do_ || !workspace) return 1;
     const int K = s.K, V = s.V, H = s.H, HV = s.HV;
-    const long tasks = (long)s.N * H;
+    const int64_t tasks = (int64_t)s.N * H;
     const size_t slot = slot_doubles(&s, 1);
     const int nw = workers(workspace_bytes, slot * sizeof(double), tasks);
     if (nw < 1) return 1;
@@ -458,7 +458,7 @@ int rewy_rec_backward(const rewy_ref_problem *p, const double *do_, const double
     /* One task per (sequence, query/key head): it runs the group's value heads in turn and
      * sums their q̄, k̄ itself, so no two tasks write the same element. */
 #pragma omp parallel for num_threads(nw) schedule(dynamic) if (nw > 1)
-    for (long task = 0; task < tasks; task++) {
+    for (int64_t task = 0; task < tasks; task++) {
         const int n = (int)(task / H), h = (int)(task % H);
         size_t bos;
         int len;

@@ -1,4 +1,5 @@
-/* cuda_backend.cu: the five entry points api.c calls for cfg.backend == REWY_BACKEND_CUDA.
+/* cuda_backend.cu: the CUDA backend's rewy_backend_ops (backend.h): sizes with the kernels' index limits,
+ * forward, backward, and the saved record (written by the forward's last kernel, checked by the backward's first).
  * Scalar-gate operators (DeltaNet, GDN) here; KDA and GDN2 go to vec_backend.cu. The buffer layouts,
  * the size queries and the stage sequence are backend_common.cuh's, shared with vec_backend.cu; this
  * file supplies only the scalar stages and regions (ScalarGates):
@@ -18,7 +19,7 @@
 #include "cuda_backend.h"
 #include "backend_common.cuh"
 #include "vec_kernels.cuh" /* KDA, GDN2 (vec_backend.cu) */
-#define REWY_VEC_DISPATCH(cfg, call) do { if ((cfg)->op == REWY_OP_KDA || (cfg)->op == REWY_OP_GDN2) return call; } while (0)
+#include <stdio.h>
 
 using namespace rewy_cuda;
 using namespace rewy_cuda::host;
@@ -74,25 +75,74 @@ struct ScalarGates {
 
 } // namespace
 
-extern "C" size_t rewy_cuda_saved_size(const rewy_config *cfg) {
-    REWY_VEC_DISPATCH(cfg, rewy_cuda_vec_saved_size(cfg));
-    return layout_bytes<ScalarGates>(cfg, &Layout::saved);
+/* The saved buffer: the operator's layout (backend_common.cuh), then the record the backward checks
+ * (backend.h) in its own 256-B region, so the record is on the device like everything else saved. */
+static size_t op_bytes(const rewy_config *cfg, size_t Layout::*which) {
+    if (cfg->op == REWY_OP_KDA || cfg->op == REWY_OP_GDN2) {
+        if (which == &Layout::saved) return rewy_cuda_vec_saved_size(cfg);
+        return which == &Layout::fwd ? rewy_cuda_vec_fwd_workspace_size(cfg) : rewy_cuda_vec_bwd_workspace_size(cfg);
+    }
+    return layout_bytes<ScalarGates>(cfg, which);
 }
-extern "C" size_t rewy_cuda_fwd_workspace_size(const rewy_config *cfg) {
-    REWY_VEC_DISPATCH(cfg, rewy_cuda_vec_fwd_workspace_size(cfg));
-    return layout_bytes<ScalarGates>(cfg, &Layout::fwd);
+static rewy_saved_record *record_at(const void *saved, const rewy_config *cfg) {
+    return at<rewy_saved_record>(saved, al(op_bytes(cfg, &Layout::saved)));
 }
-extern "C" size_t rewy_cuda_bwd_workspace_size(const rewy_config *cfg) {
-    REWY_VEC_DISPATCH(cfg, rewy_cuda_vec_bwd_workspace_size(cfg));
-    return layout_bytes<ScalarGates>(cfg, &Layout::bwd);
-}
-
-extern "C" rewy_status rewy_cuda_forward(const rewy_fwd_params *a) {
-    REWY_VEC_DISPATCH(&a->cfg, rewy_cuda_vec_forward(a));
-    return host::forward<ScalarGates>(a);
+static rewy_saved_record record_of(const rewy_config *cfg, const void *h0) {
+    return rewy_saved_record_of(cfg, cfg->cu_seqlens_host, h0 != nullptr, "rewyGPU");
 }
 
-extern "C" rewy_status rewy_cuda_backward(const rewy_bwd_params *a) {
-    REWY_VEC_DISPATCH(&a->cfg, rewy_cuda_vec_backward(a));
-    return host::backward<ScalarGates>(a);
+static rewy_status refuse(char *msg, size_t len, const char *fmt, long long got, long long limit) {
+    if (msg && len) snprintf(msg, len, fmt, got, limit);
+    return REWY_ERR_BAD_SHAPE;
+}
+
+/* The kernels' 32-bit limits first (they also keep every layout size far below 2^64: at most 2^31
+ * chunk rows of at most 256×256 fp32), then the layouts. cu_seqlens_host is required with CUDA. */
+static rewy_status cuda_sizes(const rewy_config *c, rewy_sizes *out, char *msg, size_t len) {
+    const long long HV = c->HV ? c->HV : c->H, BT = c->chunk_size ? c->chunk_size : 64;
+    if (HV > REWY_CUDA_MAX_HEADS)
+        return refuse(msg, len, "HV = %lld exceeds %lld, the CUDA backend's limit (value heads are a grid dimension)",
+                      HV, REWY_CUDA_MAX_HEADS);
+    const long long tok = (long long)c->B * c->T;
+    if (tok > REWY_CUDA_MAX_TOKENS)
+        return refuse(msg, len, "B*T = %lld tokens exceeds %lld, the CUDA backend's limit (32-bit token indices)", tok,
+                      REWY_CUDA_MAX_TOKENS);
+    long long nc = 0; /* the chunks, exact, in 64 bits */
+    if (c->cu_seqlens_host)
+        for (int s = 0; s < c->num_seqs; s++) nc += ((long long)c->cu_seqlens_host[s + 1] - c->cu_seqlens_host[s] + BT - 1) / BT;
+    else
+        nc = (long long)c->B * (((long long)c->T + BT - 1) / BT);
+    if (nc * HV * BT > REWY_CUDA_MAX_CHUNK_ROWS)
+        return refuse(msg, len, "NC*HV*BT = %lld chunk rows exceeds %lld, the CUDA backend's limit (32-bit row indices)",
+                      nc * HV * BT, REWY_CUDA_MAX_CHUNK_ROWS);
+    out->saved = al(op_bytes(c, &Layout::saved)) + al(sizeof(rewy_saved_record));
+    out->fwd = op_bytes(c, &Layout::fwd);
+    out->bwd = op_bytes(c, &Layout::bwd);
+    return REWY_OK;
+}
+
+static rewy_status cuda_forward(const rewy_fwd_params *a) {
+    const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
+    rewy_status s = vec ? rewy_cuda_vec_forward(a) : host::forward<ScalarGates>(a);
+    if (s) return s;
+    if (launch_record_write(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg), (cudaStream_t)a->cfg.stream))
+        return REWY_ERR_BACKEND;
+    return REWY_OK;
+}
+
+static rewy_status cuda_backward(const rewy_bwd_params *a) {
+    /* the check runs first on the stream: on a mismatch nothing after it runs */
+    if (launch_record_check(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg), (cudaStream_t)a->cfg.stream))
+        return REWY_ERR_BACKEND;
+    const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
+    return vec ? rewy_cuda_vec_backward(a) : host::backward<ScalarGates>(a);
+}
+
+/* The saved buffer is device memory: reading its record here would cost a device sync on every
+ * backward (and break graph capture), so the comparison is the backward's first kernel instead. */
+static rewy_status cuda_check_saved(const rewy_bwd_params *, char *, size_t) { return REWY_OK; }
+
+extern "C" const rewy_backend_ops *rewy_cuda_backend_ops(void) {
+    static const rewy_backend_ops ops = {cuda_sizes, cuda_forward, cuda_backward, cuda_check_saved};
+    return &ops;
 }

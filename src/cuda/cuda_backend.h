@@ -1,22 +1,28 @@
-/* cuda_backend.h: what src/api.c calls when cfg.backend == REWY_BACKEND_CUDA.
- * api.c has validated every argument before these run; they may assume a valid call.
- * Compiled in only with REWY_WITH_CUDA (make CUDA=1). Plain C declarations. */
+/* cuda_backend.h: the CUDA backend's side of backend.h (compiled in only with REWY_WITH_CUDA, make
+ * CUDA=1): rewy_cuda_backend_ops (cuda_backend.cu) is what api.c reaches, after validating every
+ * argument. Here also the kernels' index limits and the saved-record kernels (chunk_plan.cu). */
 #ifndef REWY_CUDA_BACKEND_H
 #define REWY_CUDA_BACKEND_H
 
-#include "rewy.h"
+#include <cuda_runtime.h>
+#include "backend.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+/* The CUDA kernels index tokens and chunk rows ([NC·HV][BT] tables) with 32-bit ints, and launch
+ * grids with the value heads (or the query/key heads) on the y dimension. The size queries refuse
+ * shapes beyond these with REWY_ERR_BAD_SHAPE and a message naming the limit. */
+#define REWY_CUDA_MAX_TOKENS 2147483647LL    /* B·T */
+#define REWY_CUDA_MAX_CHUNK_ROWS 2147483647LL /* NC·HV·BT */
+#define REWY_CUDA_MAX_HEADS 65535             /* H and HV: gridDim.y */
 
-size_t rewy_cuda_saved_size(const rewy_config *cfg);
-size_t rewy_cuda_fwd_workspace_size(const rewy_config *cfg);
-size_t rewy_cuda_bwd_workspace_size(const rewy_config *cfg);
-rewy_status rewy_cuda_forward(const rewy_fwd_params *p);
-rewy_status rewy_cuda_backward(const rewy_bwd_params *p);
+namespace rewy_cuda {
 
-#ifdef __cplusplus
-}
-#endif
+/* The forward's last kernel: writes its rewy_saved_record (by value) to dst in the saved buffer. */
+cudaError_t launch_record_write(const rewy_saved_record &r, rewy_saved_record *dst, cudaStream_t s);
+/* The backward's first kernel: compares the saved record with want (this backward's). On a
+ * difference it prints what differs (device printf) and traps: the backward's kernels never run on
+ * a saved buffer of another config, and the stream reports the error (cudaErrorLaunchFailure or
+ * cudaErrorIllegalInstruction) at the caller's next synchronisation. */
+cudaError_t launch_record_check(const rewy_saved_record &want, const rewy_saved_record *saved, cudaStream_t s);
+
+} // namespace rewy_cuda
 #endif
