@@ -282,12 +282,12 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
 
     if use_qk_l2norm_in_kernel:
         q, k = l2norm(q), l2norm(k)
-    if q.dtype == torch.float64:
+    fp64 = q.dtype == torch.float64
+    if fp64:
         # rewy_config.scale is a C float: an fp64 call scales q here, in fp64 (o = Sᵀ(scale·q)), and
         # runs the library with scale 1, so that K^-1/2 is not rounded to fp32
         q, scale = q * _scale(q.shape[-1], scale), 1.0
-    # gates and states are fp32, fp64 with fp64 elements (rewy.h)
-    state_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    state_dtype = torch.float64 if fp64 else torch.float32   # of gates and states (rewy.h)
     if g is not None:
         if use_gate_in_kernel:
             g = gate(g, A_log, dt_bias, lower_bound)
@@ -301,12 +301,13 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
     if w is not None:
         w = _to(w, q.dtype)
     h0 = _to(initial_state, state_dtype)
-    if not via_ops:   # int32, range-checked (int64 offsets beyond int32 are an error, not wrapped)
-        cu_seqlens, cu_seqlens_cpu = _core.seqlens_int32(name + ": ", cu_seqlens, cu_seqlens_cpu, q.is_cuda)
-    elif cu_seqlens is not None and q.is_cuda and cu_seqlens_cpu is None:
-        # the custom ops convert and check the offsets where they hold values; the CUDA backend plans
-        # from a host copy (traced as a copy under torch.compile; eagerly, without one, this syncs)
-        cu_seqlens_cpu = cu_seqlens.cpu()
+    if cu_seqlens is not None:
+        if not via_ops:   # int32, range-checked (int64 offsets beyond int32 are an error, not wrapped)
+            cu_seqlens, cu_seqlens_cpu = _core.seqlens_int32(name + ": ", cu_seqlens, cu_seqlens_cpu, q.is_cuda)
+        elif q.is_cuda and cu_seqlens_cpu is None:
+            # the custom ops convert and check the offsets where they hold values; the CUDA backend plans
+            # from a host copy (traced as a copy under torch.compile; eagerly, without one, this syncs)
+            cu_seqlens_cpu = cu_seqlens.cpu()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
 
     if plan is None:
