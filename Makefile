@@ -73,7 +73,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random
+.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random e2e
 
 all: lib $(BUILD)/rewy
 
@@ -275,6 +275,20 @@ test-fla:
 	REWY_LIBRARY=$(CURDIR)/build/cuda-on/librewy.so PYTHONPATH=$(CURDIR)/python$${PYTHONPATH:+:$$PYTHONPATH} \
 	  FLA_DISABLE_BACKEND_DISPATCH=1 REWY_FLA_ONE_CONFIG=1 $(PYTHON) -m pytest -q -rs -s tests/python/test_fla.py \
 	  tests/python/test_fla_layers.py
+
+# End to end (issue 27), on a GPU with FLA in .ref/fla-src: FLA's GatedDeltaNet, DeltaNet and KDA models trained
+# 200 steps with FLA's kernels, then with rewy.patch_fla() (and FlashQLA for GDN when flash_qla imports); a table
+# (tok/s, ratio, peak memory, attention share, losses, agreement), build/e2e/e2e.json and docs/e2e_loss.png.
+# About 8 minutes; FLA's compiled kernels and autotune choices stay in .fla-cache (carry it to save the compiles).
+# Uses a prebuilt $(E2E_LIB) (built with CUDA=1 when missing). E2E_ARGS: bench/e2e.py options (--help).
+E2E_LIB  ?= build/cuda-on/librewy.so
+E2E_ARGS ?=
+e2e:
+	@test -f $(E2E_LIB) || $(MAKE) CUDA=1 BUILD=$(patsubst %/,%,$(dir $(E2E_LIB))) lib
+	@mkdir -p .fla-cache/triton
+	REWY_LIBRARY=$(CURDIR)/$(E2E_LIB) PYTHONPATH=$(CURDIR)/python:$(CURDIR)/.ref/fla-src$${PYTHONPATH:+:$$PYTHONPATH} \
+	  FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=$(CURDIR)/.fla-cache/triton TRITON_CACHE_AUTOTUNING=1 \
+	  $(PYTHON) bench/e2e.py $(E2E_ARGS)
 
 # (a shorter stem than $(BUILD)/tests/%, so make prefers this rule for the device tests)
 # Linked against librewy.so (found next to it through the rpath), so that the device tests and
