@@ -197,7 +197,8 @@ static void test_all_written(test_counts *tc) {
  * grid's y dimension (at most 65,535). */
 static void test_cuda_limits(test_counts *tc) {
     if (!rewy_has_cuda()) {
-        printf("test_sizes: CUDA not compiled in, its index limits not checked here (make test-cuda does)\n");
+        printf("test_sizes: CUDA not compiled in, its index limits not checked here (build this test with "
+               "make CUDA=1 BUILD=build/cuda-on build/cuda-on/tests/test_sizes)\n");
         return;
     }
     rewy_config c = cfg_of(REWY_OP_GDN, 1, 64, 1, 65536, 64, 64, 64, REWY_POLICY_R);
