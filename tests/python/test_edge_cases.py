@@ -208,3 +208,22 @@ def test_func_forward_mode_and_double_backward_are_clear_errors():
         torch.func.jvp(lambda q: loss(q, *xs[1:]), (xs[0],), (torch.ones_like(xs[0]),))
     with pytest.raises(NotImplementedError, match="rewy: gradients of rewy's gradients"):
         torch.func.grad(lambda q: torch.func.grad(loss)(q, *xs[1:]).sum())(xs[0])
+
+
+# ------------------------------------------------------------------------------------------
+# the custom ops under torch.library's checks with the new inputs: fp64 (states double),
+# int64 cu_seqlens (converted inside the op), scale 0
+
+@pytest.mark.parametrize("case", ["fp64", "int64_cu_seqlens", "scale0"])
+def test_opcheck_new_inputs(case):
+    dtype = torch.float64 if case == "fp64" else torch.float32
+    x = {n: t.to(dtype).requires_grad_() for n, t in make_inputs("kda", B=1, T=20, K=8, V=4, N=2).items()}
+    cu = torch.tensor([0, 7, 20], dtype=torch.int64 if case == "int64_cu_seqlens" else torch.int32)
+    args = [x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, x["initial_state"], cu, None,
+            2, 0.0 if case == "scale0" else 0.3, 16, 0, 0, False, True]
+    torch.library.opcheck(torch.ops.rewy.chunk_fwd.default, args)
+    o, ht, saved = torch.ops.rewy.chunk_fwd(*args)
+    assert ht.dtype == dtype and o.dtype == dtype
+    bwd_args = args[:10] + [saved, torch.randn_like(o), torch.randn_like(ht)] + args[10:16]
+    torch.library.opcheck(torch.ops.rewy.chunk_bwd.default, [a.detach() if isinstance(a, torch.Tensor) else a
+                                                             for a in bwd_args])
