@@ -53,7 +53,8 @@ typedef enum rewy_status {
     REWY_OK = 0,
     REWY_ERR_NULL_POINTER,      /* a required pointer is NULL */
     REWY_ERR_MISALIGNED,        /* a pointer is not aligned to its element size (16 B for workspace) */
-    REWY_ERR_BAD_SHAPE,         /* B, T, H, HV, K or V out of range, or HV % H != 0 */
+    REWY_ERR_BAD_SHAPE,         /* B, T, H, HV, K or V out of range, or HV % H != 0, or a size past
+                                 * SIZE_MAX or the backend's index limits (the message names it) */
     REWY_ERR_UNSUPPORTED_DIM,   /* K or V above the maximum (256) */
     REWY_ERR_BAD_CHUNK,         /* chunk size not 16, 32 or 64 */
     REWY_ERR_BAD_DTYPE,         /* element type not bf16, fp16, fp32 or fp64, or fp64 on CUDA */
@@ -62,7 +63,8 @@ typedef enum rewy_status {
     REWY_ERR_BAD_ENUM,          /* unknown policy, backward algorithm or backend */
     REWY_ERR_WORKSPACE,         /* workspace or saved buffer smaller than its size query */
     REWY_ERR_BACKEND,           /* backend not compiled in, or the device reported an error */
-    REWY_ERR_MISMATCH,          /* backward config differs from the forward that wrote the saved buffer */
+    REWY_ERR_MISMATCH,          /* backward config, h0 or cu_seqlens values differ from the forward that
+                                 * wrote the saved buffer (CPU; CUDA checks on the device, see rewy_backward) */
     REWY_STATUS_COUNT
 } rewy_status;
 
@@ -175,6 +177,11 @@ REWY_API rewy_status rewy_fwd_workspace_size(const rewy_config *cfg, size_t *byt
 REWY_API rewy_status rewy_bwd_workspace_size(const rewy_config *cfg, size_t *bytes);
 
 REWY_API rewy_status rewy_forward(const rewy_fwd_params *p);
+/* The saved buffer records the forward's config, whether h0 was given and a hash of the cu_seqlens
+ * values; a backward that differs gets REWY_ERR_MISMATCH naming what differs (CPU). On CUDA the
+ * record is device memory and reading it would cost a sync: the backward's first kernel compares
+ * it, and on a difference prints what differs and traps, so the stream reports a launch error at
+ * the next synchronisation and no gradient is computed from the wrong saved buffer. */
 REWY_API rewy_status rewy_backward(const rewy_bwd_params *p);
 
 /* Check every argument as the call would, without running anything. On failure, msg (if not
