@@ -225,7 +225,11 @@ CUDA_TESTS = $(filter-out %/test_random,$(patsubst tests/cuda/%.c,build/cuda-on/
 
 test-cuda:
 	$(MAKE) CUDA=1 BUILD=build/cuda-on lib
-	$(MAKE) CUDA=1 BUILD=build/cuda-on $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c))
+	$(MAKE) CUDA=1 BUILD=build/cuda-on $(patsubst tests/cuda/%.c,build/cuda-on/tests/cuda/%,$(wildcard tests/cuda/test_*.c)) \
+	  build/cuda-on/tests/cuda/saved_check build/cuda-on/tests/test_sizes
+	@# the saved-record check traps the CUDA context on a mismatch: its own program, one child process per case
+	build/cuda-on/tests/cuda/saved_check
+	build/cuda-on/tests/test_sizes
 	@# the test shapes are small: the scans take 16-column value tiles there unless told (REWY_CUDA_SCAN_BV), the
 	@# forward scan's 8-warp blocks of 64 columns only where told (REWY_CUDA_SCAN_8W), and the wgmma scans (sm_90a)
 	@# only where told (REWY_CUDA_SCAN_WG; at 64 columns as two warpgroups per block where V allows); the bf16
