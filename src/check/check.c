@@ -28,6 +28,7 @@ const char *rewy_check_dtype_name(rewy_dtype t) {
     case REWY_F32: return "fp32";
     case REWY_BF16: return "bf16";
     case REWY_F16: return "fp16";
+    case REWY_F64: return "fp64";
     }
     return "?";
 }
