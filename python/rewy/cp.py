@@ -163,6 +163,7 @@ class _ContextParallel(torch.autograd.Function):
         L0 = int(c.cu_seqlens_cpu[1]) if varlen else T    # the first local piece's tokens
         N0 = 1 if varlen else B                           # its states
         spanning = c.carry_in and c.carry_out and (not varlen or c.num_seqs == 1)
+        grad = any(ctx.needs_input_grad[1:])   # (False under no_grad: the local calls then save nothing)
 
         # 1. The incoming piece's summaries, without grad: T and q̃ from v = 0, h0 = I; X from h0 = 0
         #    (X only where the piece also leaves the rank: otherwise nobody reads it).
@@ -183,7 +184,7 @@ class _ContextParallel(torch.autograd.Function):
         rest = None
         if lo < T:
             cu = (c.cu_seqlens_cpu[1:] - L0 if c.carry_in else c.cu_seqlens_cpu) if varlen else None
-            with torch.enable_grad():   # (the slices too: they are on the graph)
+            with torch.set_grad_enabled(grad):   # (the slices too: they are on the graph)
                 h0 = x["initial_state"]
                 if h0 is not None and c.carry_in:
                     h0 = h0[1:]   # (the carried-in sequence's row is not read)
@@ -210,7 +211,7 @@ class _ContextParallel(torch.autograd.Function):
             S = torch.zeros_like(X_out)
             for i in range(c.rank):
                 S = Ts[i] @ S + Xs[i]
-            with torch.enable_grad():
+            with torch.set_grad_enabled(grad):
                 first = plan.call(x, 0, L0, plan.kfirst(S).contiguous())
         pieces = [p for p in (first, rest) if p is not None]
         o = torch.cat([p[0].detach() for p in pieces], dim=1)

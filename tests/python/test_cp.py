@@ -121,6 +121,9 @@ def _worker(rank, R, store, out_dir):
                 grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
                 grads = [torch.zeros_like(t) if d is None else d for t, d in zip(leaves.values(), grads)]  # unread h0
                 results[name, kind] = dict(o=o.detach(), ht=ht.detach(), grads=dict(zip(leaves, grads)))
+            with torch.no_grad():   # inference: the same values, nothing kept for a backward
+                o, ht = getattr(cp, FN[op].__name__)(**leaves, output_final_state=True, cp_context=ctx, **opts)
+                results[name, "no_grad"] = dict(o=o, ht=ht, grad_fn=o.grad_fn is not None)
     finally:
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.destroy_process_group()
@@ -259,8 +262,12 @@ def test_cp_matches_single_process(runs, R, name):
     _compare(got, single["rewy"], lambda n: tight, "the single-process call")
     # fp32: half the MATH §10 bound, as the fp32 rows of test_ops; bf16: the bound itself
     _compare(got, single["ref"], lambda n: TOL[n] * (0.5 if _dtype(name) == torch.float32 else 1), "the fp64 reference")
-    # the h0 row of a sequence carried in from an earlier rank is not read: its gradient is zero
+    # the h0 row of a sequence carried in from an earlier rank is not read: its gradient is zero;
+    # under no_grad, the same outputs and states
     for r, x in enumerate(runs(R)):
+        assert not x[name, "no_grad"]["grad_fn"]
+        for n in ("o", "ht"):
+            torch.testing.assert_close(x[name, "no_grad"][n], x[name, "all"][n], rtol=0, atol=0)
         a, e, rows, local, carry_in, carry_out = _rank_layout(name, R, r)
         if carry_in:
             assert x[name, "final"]["grads"]["initial_state"][:1 if local is not None else None].abs().max() == 0
