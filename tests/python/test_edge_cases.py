@@ -5,14 +5,18 @@
     int64 cu_seqlens beyond int32 ValueError (they used to wrap: 2^32 + 50 read as 50)
     K = 0 (or V, T)               the library's own ValueError, on CPU and meta tensors
     meta tensors                  outputs and gradients of the right shapes, dtypes and device
-    torch.func                    grad, vmap and vmap(grad) give the eager results; jvp and
-                                  gradients of gradients raise NotImplementedError
+    torch.func                    grad, vmap and vmap(grad) give the eager results, jacrev the
+                                  reference's Jacobian (fp64); jvp and gradients of gradients
+                                  raise NotImplementedError
+    fp64 and int64 offsets        the custom ops pass torch.library.opcheck with them
+(the fp64 gradcheck is in test_gradcheck.py)
 """
 import pytest
 import torch
 
 import rewy
 from helpers import DEVICES, FN, OPS, check, make_inputs, run
+from reference import reference
 
 ORDER = ("q", "k", "v", "g", "beta", "b", "w", "initial_state")   # each function's tensor arguments, in order
 
@@ -198,6 +202,25 @@ def test_func_per_sample_gradients(op):
             assert torch.equal(a[i], b), (n, i)
         for n, a, b in zip(names[:-1], summed, eager):
             assert torch.equal(a[i], b), (n, i)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_func_jacrev_fp64(op):
+    """torch.func.jacrev (vmap over the backward with batched cotangents and unbatched saved
+    tensors) in fp64: the Jacobian of o and the final state in q and h0 equals reference.py's."""
+    x = make_inputs(op, B=1, T=6, H=1, HV=2, K=3, V=2)
+    rest = {n: t for n, t in x.items() if n not in ("q", "initial_state")}
+
+    def f(q, h0):
+        return FN[op](q, **rest, initial_state=h0, output_final_state=True, chunk_size=16)
+
+    def ref(q, h0):
+        return reference(op, q, **rest, initial_state=h0)
+    J = torch.func.jacrev(f, argnums=(0, 1))(x["q"], x["initial_state"])
+    J_ref = torch.func.jacrev(ref, argnums=(0, 1))(x["q"], x["initial_state"])
+    for out, out_ref in zip(J, J_ref):
+        for a, b in zip(out, out_ref):
+            assert a.shape == b.shape and (a - b).abs().max() < 1e-13
 
 
 def test_func_forward_mode_and_double_backward_are_clear_errors():
