@@ -360,9 +360,8 @@ class _ChunkFunction(torch.autograd.Function):
 # private) that, outside functorch transforms (torch.func), only unwraps "dead" functorch wrappers
 # (tensors that escaped a finished transform) through a generator over the arguments: about 3.5 µs of
 # a 25 µs eager forward on a CPU VM (torch 2.13). The eager path calls the C++ apply directly. While a
-# transform is active rewy.ops calls the custom ops instead (transforms_active), which torch.func
-# handles through their autograd formula and vmap rules, so _ChunkFunction never sees functorch
-# wrappers. A dead wrapper passed in is not unwrapped; reading its data pointer fails loudly.
+# transform is active (transforms_active) rewy.ops calls _FuncFunction over the custom ops instead,
+# so _ChunkFunction never sees functorch wrappers. A dead wrapper passed in is not unwrapped; reading its data pointer fails loudly.
 try:
     _function_apply = super(torch.autograd.Function, _ChunkFunction).apply
     transforms_active = torch._C._are_functorch_transforms_active
