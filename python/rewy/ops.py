@@ -331,7 +331,8 @@ def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final
     """DeltaNet: S_t = (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,  o_t = S_tᵀ (scale q_t).
 
     q, k [B,T,H,K]; v [B,T,HV,V]; beta [B,T,HV]. Returns (o [B,T,HV,V] in q.dtype, final state
-    [N,HV,K,V] fp32 or None). As fla.ops.delta_rule.chunk_delta_rule, plus rewy's keywords.
+    [N,HV,K,V] fp32 (fp64 for float64 inputs, CPU only) or None). As fla.ops.delta_rule.chunk_delta_rule,
+    plus rewy's keywords.
     """
     name = "chunk_delta_rule"
     return _delta_rule(name, _lib.OP_DELTANET, q, k, v, beta=beta, scale=scale, initial_state=initial_state,
