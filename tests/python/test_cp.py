@@ -1,6 +1,7 @@
-"""Context parallelism (rewy.cp, issue 28) on CPU with gloo, at 2 and 4 processes.
+"""Context parallelism (rewy.cp, issue 28) on CPU with gloo, at 2 and 4 processes (and with NCCL on 2 GPUs
+where a machine has them: make test-cuda).
 
-Each world size launches its processes once (this file run as a script: one rank each, a FileStore
+Each (device, world size) launches its processes once (this file run as a script: one rank each, a FileStore
 rendezvous, no fixed port) and every rank runs every case on its own tokens. The ranks' outputs and
 gradients come back as files; here they are put together in global order and compared with the
 single-process rewy call (SINGLE_BOUND) and with the fp64 reference (MATH §10 bounds), and, with
@@ -18,6 +19,7 @@ import time
 import pytest
 import torch
 
+import rewy
 import rewy.cp as cp
 from helpers import FN, FP32_INPUTS, TOL, make_inputs, rel_err
 from reference import reference
@@ -38,7 +40,11 @@ CASES = {
 # pieces' outputs and gradients and of the boundary term's q̃ differ from the single call's (seen:
 # <= 1e-3), half MATH §10's o bound
 SINGLE_BOUND = {torch.float32: 1e-5, torch.bfloat16: 4e-3}
-WORLD_SIZES = [2, 4]
+# (device, processes): gloo on CPU; NCCL with one GPU per process where a machine has them
+RUNS = [pytest.param(("cpu", 2), id="cpu-2"), pytest.param(("cpu", 4), id="cpu-4"),
+        pytest.param(("cuda", 2), id="cuda-2", marks=pytest.mark.skipif(
+            not (torch.cuda.device_count() >= 2 and rewy.has_cuda()),
+            reason="needs 2 CUDA devices and librewy built with CUDA=1"))]
 TIMEOUT_S = 240
 
 
@@ -62,9 +68,13 @@ def _dtype(name):
     return CASES[name][9].get("dtype", torch.float32)
 
 
-def _leaf(name, n, t):
+def _leaf(name, n, t, device="cpu"):
     """A leaf in the case's element type; gates, states and A_log/dt_bias fp32 (rewy.h)."""
-    return t.to(torch.float32 if n in FP32_INPUTS else _dtype(name)).contiguous().requires_grad_()
+    return t.to(device, torch.float32 if n in FP32_INPUTS else _dtype(name)).contiguous().requires_grad_()
+
+
+def _cpu(t):
+    return t.detach().cpu()
 
 
 def _cotangents(name, o_shape, ht_shape, seed=123):
@@ -85,19 +95,22 @@ def _rank_layout(name, R, r):
     return bounds[r], bounds[r + 1], slice(first, first + len(local) - 1), local, carry_in, carry_out
 
 
-def _local(name, x, a, e, rows):
+def _local(name, x, a, e, rows, device="cpu"):
     """Rank-local leaves: tokens [a, e), state rows `rows`, A_log/dt_bias whole."""
-    return {n: _leaf(name, n, t[rows] if n == "initial_state" else t if n in ("A_log", "dt_bias") else t[:, a:e])
-            for n, t in x.items()}
+    return {n: _leaf(name, n, (t[rows] if n == "initial_state" else t if n in ("A_log", "dt_bias") else t[:, a:e]),
+                     device) for n, t in x.items()}
 
 
-def _worker(rank, R, store, out_dir):
+def _worker(rank, R, device, store, out_dir):
     """One rank: every case on its own tokens, twice: with the final-state gradient only on the rows
     whose sequences end here ("final": the single-process loss) and on every row, boundary states
     included ("all"). Results saved to out_dir/rank{r}.pt."""
     torch.set_num_threads(1)
     import torch.distributed as dist
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=R,
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    dist.init_process_group("nccl" if device != "cpu" else "gloo", init_method="file://" + store, rank=rank, world_size=R,
                             timeout=datetime.timedelta(seconds=TIMEOUT_S // 2))
     results = {}
     try:
@@ -105,11 +118,11 @@ def _worker(rank, R, store, out_dir):
             op, B, T, H, HV, K, V, cu, bounds, opts = CASES[name]
             x, opts = _inputs(name)
             ctx = (cp.build_cp_context(None) if cu is None else
-                   cp.build_cp_context(torch.tensor(cu, dtype=torch.int32), bounds=(bounds or {}).get(R)))
+                   cp.build_cp_context(torch.tensor(cu, dtype=torch.int32, device=device), bounds=(bounds or {}).get(R)))
             a, e, rows, _, carry_in, carry_out = _rank_layout(name, R, rank)
             assert (carry_in, carry_out) == (ctx.carry_in, ctx.carry_out)
             for kind in ("final", "all"):
-                leaves = _local(name, x, a, e, rows)
+                leaves = _local(name, x, a, e, rows, device)
                 o, ht = getattr(cp, FN[op].__name__)(**leaves, output_final_state=True, cp_context=ctx, **opts)
                 do, dht = _cotangents(name, (B, T) + tuple(o.shape[2:]), x["initial_state"].shape)
                 dht = dht[rows].clone()
@@ -117,19 +130,19 @@ def _worker(rank, R, store, out_dir):
                     dht = _cotangents(name, (1,), ht.shape, seed=1000 + rank)[1]
                 elif carry_out:   # a boundary state is not an output of the single-process call
                     dht[-(B if cu is None else 1):] = 0
-                loss = (o * do[:, a:e].float()).sum() + (ht * dht.float()).sum()
+                loss = (o * do[:, a:e].to(device, torch.float32)).sum() + (ht * dht.to(device, torch.float32)).sum()
                 grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
                 grads = [torch.zeros_like(t) if d is None else d for t, d in zip(leaves.values(), grads)]  # unread h0
-                results[name, kind] = dict(o=o.detach(), ht=ht.detach(), grads=dict(zip(leaves, grads)))
+                results[name, kind] = dict(o=_cpu(o), ht=_cpu(ht), grads={n: _cpu(d) for n, d in zip(leaves, grads)})
             with torch.no_grad():   # inference: the same values, nothing kept for a backward
                 o, ht = getattr(cp, FN[op].__name__)(**leaves, output_final_state=True, cp_context=ctx, **opts)
-                results[name, "no_grad"] = dict(o=o, ht=ht, grad_fn=o.grad_fn is not None)
+                results[name, "no_grad"] = dict(o=_cpu(o), ht=_cpu(ht), grad_fn=o.grad_fn is not None)
     finally:
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.destroy_process_group()
 
 
-def _launch(R, tmp):
+def _launch(device, R, tmp):
     """Run the R ranks; returns [results of rank 0, ..., rank R−1]. Fails with the ranks' stderr."""
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(cp.__file__)),
@@ -137,7 +150,7 @@ def _launch(R, tmp):
     if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
         env["GLOO_SOCKET_IFNAME"] = "lo"   # loopback: no dependence on how the host name resolves
     store = os.path.join(tmp, "store")
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(R), store, tmp], env=env,
+    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(R), device, store, tmp], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(R)]
     deadline, logs = time.monotonic() + TIMEOUT_S, []
     try:
@@ -146,7 +159,7 @@ def _launch(R, tmp):
     except subprocess.TimeoutExpired:
         for p in procs:
             p.kill()
-        pytest.fail(f"context-parallel ranks (R={R}) ran past {TIMEOUT_S} s")
+        pytest.fail(f"context-parallel ranks ({device}, R={R}) ran past {TIMEOUT_S} s")
     finally:
         for p in procs:
             if p.poll() is None:
@@ -163,57 +176,61 @@ _RUNS = {}
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    def get(R):
-        if R not in _RUNS:
-            _RUNS[R] = _launch(R, str(tmp_path_factory.mktemp(f"cp{R}")))
-        return _RUNS[R]
+    def get(run):
+        if run not in _RUNS:
+            _RUNS[run] = _launch(*run, str(tmp_path_factory.mktemp(f"cp-{run[0]}-{run[1]}")))
+        return _RUNS[run]
     return get
 
 
 _SINGLE = {}
 
 
-def _single(name):
-    """The single-process rewy call (fp32) and the fp64 reference, with the "final" loss."""
-    if name in _SINGLE:
-        return _SINGLE[name]
+def _single(name, device):
+    """The single-process rewy call (on device: cuda means cuda:0) and the fp64 reference, with the
+    "final" loss; everything returned on the CPU."""
+    if (name, device) in _SINGLE:
+        return _SINGLE[name, device]
+    device = "cuda:0" if device == "cuda" else device
     op, B, T, H, HV, K, V, cu, _, opts = CASES[name]
     x, opts = _inputs(name)
-    kw = dict(opts) if cu is None else dict(opts, cu_seqlens=torch.tensor(cu, dtype=torch.int32))
-    leaves = {n: _leaf(name, n, t) for n, t in x.items()}
+    kw = dict(opts) if cu is None else dict(opts, cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device))
+    leaves = {n: _leaf(name, n, t, device) for n, t in x.items()}
     o, ht = FN[op](**leaves, output_final_state=True, **kw)
     ref_leaves = {n: t.clone().requires_grad_() for n, t in x.items()}
     ref_o, ref_ht = reference(op, **ref_leaves, **dict(kw, cu_seqlens=cu))
     do, dht = _cotangents(name, ref_o.shape, ref_ht.shape)
     out = {}
     for key, lv, (oo, hh) in (("rewy", leaves, (o, ht)), ("ref", ref_leaves, (ref_o, ref_ht))):
-        loss = (oo * do.to(hh.dtype)).sum() + (hh * dht.to(hh.dtype)).sum()
-        out[key] = dict(o=oo.detach(), ht=hh.detach(), **dict(zip(lv, torch.autograd.grad(loss, list(lv.values())))))
-    _SINGLE[name] = out
+        loss = (oo * do.to(hh.device, hh.dtype)).sum() + (hh * dht.to(hh.device, hh.dtype)).sum()
+        grads = torch.autograd.grad(loss, list(lv.values()))
+        out[key] = dict(o=_cpu(oo), ht=_cpu(hh), **{n: _cpu(d) for n, d in zip(lv, grads)})
+    _SINGLE[name, device] = out
     return out
 
 
-def _serial(name, R):
+def _serial(name, R, device):
     """The "all" loss without rewy.cp: the ranks' segments called one after another in this process,
     each carried-in state taken from the previous segment's call on the autograd graph (so the
     gradients of boundary states go through the library's own dh0). Per rank: o, ht; and the grads."""
     op, B, T, H, HV, K, V, cu, _, opts = CASES[name]
     x, opts = _inputs(name)
-    leaves = {n: _leaf(name, n, t) for n, t in x.items()}
-    do = _cotangents(name, (B, T, HV, V), x["initial_state"].shape)[0]
+    device = "cuda:0" if device == "cuda" else device
+    leaves = {n: _leaf(name, n, t, device) for n, t in x.items()}
+    do = _cotangents(name, (B, T, HV, V), x["initial_state"].shape)[0].to(device, torch.float32)
     loss, outs, carried = 0, [], None
     for r in range(R):
         a, e, rows, local, carry_in, carry_out = _rank_layout(name, R, r)
         args = {n: (t if n in ("A_log", "dt_bias", "initial_state") else t[:, a:e]) for n, t in leaves.items()}
         h0 = leaves["initial_state"][rows]
         args["initial_state"] = torch.cat([carried, h0[1:]]) if carry_in and cu is not None else carried if carry_in else h0
-        kw = dict(opts) if local is None else dict(opts, cu_seqlens=local)
+        kw = dict(opts) if local is None else dict(opts, cu_seqlens=local.to(device))
         o, ht = FN[op](**args, output_final_state=True, **kw)
         carried = ht[-(B if cu is None else 1):]
-        dht = _cotangents(name, (1,), ht.shape, seed=1000 + r)[1]
-        loss = loss + (o * do[:, a:e].float()).sum() + (ht * dht.float()).sum()
-        outs.append((o.detach(), ht.detach()))
-    return outs, dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
+        dht = _cotangents(name, (1,), ht.shape, seed=1000 + r)[1].to(device, torch.float32)
+        loss = loss + (o * do[:, a:e]).sum() + (ht * dht).sum()
+        outs.append((_cpu(o), _cpu(ht)))
+    return outs, {n: _cpu(d) for n, d in zip(leaves, torch.autograd.grad(loss, list(leaves.values())))}
 
 
 def _assemble(name, R, ranks, kind):
@@ -250,43 +267,52 @@ def _compare(got, want, bound, what):
         assert err <= b, f"{n}: relative error {err:.3g} > {b:.3g} against {what}"
 
 
-@pytest.mark.parametrize("R", WORLD_SIZES)
-@pytest.mark.parametrize("name", list(CASES))
-def test_cp_matches_single_process(runs, R, name):
-    """Every output, final state and gradient of the R ranks, put together, against the single-process
-    call (fp32 both: the split changes only the summation order) and against the fp64 reference
-    (half the MATH §10 bound for fp32 elements, as the fp32 rows of test_ops)."""
-    got = _assemble(name, R, runs(R), "final")
-    single = _single(name)
+def _bound(name, device):
+    """The bound against the single-process call and the serial segments: SINGLE_BOUND on CPU; on
+    CUDA (whose fp32 products may round differently from a different start state) half MATH §10's."""
     tight = SINGLE_BOUND[_dtype(name)]
-    _compare(got, single["rewy"], lambda n: tight, "the single-process call")
-    # fp32: half the MATH §10 bound, as the fp32 rows of test_ops; bf16: the bound itself
+    return (lambda n: tight) if device == "cpu" else (lambda n: TOL[n] * 0.5)
+
+
+@pytest.mark.parametrize("run", RUNS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_cp_matches_single_process(runs, run, name):
+    """Every output, final state and gradient of the ranks, put together, against the single-process
+    call and against the fp64 reference (half the MATH §10 bound for fp32 elements, as the fp32 rows
+    of test_ops; the bound itself for bf16)."""
+    device, R = run
+    got = _assemble(name, R, runs(run), "final")
+    single = _single(name, device)
+    _compare(got, single["rewy"], _bound(name, device), "the single-process call")
     _compare(got, single["ref"], lambda n: TOL[n] * (0.5 if _dtype(name) == torch.float32 else 1), "the fp64 reference")
     # the h0 row of a sequence carried in from an earlier rank is not read: its gradient is zero;
-    # under no_grad, the same outputs and states
-    for r, x in enumerate(runs(R)):
+    # under no_grad, the same outputs and states (bit for bit on CPU)
+    for r, x in enumerate(runs(run)):
         assert not x[name, "no_grad"]["grad_fn"]
         for n in ("o", "ht"):
-            torch.testing.assert_close(x[name, "no_grad"][n], x[name, "all"][n], rtol=0, atol=0)
+            if device == "cpu":
+                torch.testing.assert_close(x[name, "no_grad"][n], x[name, "all"][n], rtol=0, atol=0)
+            else:
+                _compare({n: x[name, "no_grad"][n]}, {n: x[name, "all"][n]}, _bound(name, device), "the grad run")
         a, e, rows, local, carry_in, carry_out = _rank_layout(name, R, r)
         if carry_in:
             assert x[name, "final"]["grads"]["initial_state"][:1 if local is not None else None].abs().max() == 0
 
 
-@pytest.mark.parametrize("R", WORLD_SIZES)
+@pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize("name", list(CASES))
-def test_cp_boundary_states(runs, R, name):
+def test_cp_boundary_states(runs, run, name):
     """A final-state gradient on every rank's every state, boundary states included: each rank's
     outputs and states (boundary ones too) and every gradient against the segments called one after
     another in one process, the carried state on the autograd graph."""
-    res = [x[name, "all"] for x in runs(R)]
-    tight = SINGLE_BOUND[_dtype(name)]
-    outs, grads = _serial(name, R)
+    device, R = run
+    res = [x[name, "all"] for x in runs(run)]
+    outs, grads = _serial(name, R, device)
     for r, (x, (o, ht)) in enumerate(zip(res, outs)):
-        _compare(dict(o=x["o"], ht=x["ht"]), dict(o=o, ht=ht), lambda n: tight, f"the serial segments (rank {r})")
-    got = _assemble(name, R, runs(R), "all")
+        _compare(dict(o=x["o"], ht=x["ht"]), dict(o=o, ht=ht), _bound(name, device), f"the serial segments (rank {r})")
+    got = _assemble(name, R, runs(run), "all")
     del got["o"], got["ht"]
-    _compare(got, grads, lambda n: tight, "the serial segments")
+    _compare(got, grads, _bound(name, device), "the serial segments")
 
 
 def _fake_context(**kw):
@@ -328,4 +354,4 @@ def test_segment_layout():
 
 
 if __name__ == "__main__":
-    _worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    _worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
