@@ -311,7 +311,7 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/librewy_check.a $(BUILD)/librewy.
 # access, and OpenBLAS's libgomp does not meet clang's libomp in one process.
 # (-Wno-pass-failed: at -O1 clang reports the `omp simd` loops it leaves scalar.)
 FUZZ_CC      ?= clang
-FUZZ_RUNS    ?= 500
+FUZZ_RUNS    ?= 600
 FUZZ_SECONDS ?= 1800
 FUZZ_CFLAGS   = $(filter-out -DREWY_WITH_CUDA,$(CFLAGS_BASE)) -DREWY_NO_CBLAS -O1 -g $(SAN) -Wno-pass-failed
 FUZZ_OBJ      = $(patsubst %.c,$(BUILD)/fuzz/%.o,$(LIB_SRC) $(CHECK_SRC))
