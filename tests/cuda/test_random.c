@@ -11,10 +11,11 @@
  * Sizes: B·T·HV·K·V ≤ 2^21 (lengths shrink first, then heads, then the wider of K and V), so
  * the fp64 oracle on the host, which dominates, keeps 2,000 configurations within a few minutes.
  *
- *   test_random [--seed S] [--count N] [--start I] [--quick] [--verbose]
+ *   test_random [--seed S] [--count N] [--start I] [--quick] [--verbose] [--all-gates]
  *
  * Defaults: seed 1, 2,000 configurations from index 0. --quick: 24 configurations of at most 2^17
- * (for compute-sanitizer). A failing configuration prints its table and the command that reruns
+ * (for compute-sanitizer). --all-gates: the gated configurations also draw −inf resets, huge gates
+ * (−25 … −1e30) and mixed −1000/−0.1 gates (issue 25 item 1). A failing configuration prints its table and the command that reruns
  * it alone. The last lines: a summary of what ran, then "N passed, N failed" (checks). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ static long work(const rewy_case *c) {
     return (long)(c->num_seqs ? 1 : c->B) * T * c->HV * c->K * c->V;
 }
 
-static rewy_case random_case(uint64_t seed, int index, long work_max) {
+static rewy_case random_case(uint64_t seed, int index, long work_max, int all_gates) {
     /* the index multiplied by an odd constant: neighbouring configurations start far apart in
      * splitmix's state sequence (index + 1 would give a shifted copy of the same stream) */
     rng r = {seed};
@@ -96,9 +97,10 @@ static rewy_case random_case(uint64_t seed, int index, long work_max) {
         c.T = pick_len(&r);
     }
     if (c.op != REWY_OP_DELTANET) {
-        static const rewy_gate_regime gates[4] = {REWY_GATES_NORMAL, REWY_GATES_NORMAL, REWY_GATES_STRONG,
-                                                  REWY_GATES_RESET};
-        c.gates = gates[below(&r, 4)];
+        static const rewy_gate_regime gates[7] = {REWY_GATES_NORMAL, REWY_GATES_NORMAL, REWY_GATES_STRONG,
+                                                  REWY_GATES_RESET, REWY_GATES_NEG_INF, REWY_GATES_HUGE,
+                                                  REWY_GATES_MIXED};
+        c.gates = gates[below(&r, all_gates ? 7 : 4)];
     }
     c.betas = below(&r, 6) == 0 ? REWY_BETAS_ZERO : REWY_BETAS_NORMAL;
     c.use_h0 = below(&r, 2);
@@ -127,7 +129,7 @@ static rewy_case random_case(uint64_t seed, int index, long work_max) {
 /* What the campaign covered, for its summary line. */
 typedef struct tally {
     int ops[4], dtypes[3], policies[2], varlen, gva, small_kv, wide_kv, tails, h0, dht, no_ht, vfirst;
-    int gates[3], beta0;
+    int gates[6], beta0;    /* by rewy_gate_regime */
 } tally;
 
 static void count(tally *t, const rewy_case *c) {
@@ -159,7 +161,7 @@ static int arg_int(int argc, char **argv, int *i, long *out) {
 
 int main(int argc, char **argv) {
     long seed = 1, n = 2000, start = 0;
-    int quick = test_quick(), verbose = 0;
+    int quick = test_quick(), verbose = 0, all_gates = 0;
     for (int i = 1; i < argc; i++) {
         int bad = 0;
         if (!strcmp(argv[i], "--seed")) bad = arg_int(argc, argv, &i, &seed);
@@ -167,9 +169,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--start")) bad = arg_int(argc, argv, &i, &start);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--verbose")) verbose = 1;
+        else if (!strcmp(argv[i], "--all-gates")) all_gates = 1;
         else bad = 1;
         if (bad) {
-            fprintf(stderr, "usage: test_random [--seed S] [--count N] [--start I] [--quick] [--verbose]\n");
+            fprintf(stderr, "usage: test_random [--seed S] [--count N] [--start I] [--quick] [--verbose] "
+                            "[--all-gates]\n");
             return 2;
         }
     }
@@ -192,7 +196,7 @@ int main(int argc, char **argv) {
     struct timespec t0, t1;
     timespec_get(&t0, TIME_UTC);
     for (long i = start; i < start + n; i++) {
-        rewy_case c = random_case((uint64_t)seed, (int)i, work_max);
+        rewy_case c = random_case((uint64_t)seed, (int)i, work_max, all_gates);
         int failed_before = tc.failed;
         run_case(&tc, c, verbose);
         ran++;
@@ -201,8 +205,8 @@ int main(int argc, char **argv) {
             failed++;
             char desc[256];
             rewy_check_describe(&c, desc, sizeof desc);
-            printf("FAIL configuration %ld: %s (alone: test_random --seed %ld --start %ld --count 1)\n", i, desc,
-                   seed, i);
+            printf("FAIL configuration %ld: %s (alone: test_random --seed %ld --start %ld --count 1%s)\n", i,
+                   desc, seed, i, all_gates ? " --all-gates" : "");
         }
         /* a device fault leaves the context unusable: stop instead of failing every later configuration */
         cudaError_t ce = cudaDeviceSynchronize();
@@ -216,10 +220,11 @@ int main(int argc, char **argv) {
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     printf("covered: deltanet %d, gdn %d, kda %d, gdn2 %d; fp32 %d, bf16 %d, fp16 %d; policy R %d, A %d; varlen %d, "
            "grouped heads %d, K or V < 16 %d, K or V > 128 %d, tails %d; h0 %d, dht %d, no ht %d, state_v_first %d; "
-           "gates normal %d, strong %d, resets %d; zero beta %d\n",
+           "gates normal %d, strong %d, resets %d, -inf %d, huge %d, mixed %d; zero beta %d\n",
            t.ops[0], t.ops[1], t.ops[2], t.ops[3], t.dtypes[REWY_F32], t.dtypes[REWY_BF16], t.dtypes[REWY_F16],
            t.policies[0], t.policies[1], t.varlen, t.gva, t.small_kv, t.wide_kv, t.tails, t.h0, t.dht, t.no_ht,
-           t.vfirst, t.gates[0], t.gates[1], t.gates[2], t.beta0);
+           t.vfirst, t.gates[REWY_GATES_NORMAL], t.gates[REWY_GATES_STRONG], t.gates[REWY_GATES_RESET],
+           t.gates[REWY_GATES_NEG_INF], t.gates[REWY_GATES_HUGE], t.gates[REWY_GATES_MIXED], t.beta0);
     printf("test_random: %ld configurations run (x {WY, ReWY}), %ld failed, seed %ld, %.1f s\n", ran, failed, seed,
            secs);
     return test_finish(&tc);
