@@ -280,6 +280,10 @@ def _run(name, fn, cp_context, q, k, v, gates, scale, initial_state, output_fina
                              f"(got q {list(q.shape)})")
     elif q.shape[1] < 1:
         raise ValueError(f"{name}: every rank needs at least one token (got q {list(q.shape)})")
+    n_local = c.num_seqs if c.cu_seqlens_cpu is not None else q.shape[0]
+    if isinstance(initial_state, torch.Tensor) and (initial_state.dim() != 4 or initial_state.shape[0] != n_local):
+        raise ValueError(f"{name}: with cp_context, initial_state holds this rank's {n_local} local sequences "
+                         f"[{n_local}, HV, K, V] (got {list(initial_state.shape)})")
     v_first = bool(kwargs.get("state_v_first") or kwargs.get("transpose_state_layout"))
     tensors = dict(q=q, k=k, v=v, **gates, initial_state=initial_state)
     tensors.update((n, kwargs.pop(n)) for n in [n for n, t in kwargs.items() if isinstance(t, torch.Tensor)])

@@ -333,6 +333,8 @@ def test_cp_argument_errors():
     with pytest.raises(ValueError, match=r"rank 1 holds \[1, 20, \.\.\.\] tokens"):
         cp.chunk_gated_delta_rule(x["q"][:, :10], x["k"][:, :10], x["v"][:, :10], x["g"][:, :10], x["beta"][:, :10],
                                   cp_context=ctx)
+    with pytest.raises(ValueError, match=r"initial_state holds this rank's 2 local sequences"):
+        cp.chunk_gated_delta_rule(*args, cp_context=ctx, initial_state=torch.zeros(1, 1, 16, 16))
     with pytest.raises(ValueError, match="divisible by the world size"):
         cp.segment_layout([0, 7, 41], 2, 0)
     with pytest.raises(ValueError, match="bounds must be 3 strictly increasing offsets"):
