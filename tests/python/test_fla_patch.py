@@ -165,3 +165,26 @@ def test_e2e_selftest():
     r = subprocess.run([sys.executable, os.path.join(root, "bench", "e2e.py"), "--selftest"], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "selftest: passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_patch_real_fla():
+    """The real FLA package where it imports (the GPU machine puts .ref/fla-src on PYTHONPATH;
+    importing it needs Triton, not a GPU): its layers' module-level names are rewy's after the
+    patch and FLA's own again after undo."""
+    layers = {"delta_net": "chunk_delta_rule", "gated_deltanet": "chunk_gated_delta_rule", "kda": "chunk_kda",
+              "gdn2": "chunk_gdn2"}
+    mods = {}
+    for mod, name in layers.items():
+        mods[mod] = pytest.importorskip(f"fla.layers.{mod}")
+    before = {mod: getattr(m, layers[mod]) for mod, m in mods.items()}
+    patch = rewy.patch_fla()
+    try:
+        assert patch.skipped == {}
+        for mod, m in mods.items():
+            assert getattr(m, layers[mod]) is getattr(rewy, layers[mod]), mod
+        assert sys.modules["fla.ops"].chunk_gdn is rewy.chunk_gated_delta_rule
+    finally:
+        patch.undo()
+    for mod, m in mods.items():
+        assert getattr(m, layers[mod]) is before[mod], mod
+        assert getattr(m, layers[mod]).__module__.startswith("fla.ops."), mod
