@@ -282,13 +282,14 @@ test-fla:
 
 # End to end (issue 27), on a GPU with FLA in .ref/fla-src: FLA's GatedDeltaNet, DeltaNet and KDA models trained
 # 200 steps with FLA's kernels, then with rewy.patch_fla() (and FlashQLA for GDN when flash_qla imports); a table
-# (tok/s, ratio, peak memory, attention share, losses, agreement), build/e2e/e2e.json and docs/e2e_loss.png.
+# (tok/s, ratio, peak memory, attention share, losses, agreement), e2e.json and e2e_loss.png in $OUT where set
+# (the device machine), else build/e2e/e2e.json and docs/e2e_loss.png.
 # About 8 minutes; FLA's compiled kernels and autotune choices stay in .fla-cache (carry it to save the compiles).
 # Uses a prebuilt $(E2E_LIB) (built with CUDA=1 when missing). E2E_ARGS: bench/e2e.py options (--help).
 E2E_LIB  ?= build/cuda-on/librewy.so
 E2E_ARGS ?=
 e2e:
-	@test -f $(E2E_LIB) || $(MAKE) CUDA=1 BUILD=$(patsubst %/,%,$(dir $(E2E_LIB))) lib
+	@test -f $(E2E_LIB) || $(MAKE) -j16 CUDA=1 BUILD=$(patsubst %/,%,$(dir $(E2E_LIB))) lib
 	@mkdir -p .fla-cache/triton
 	REWY_LIBRARY=$(CURDIR)/$(E2E_LIB) PYTHONPATH=$(CURDIR)/python:$(CURDIR)/.ref/fla-src$${PYTHONPATH:+:$$PYTHONPATH} \
 	  FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=$(CURDIR)/.fla-cache/triton TRITON_CACHE_AUTOTUNING=1 \

@@ -635,8 +635,12 @@ def parse_args(argv=None):
                     help="compile FLA's (and FlashQLA's) kernels first in parallel processes, one per model "
                          "(auto: on a GPU); their autotune timings are not kept")
     ap.add_argument("--warm-only", metavar="MODEL:IMPL", help=argparse.SUPPRESS)
-    ap.add_argument("--json", default=os.path.join(ROOT, "build", "e2e", "e2e.json"))
-    ap.add_argument("--png", default=os.path.join(ROOT, "docs", "e2e_loss.png"))
+    # (on the device machine only $OUT comes back: the results default to it there)
+    out = os.environ.get("OUT")
+    ap.add_argument("--json", default=os.path.join(out, "e2e.json") if out else os.path.join(ROOT, "build", "e2e", "e2e.json"),
+                    help="results (default $OUT/e2e.json where OUT is set, else build/e2e/e2e.json)")
+    ap.add_argument("--png", default=os.path.join(out, "e2e_loss.png") if out else os.path.join(ROOT, "docs", "e2e_loss.png"),
+                    help="loss curves (default $OUT/e2e_loss.png where OUT is set, else docs/e2e_loss.png)")
     ap.add_argument("--plot", metavar="JSON", help="only draw --png from a saved --json")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and sizes; no GPU, no FLA")
     ap.add_argument("--selftest", action="store_true", help="tiny CPU run with a stand-in FLA (rewy's WY backward)")
