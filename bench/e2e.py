@@ -11,8 +11,9 @@ classes) when they import under the installed transformers, else FLA's layers (f
 plain PyTorch blocks (embedding, pre-norm RMSNorm, SwiGLU MLP of FLA's size, LM head). KDA is
 FLA's KimiDeltaAttention, the layer Kimi Linear uses (short convolutions, low-rank gate and
 output-gate projections, head dim 128). All three use 128-wide heads (K = V = 128). Defaults:
-hidden 2048, 16 heads, 8 layers, vocabulary 32000 (about 0.58B parameters), sequence 4096,
-batch 4 (16k tokens a step); --layers/--hidden/--batch/--seq change them.
+hidden 2048, 16 heads, 8 layers, vocabulary 32000 (fla.models: GDN 0.576B, DeltaNet 0.543B,
+KDA 0.551B parameters), sequence 4096, batch 4 (16k tokens a step); --layers/--hidden/--batch/
+--seq change them.
 
 Training. bf16 parameters under bf16 autocast, fused AdamW (betas 0.9/0.95, weight decay 0.1),
 20 warm-up steps then cosine, gradient clipping at 1, as FLA's own throughput benchmark. Each
@@ -98,12 +99,12 @@ def make_batches(n, B, T, vocab, seed, device):
     The table has about one phrase position per vocabulary entry (4096 phrases for 32000 ids),
     so the token after a token is nearly determined inside a phrase."""
     gen = torch.Generator().manual_seed(seed)
-    PHRASES = max(16, min(4096, vocab // PHRASE_LEN))
-    phrases = torch.randint(0, vocab, (PHRASES, PHRASE_LEN), generator=gen)
+    n_phrases = max(16, min(4096, vocab // PHRASE_LEN))
+    phrases = torch.randint(0, vocab, (n_phrases, PHRASE_LEN), generator=gen)
     per_row = -(-T // PHRASE_LEN)
     steps = torch.tensor(PHRASE_STEPS)[torch.randint(0, len(PHRASE_STEPS), (n, B, per_row), generator=gen)]
-    start = torch.randint(0, PHRASES, (n, B, 1), generator=gen)
-    ids = (start + steps.cumsum(-1)) % PHRASES
+    start = torch.randint(0, n_phrases, (n, B, 1), generator=gen)
+    ids = (start + steps.cumsum(-1)) % n_phrases
     return phrases[ids].reshape(n, B, -1)[..., :T].contiguous().to(device)
 
 
@@ -128,7 +129,8 @@ def layer_options(name, a):
 
 def approx_params(name, a):
     h, inter = a.hidden, intermediate_size(a.hidden)
-    attn = 4 * h * h + (h * h if name == "gdn" else 0) + (2 * 16 * 2 * h if name == "kda" else 0)
+    # q, k, v, o; GDN's output gate; KDA's low-rank gate and output-gate projections (rank 128)
+    attn = 4 * h * h + (h * h if name == "gdn" else 0) + (4 * 128 * h if name == "kda" else 0)
     return 2 * a.vocab * h + a.layers * (attn + 3 * h * inter)
 
 
