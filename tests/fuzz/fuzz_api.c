@@ -356,6 +356,21 @@ static void expect(const problem *p, const char *what, rewy_status got, rewy_sta
     if (want != REWY_OK && msg && !msg[0]) fail(p, "%s returned %d without a message", what, (int)got);
 }
 
+/* The message buffer at a short length (0..7 bytes, exactly allocated): the same status, nothing
+ * written past msg_len, a terminated string; and every status has a non-empty description. */
+static void short_message(const problem *p, const rewy_fwd_params *fp, rewy_status want) {
+    size_t len = (size_t)(p->seed & 7);
+    char *m = exact(len);
+    expect(p, "rewy_validate_fwd (short message buffer)", rewy_validate_fwd(fp, len ? m : NULL, len), want, NULL);
+    if (len && !memchr(m, 0, len)) fail(p, "rewy_validate_fwd: message not terminated within msg_len %zu", len);
+    free(m);
+    const char *d = rewy_strerror(want);
+    if (!d || !d[0]) fail(p, "rewy_strerror(%d) is empty", (int)want);
+    d = rewy_strerror((rewy_status)(REWY_STATUS_COUNT + (int)(p->seed >> 60)));
+    if (!d || !d[0]) fail(p, "rewy_strerror of an unknown status is empty");
+    expect(p, "rewy_validate_fwd(NULL)", rewy_validate_fwd(NULL, NULL, 0), REWY_ERR_NULL_POINTER, NULL);
+}
+
 /* ---------------------------------------------------------------- one execution */
 
 static void run(problem *p) {
@@ -442,6 +457,7 @@ static void run(problem *p) {
     if (f == F_BACKEND && dt == REWY_F64) want = REWY_ERR_BAD_DTYPE;   /* fp64 is CPU-only, checked first */
     s = rewy_validate_fwd(&fp, msg, sizeof msg);
     expect(p, "rewy_validate_fwd", s, want, msg);
+    short_message(p, &fp, want);
     expect(p, "rewy_forward", rewy_forward(&fp), want, NULL);
     if (want != REWY_OK && config_fault(f)) {
         size_t dummy = 0;
