@@ -238,8 +238,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=5, help="discarded steps per backward before timing")
     ap.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when rewy has the CUDA backend)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "build",
-                                                  "train_lm_loss_curves.png"),
+    ap.add_argument("--out", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                                                   "build", "train_lm_loss_curves.png")),
                     help="PNG path (default build/train_lm_loss_curves.png)")
     args = ap.parse_args()
     if args.device == "auto":
