@@ -2,8 +2,10 @@
  *
  * Every place that forms the chunk-local cumsum G (MATH §2) adds floor(g) = max(g, −L) instead of
  * g. A token whose gate is at or below −L is a reset: e^{−L} = 9.4e-14 is invisible next to fp32's
- * 2^−24 = 6.0e-8 (a term carried through the reset would have to be 6.6e5 times larger than the
- * terms after it to change one bit), so the results equal those of the true gate to fp32 precision.
+ * 2^−24 = 6.0e-8 (a term carried through the reset would have to be over 3e5 times larger than
+ * the terms after it to reach half an ulp), so the results equal those of the true gate to fp32
+ * precision. (A floor of 104 would make e^{−L} round to exactly 0, bit-exact resets, but it raises
+ * |G| and measured 4x the error of mixed strong and weak gates: docs/MATH.md §10.)
  * What the floor buys:
  *   - g = −inf is an exact reset instead of −inf − (−inf) = NaN in every G_i − G_j;
  *   - |G| ≤ (resets in the chunk) × L + (the sum of the other gates), so the small gates after a

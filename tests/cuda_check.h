@@ -68,6 +68,8 @@ static inline void run_case(test_counts *tc, rewy_case c, int verbose) {
                       rewy_check_qty_name((rewy_qty)q), r.wy_vs_rewy[q]);
         }
         CHECK(tc, r.saved_intact, "%s: the backward modified the saved buffer", desc);
+        CHECK(tc, r.floored_dg_nonzero == 0, "%s: %ld gradients of floored gates (below -30) are not 0", desc,
+              r.floored_dg_nonzero);
     }
     if (verbose)
         printf("  %-60s worst err/tol: fwd %.2f  WY %.2f  ReWY %.2f%s\n", desc, worst[0], worst[1], worst[2],

@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <utility>
 #include "rewy.h"
+#include "gates.h" /* the log-gate floor: every cumsum G adds rewy_gate_floor(g) */
 
 namespace rewy_cuda {
 

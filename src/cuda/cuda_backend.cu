@@ -69,7 +69,7 @@ struct ScalarGates {
         const rewy_config *c = &a->cfg;
         return launch_pullback(p, c->dtype, a->q, a->k, a->v, a->beta, GB, A, a->do_, Sc, Sbar, R, PR, wy,
                                (wy && !wbar_in_smem(p.Kp, c->dtype == REWY_F32 ? 4 : 2)) ? Wbar : nullptr, acc,
-                               a->dq, a->dk, a->dv, a->dbeta, p.gated ? a->dg : nullptr, s);
+                               a->dq, a->dk, a->dv, a->dbeta, a->g, p.gated ? a->dg : nullptr, s);
     }
 };
 

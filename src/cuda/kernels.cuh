@@ -116,8 +116,8 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                             const void *beta, const float *GB, const float *A, const void *do_,
                             const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,
-                            float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, float *dg,
-                            cudaStream_t s);
+                            float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *g,
+                            float *dg, cudaStream_t s);
 
 } // namespace rewy_cuda
 #endif

@@ -15,14 +15,15 @@ namespace rewy_cuda {
 
 constexpr int KKT_THREADS = 256;
 
-/* The chunk-local cumulative gate G_i = Σ_{j ≤ i} g_j (MATH §2) by one warp: lane l holds rows 2l and
- * 2l + 1 (rows ≥ n add 0, so they repeat G_{n−1}; DeltaNet's G is 0). Returns the lane's two values. */
+/* The chunk-local cumulative gate G_i = Σ_{j ≤ i} floor(g_j) (MATH §2; the floor of gates.h) by one warp:
+ * lane l holds rows 2l and 2l + 1 (rows ≥ n add 0, so they repeat G_{n−1}; DeltaNet's G is 0). Returns the
+ * lane's two values. */
 __device__ __forceinline__ float2 chunk_gate_cumsum(const Prob &p, const float *g, int tok0, int n, int hv, int lane) {
     const int i0 = 2 * lane;
     float a = 0.f, b = 0.f;
     if (p.gated) {
-        if (i0 < n) a = g[(size_t)(tok0 + i0) * p.HV + hv];
-        if (i0 + 1 < n) b = g[(size_t)(tok0 + i0 + 1) * p.HV + hv];
+        if (i0 < n) a = rewy_gate_floor(g[(size_t)(tok0 + i0) * p.HV + hv]);
+        if (i0 + 1 < n) b = rewy_gate_floor(g[(size_t)(tok0 + i0 + 1) * p.HV + hv]);
     }
     float s = a + b;
 #pragma unroll

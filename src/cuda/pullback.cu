@@ -95,7 +95,7 @@ template <class T>
 __global__ void __launch_bounds__(PB_THREADS)
 pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A,
                 const T *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,
-                float *Wbar, float *acc, T *dq, T *dk, T *dv, T *dbeta, float *dg) {
+                float *Wbar, float *acc, T *dq, T *dk, T *dv, T *dbeta, const float *graw, float *dg) {
     extern __shared__ __align__(16) float sm[];
     const int c = blockIdx.x, h = blockIdx.y, BT = p.BT, Kp = p.Kp, tid = threadIdx.x;
     const ChunkInfo ci = p.ctab[c];
@@ -374,7 +374,8 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
                 float s = gn * lam_all + endp_all;
                 for (int i = n - 1; i >= 0; i--) {
                     s += rdg[i];
-                    dg[(size_t)(tok0 + i) * p.HV + hv] = s;
+                    const size_t th = (size_t)(tok0 + i) * p.HV + hv;
+                    dg[th] = rewy_gate_floor_grad(graw[th], s); /* a floored gate's ḡ is 0 (gates.h) */
                 }
             }
         }
@@ -493,7 +494,7 @@ template <class T, int KS, bool WY>
 __global__ void __launch_bounds__(PF_THREADS)
 pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const T *do_,
                      const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, float *acc, T *dq, T *dk,
-                     T *dv, T *dbeta, float *dg, const PfLayout L /* pf_layout(KS, WY, db, sizeof(pf_gam_t<T>)) */) {
+                     T *dv, T *dbeta, const float *graw, float *dg, const PfLayout L /* pf_layout(KS, WY, db, sizeof(pf_gam_t<T>)) */) {
     extern __shared__ __align__(16) char smc[];
     constexpr int NSK = KS / 32;     /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
     constexpr int NSN = 2;           /* … in the 64×64 results (16 columns) */
@@ -782,8 +783,9 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
                 if (lane + o < 32) t += u;
             }
             const float s0 = expf(gl) * lam_all + endp_all;
-            if (i < n) dg[(size_t)(tok0 + i) * p.HV + hv] = s0 + t;
-            if (i + 1 < n) dg[(size_t)(tok0 + i + 1) * p.HV + hv] = s0 + t - a;
+            const size_t th = (size_t)(tok0 + i) * p.HV + hv; /* a floored gate's ḡ is 0 (gates.h) */
+            if (i < n) dg[th] = rewy_gate_floor_grad(graw[th], s0 + t);
+            if (i + 1 < n) dg[th + p.HV] = rewy_gate_floor_grad(graw[th + p.HV], s0 + t - a);
         }
         __syncthreads();
     }
@@ -793,7 +795,7 @@ template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                        const float *A, const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R,
                        const rp_t *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta,
-                       float *dg, cudaStream_t s) {
+                       const float *graw, float *dg, cudaStream_t s) {
     if constexpr (sizeof(T) == 2) {
         /* the fast path (see pullback_fast_kernel) where its tiles apply */
         const bool al = ((uintptr_t)dv & 15) == 0 && ((uintptr_t)dq & 3) == 0 && ((uintptr_t)dk & 3) == 0;
@@ -810,7 +812,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
                 if (e != cudaSuccess) return e;
                 pullback_fast_kernel<T, KS, WY><<<dim3(p.NC, p.H), PF_THREADS, sm, s>>>(
                     p, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq,
-                    (T *)dk, (T *)dv, (T *)dbeta, dg, pl);
+                    (T *)dk, (T *)dv, (T *)dbeta, graw, dg, pl);
                 return cudaGetLastError();
             };
             using K64 = std::integral_constant<int, 64>;
@@ -826,18 +828,18 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
     dim3 grid(p.NC, p.H);
     kern<<<grid, PB_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)v, GB, A,
                                         (const T *)do_, Sc, Sbar, R, PR, wy, Wbar, acc, (T *)dq, (T *)dk, (T *)dv,
-                                        (T *)dbeta, dg);
+                                        (T *)dbeta, graw, dg);
     return cudaGetLastError();
 }
 
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                             const void *beta, const float *GB, const float *A, const void *do_,
                             const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,
-                            float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, float *dg,
-                            cudaStream_t s) {
+                            float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw,
+                            float *dg, cudaStream_t s) {
     (void)beta; /* β comes from GB */
     return with_dtype(dt, [&](auto t) {
-        return run<decltype(t)>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, dg, s);
+        return run<decltype(t)>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, graw, dg, s);
     });
 }
 

@@ -81,7 +81,7 @@ struct VectorGates {
                                 const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, bool wy,
                                 float *Wbar, float *acc, cudaStream_t s) {
         return launch_vec_pullback(p, a->cfg.dtype, a->q, a->k, a->v, a->beta, a->b, a->w, Gc, A, a->do_, Sc, Sbar,
-                                   R, PR, wy, Wbar, acc, a->dq, a->dk, a->dv, a->dbeta, a->db, a->dw, a->dg, s);
+                                   R, PR, wy, Wbar, acc, a->dq, a->dk, a->dv, a->dbeta, a->db, a->dw, a->g, a->dg, s);
     }
 };
 

@@ -42,12 +42,13 @@ vec_intra_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, 
     const T *kc = k + (tok0 * p.H + h) * p.K, *qc = q + (tok0 * p.H + h) * p.K;
     const size_t rsk = (size_t)p.H * p.K;
 
-    /* per-feature cumsum (one thread per feature: same order as the CPU), range and midpoint */
+    /* per-feature cumsum of the floored gates (one thread per feature: same order as the CPU), range and
+     * midpoint */
     float hmax = 0.f;
     for (int d = tid; d < Kp; d += blockDim.x) {
         float s = 0.f, lo = 0.f, hi = 0.f;
         for (int i = 0; i < BT; i++) {
-            if (i < n && d < p.K) s += g[((tok0 + i) * p.HV + hv) * p.K + d];
+            if (i < n && d < p.K) s += rewy_gate_floor(g[((tok0 + i) * p.HV + hv) * p.K + d]);
             Gs[i * Kp + d] = s;
             if (i == 0) lo = hi = s;
             else if (i < n) {
@@ -63,7 +64,7 @@ vec_intra_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, 
     __syncthreads();
     float half_range = 0.f;
     for (int w = 0; w < VI_NW; w++) half_range = fmaxf(half_range, red[w]);
-    const bool centered = half_range <= VEC_CENTER_LIMIT;
+    const bool centered = vec_centered(p, half_range);
     if (Gout) {
         float *dst = Gout + ((size_t)blockIdx.x * p.HV + hv) * BT * Kp;
         for (int e = tid; e < BT * Kp; e += blockDim.x) dst[e] = Gs[e];
@@ -264,14 +265,14 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
     cp_async_wait();
     __syncthreads();
 
-    /* per-feature cumsum in place (rows ≥ n add 0), midpoint, half range */
+    /* per-feature cumsum of the floored gates in place (rows ≥ n add 0), midpoint, half range */
     float hmax = 0.f;
     if (tid < KS) {
         const int d = tid;
         float s = 0.f, lo = 0.f, hi = 0.f;
 #pragma unroll 8
         for (int i = 0; i < MAXBT; i++) {
-            s += Gs[i * LDG + d];
+            s += rewy_gate_floor(Gs[i * LDG + d]);
             Gs[i * LDG + d] = s;
             lo = i == 0 ? s : fminf(lo, s);
             hi = i == 0 ? s : fmaxf(hi, s);
@@ -287,7 +288,7 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
     float half_range = 0.f;
 #pragma unroll
     for (int w = 0; w < VI_THREADS / 32; w++) half_range = fmaxf(half_range, red[w]);
-    const bool centered = half_range <= VEC_CENTER_LIMIT;
+    const bool centered = vec_centered(p, half_range);
     if (Gout) {
         float4 *dst = reinterpret_cast<float4 *>(Gout + ch * MAXBT * KS);
         for (int e = tid; e < MAXBT * KS / 4; e += VI_THREADS) {

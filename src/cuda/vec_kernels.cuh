@@ -11,8 +11,9 @@
  *   - The intra products (L, C_q, and the four backward contractions of §6) use centered factors
  *     α = e^{G−c}, ζ = e^{c−G} with the per-feature midpoint c of the chunk, exactly as the CPU
  *     reference (src/cpu/chunk_common.c). When half the chunk's widest per-feature range exceeds
- *     VEC_CENTER_LIMIT (natural log; = REWY_CENTER_LIMIT of the CPU) the chunk takes the exact
+ *     VEC_CENTER_LIMIT (natural log; = REWY_CENTER_LIMIT of the CPU, less half |ln scale|: vec_centered) the chunk takes the exact
  *     pairwise path e^{G_i−G_j} (i ≥ j, so ≤ 1 for log gates ≤ 0): −1000 resets stay finite.
+ *     G sums the floored gates (gates.h): −inf is a reset, |G| ≤ resets × 30 + the rest.
  *   - Gates: KDA has β [T,HV] (erase = write = β); GDN2 has b [T,HV,K] and w [T,HV,V]. Every
  *     launcher takes (beta, b, w); b != NULL selects GDN2.
  * Every fp32 working matrix (L, A, C_q, D, H_q) stays fp32; products are tf32 tensor-core
@@ -29,6 +30,14 @@ constexpr int VKB = 32;              /* feature slab width (Kp is a multiple of 
 constexpr int VLDK = VKB + 4;        /* fp32 [64][VLDK] slab tiles */
 constexpr int VLDS = VKB + 8;        /* state_t [32][VLDS] slab tiles (16-B rows for bf16 and fp32) */
 constexpr float VEC_CENTER_LIMIT = 40.0f; /* largest |G − c| for centered factors (natural log) */
+
+/* Centered factors for a chunk of this half range? The scale is folded into q, so (scale·q⊙α)(k⊙ζ)ᵀ
+ * reaches |scale|·e^{2·half range}: half of |ln |scale|| comes off the limit, keeping that product
+ * inside the same e^80 (scale 1e30: half range ≤ 5.5, where e^40 would overflow; a tiny scale would
+ * underflow). The CPU's center_limit (src/cpu/chunk.h) is the same rule. */
+__device__ __forceinline__ bool vec_centered(const Prob &p, float half_range) {
+    return half_range <= VEC_CENTER_LIMIT - 0.5f * fabsf(logf(fabsf(p.scale)));
+}
 
 /* Erase gate b_{t,d} and write gate w_{t,e} of token `tok` (absolute row of the token axis). */
 template <class T>
@@ -86,7 +95,7 @@ cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, con
                                 const void *beta, const void *b, const void *w, const float *Gc, const float *A,
                                 const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R,
                                 const rp_t *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv,
-                                void *dbeta, void *db, void *dw, float *dg, cudaStream_t s);
+                                void *dbeta, void *db, void *dw, const float *g, float *dg, cudaStream_t s);
 
 } // namespace rewy_cuda
 

@@ -10,7 +10,7 @@
  *   yk = Ȳ⊘γ  = F̄⊙e^{G_n−G} + ζ⊙(Dᵀ(b⊙K⊙α)) + ζ⊙(H_qᵀ(Q⊙α))
  *   qk = Q̄_g⊙γ = (Ō S_cᵀ)⊙γ + α⊙(H_q (K⊙ζ))
  * (α = e^{G−c}, ζ = e^{c−G}, midpoint center c per chunk and feature; exact pairwise exponents
- * instead when the chunk's half range exceeds VEC_CENTER_LIMIT, as in vec_intra.cu.)
+ * instead when the chunk's half range exceeds vec_centered's limit, as in vec_intra.cu.)
  *   q̄ = scale·qk,  k̄ = ek⊙b + yk,  b̄ = ek⊙k,  Ḡ = ek⊙b⊙k − yk⊙k + qk⊙Q
  *   Ḡ_{n−1} += diag(S̄⁺S_cᵀ)⊙γ_n + Σ_j F_j⊙F̄_j,   ḡ = reverse in-chunk cumsum of Ḡ
  *   KDA: β̄ = Σ_K b̄ + Σ_V W̄_e;  GDN2: b̄ [K] and w̄ = W̄_e [V] independently.
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(VP_THREADS)
 vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const T *b, const T *w,
                     const float *Gc, const float *A, const T *do_, const state_t *Sc, const state_t *Sbar,
                     const rp_t *R, const rp_t *PR, int wy, float *Wbar, float *acc, T *dq, T *dk, T *dv,
-                    T *dbeta, T *db, T *dw, float *dg) {
+                    T *dbeta, T *db, T *dw, const float *graw, float *dg) {
     extern __shared__ __align__(16) float sm[];
     const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G, BT = p.BT, Kp = p.Kp, tid = threadIdx.x;
     const ChunkInfo ci = p.ctab[c];
@@ -122,7 +122,7 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
     __syncthreads();
     float half_range = 0.f;
     for (int wi = 0; wi < VP_NW; wi++) half_range = fmaxf(half_range, red[wi]);
-    const bool centered = half_range <= VEC_CENTER_LIMIT;
+    const bool centered = vec_centered(p, half_range);
 
     /* ---- pass A, over V slabs: P (WY: AᵀR̄), v̄, w̄, Σ_V W̄_e; D ← P Rᵀ (WY: Ā ← R̄ Zᵀ); H_q ← Ō Rᵀ ---- */
     for (int v0 = 0; v0 < p.V; v0 += VPV) {
@@ -364,7 +364,8 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
             float s = 0.f;
             for (int i = n - 1; i >= 0; i--) {
                 s += Ka[i * VLDK + tid];
-                dg[((tok0 + i) * p.HV + hv) * p.K + k0 + tid] = s;
+                const size_t x = ((tok0 + i) * p.HV + hv) * p.K + k0 + tid;
+                dg[x] = rewy_gate_floor_grad(graw[x], s); /* a floored gate's ḡ is 0 (gates.h) */
             }
         }
     }
@@ -504,7 +505,7 @@ __global__ void __launch_bounds__(VF_THREADS)
 vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, const T *b, const T *w,
                          const float *Gc, const float *A, const T *do_, const state_t *Sc, const state_t *Sbar,
                          const rp_t *R, const rp_t *PR, float *acc, T *dq, T *dk, T *dv, T *dbeta, T *db, T *dw,
-                         float *dg) {
+                         const float *graw, float *dg) {
     extern __shared__ __align__(16) char smc[];
     constexpr int NSK = KS / 32;           /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
     constexpr int NSN = 2;                 /* … in the 64×64 results (16 columns) */
@@ -675,7 +676,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     float half_range = 0.f;
 #pragma unroll
     for (int wi = 0; wi < VF_NW; wi++) half_range = fmaxf(half_range, red[wi]);
-    const bool centered = half_range <= VEC_CENTER_LIMIT;
+    const bool centered = vec_centered(p, half_range);
 
     /* ---- WY: Ā = R̄ Zᵀ + W̄ Eᵀ (E = b⊙K⊙γ), Ē_dir = Aᵀ W̄ (into Eh), AᵀĀAᵀ = −M̄ (into Dh) ---- */
     if (WY) {
@@ -886,7 +887,8 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
         for (int u = NSEG - 1; u > seg; u--) s += segs[u * KS + cd];
         for (int i = r1 - 1; i >= r0; i--) {
             s += Gbt[i * LDG + cd];
-            dg[((size_t)(tok0 + i) * p.HV + hv) * p.K + cd] = s;
+            const size_t x = ((size_t)(tok0 + i) * p.HV + hv) * p.K + cd;
+            dg[x] = rewy_gate_floor_grad(graw[x], s); /* a floored gate's ḡ is 0 (gates.h) */
         }
     }
 }
@@ -895,7 +897,7 @@ template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const void *v, const void *beta, const void *b,
                        const void *w, const float *Gc, const float *A, const void *do_, const state_t *Sc,
                        const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy, float *Wbar, float *acc, void *dq,
-                       void *dk, void *dv, void *dbeta, void *db, void *dw, float *dg, cudaStream_t s) {
+                       void *dk, void *dv, void *dbeta, void *db, void *dw, const float *graw, float *dg, cudaStream_t s) {
     if constexpr (sizeof(T) == 2) {
         /* the fast path (see vec_pullback_fast_kernel) where its tiles apply and its shared memory fits */
         auto aligned = [](const void *x, uintptr_t a) { return ((uintptr_t)x & (a - 1)) == 0; };
@@ -910,7 +912,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
                 if (sm > smem_optin() || ensure_smem<vec_pullback_fast_kernel<T, KS, WY>>(sm) != cudaSuccess) return;
                 vec_pullback_fast_kernel<T, KS, WY><<<dim3(p.NC, p.HV), VF_THREADS, sm, s>>>(
                     p, (const T *)q, (const T *)k, (const T *)v, (const T *)beta, (const T *)b, (const T *)w, Gc, A,
-                    (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, (T *)db, (T *)dw, dg);
+                    (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, (T *)db, (T *)dw, graw, dg);
                 launched = true;
             };
             using K64 = std::integral_constant<int, 64>;
@@ -932,7 +934,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
     vec_pullback_kernel<T><<<grid, VP_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)v,
                                                           (const T *)beta, (const T *)b, (const T *)w, Gc, A,
                                                           (const T *)do_, Sc, Sbar, R, PR, wy, Wbar, acc, (T *)dq,
-                                                          (T *)dk, (T *)dv, (T *)dbeta, (T *)db, (T *)dw, dg);
+                                                          (T *)dk, (T *)dv, (T *)dbeta, (T *)db, (T *)dw, graw, dg);
     e = cudaGetLastError();
     if (e != cudaSuccess || p.G == 1) return e;
     vec_gva_sum_kernel<T><<<dim3(p.NC, p.H), 256, 0, s>>>(p, acc, (T *)dq, (T *)dk);
@@ -943,10 +945,10 @@ cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, con
                                 const void *beta, const void *b, const void *w, const float *Gc, const float *A,
                                 const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R,
                                 const rp_t *PR, int wy, float *Wbar, float *acc, void *dq, void *dk, void *dv,
-                                void *dbeta, void *db, void *dw, float *dg, cudaStream_t s) {
+                                void *dbeta, void *db, void *dw, const float *graw, float *dg, cudaStream_t s) {
     return with_dtype(dt, [&](auto t) {
         return run<decltype(t)>(p, q, k, v, beta, b, w, Gc, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta,
-                                db, dw, dg, s);
+                                db, dw, graw, dg, s);
     });
 }
 

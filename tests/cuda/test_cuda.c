@@ -10,6 +10,9 @@
  *     previous inputs' results, and pass the oracle.
  *  3. KDA and GDN2 (the vector-gate kernels): the same matrix for them (strong decay, −1000 resets
  *     through the pairwise path, GVA, varlen, both policies, both pullbacks).
+ *  Each matrix ends with extreme gates and scale (−inf resets, huge finite gates, mixed −1000/−0.1,
+ *  scale 1e30 and 1e-30; a floored gate's ḡ must be exactly 0), and a NaN gate must propagate
+ *  (cases.h: cases_extreme, nan_gate_checks).
  *
  * REWY_TEST_QUICK=1 or --quick: a few small cases (for compute-sanitizer).
  * REWY_TEST_SCALAR=0: skip parts 1 and 2 (to spend device time on the vector-gate matrix alone). */
@@ -71,11 +74,22 @@ static void quick_cases(case_list *l, rewy_op op) {
 static void full_matrix(case_list *l) {
     core_cases(l, REWY_OP_DELTANET);
     core_cases(l, REWY_OP_GDN);
+    /* extreme gates and scale (cases.h), last so the cases above keep their seeds */
+    cases_extreme(l, REWY_OP_DELTANET);
+    cases_extreme(l, REWY_OP_GDN);
+}
+
+/* --quick: −inf resets in fp32 varlen with GVA, and scale 1e30 with strong gates at chunk 16. */
+static void quick_extreme(case_list *l, rewy_op op) {
+    rewy_case c = base(op);
+    set_seqs(&c, varlen, 5); c.gates = REWY_GATES_NEG_INF; c.dtype = REWY_F32; c.HV = 4; add(l, c);
+    c = base(op); c.T = 100; c.scale = 1e30f; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; add(l, c);
 }
 
 static void quick_matrix(case_list *l) {
     quick_cases(l, REWY_OP_GDN);
     rewy_case c = base(REWY_OP_DELTANET); c.T = 20; c.K = 16; c.V = 24; c.dtype = REWY_F16; c.chunk_size = 16; add(l, c);
+    quick_extreme(l, REWY_OP_GDN);
 }
 
 /* ------------------------------------------------------------------ 2. graph capture */
@@ -299,6 +313,10 @@ static void vec_matrix(case_list *l, int quick) {
         if (quick) quick_cases(l, ops[i]);
         else core_cases(l, ops[i]);
     }
+    for (int i = 0; i < 2; i++) { /* extreme gates and scale, last so the cases above keep their seeds */
+        if (quick) quick_extreme(l, ops[i]);
+        else cases_extreme(l, ops[i]);
+    }
 }
 
 static void test_vector_gates(test_counts *tc, int quick) {
@@ -350,5 +368,6 @@ int main(int argc, char **argv) {
     const char *ng = getenv("REWY_TEST_NO_GRAPH");
     if (scalar && !(ng && ng[0] == '1')) test_graph(&tc);
     test_vector_gates(&tc, quick);
+    nan_gate_checks(&tc, REWY_BACKEND_CUDA, device_mem()); /* a NaN gate propagates (cases.h) */
     return test_finish(&tc);
 }
