@@ -102,6 +102,7 @@ typedef enum fault {
     F_BWD_NULL_DK,     /* dk = NULL                          NULL_POINTER */
     F_BWD_NO_DH0,      /* h0 given, dh0 = NULL               NULL_POINTER */
     F_BWD_WS,          /* backward workspace one byte short  WORKSPACE */
+    F_BWD_SEQLENS,     /* backward cu_seqlens split T apart  MISMATCH (issue 25 item 3) */
     F_COUNT
 } fault;
 
@@ -119,7 +120,7 @@ static rewy_status fault_status(fault f) {
     case F_NULL_Q: case F_BWD_NULL_DK: case F_BWD_NO_DH0: return REWY_ERR_NULL_POINTER;
     case F_MISALIGNED: return REWY_ERR_MISALIGNED;
     case F_FWD_WS: case F_SAVED: case F_BWD_WS: return REWY_ERR_WORKSPACE;
-    case F_BWD_SCALE: case F_BWD_H0: return REWY_ERR_MISMATCH;
+    case F_BWD_SCALE: case F_BWD_H0: case F_BWD_SEQLENS: return REWY_ERR_MISMATCH;
     case F_COUNT: break;
     }
     return REWY_OK;
@@ -479,6 +480,8 @@ static void run(problem *p) {
         poison(&dgt);
         poison(&dh0t);
         tensor h0_only_bwd = make(0, st);
+        int32_t *cu_bwd = NULL;
+        void *bws_other = NULL;
 
         rewy_bwd_params bp;
         memset(&bp, 0, sizeof bp);
@@ -508,6 +511,27 @@ static void run(problem *p) {
         case F_BWD_NULL_DK: bp.dk = NULL; break;
         case F_BWD_NO_DH0: if (h0) bp.dh0 = NULL; else want = REWY_OK; break;
         case F_BWD_WS: if (bws_bytes) bp.workspace_bytes--; else bp.saved_bytes--; break;
+        case F_BWD_SEQLENS:   /* one boundary moved by a token (same T and num_seqs); without one, the scale */
+            bp.cfg.scale = c->scale ? 2 * c->scale : 3.0f;
+            for (int k = 1; k < p->nseq; k++) {
+                int step = p->cu[k] - p->cu[k - 1] > 1 ? -1 : p->cu[k + 1] - p->cu[k] > 1 ? 1 : 0;
+                if (!step) continue;
+                cu_bwd = exact((size_t)(p->nseq + 1) * sizeof(int32_t));
+                memcpy(cu_bwd, p->cu, (size_t)(p->nseq + 1) * sizeof(int32_t));
+                cu_bwd[k] += step;
+                bp.cfg.cu_seqlens = cu_bwd;
+                bp.cfg.scale = c->scale;
+                /* the backward's workspace follows its own split (the longest sequence); a saved
+                 * buffer too small for that split is reported before the mismatch */
+                size_t need_saved = 0;
+                rewy_saved_size(&bp.cfg, &need_saved);
+                rewy_bwd_workspace_size(&bp.cfg, &bp.workspace_bytes);
+                bws_other = exact(bp.workspace_bytes);
+                bp.workspace = bws_other;
+                if (need_saved > saved_bytes) want = REWY_ERR_WORKSPACE;
+                break;
+            }
+            break;
         default: break;
         }
         s = rewy_validate_bwd(&bp, msg, sizeof msg);
@@ -545,7 +569,7 @@ static void run(problem *p) {
             free(rdh0);
         }
         drop(&dq); drop(&dk); drop(&dv); drop(&dbeta); drop(&db); drop(&dw);
-        drop(&dgt); drop(&dh0t); drop(&h0_only_bwd); free(saved_copy);
+        drop(&dgt); drop(&dh0t); drop(&h0_only_bwd); free(saved_copy); free(cu_bwd); free(bws_other);
     }
 
     drop(&q); drop(&k); drop(&v); drop(&dout); drop(&beta); drop(&bb); drop(&ww);

@@ -14,7 +14,7 @@ NORMAL, STRONG, RESET, NEG_INF, HUGE, MIXED = 0, 1, 2, 3, 4, 5
 WORK_MAX, PADDED_MAX = 1 << 17, 1 << 21   # fuzz_api.c's
 FAULTS = ["t_zero", "k_big", "chunk", "dtype", "op", "policy", "algo", "hv", "seq_end", "seq_b", "scale",
           "backend", "null_q", "gate", "misaligned", "fwd_ws", "saved", "bwd_scale", "bwd_h0", "bwd_null_dk",
-          "bwd_no_dh0", "bwd_ws"]
+          "bwd_no_dh0", "bwd_ws", "bwd_seqlens"]
 
 
 def problem(op, dtype=BF16, policy=0, algo=0, vfirst=0, hv_zero=0, chunk=64, h0=1, ht=1, dht=1, dh0=0,
@@ -57,7 +57,7 @@ def main():
                                                           seed=80 + i)
             seeds[f"{name}_mixed_fp32"] = problem(i, dtype=F32, gates=MIXED, K=32, V=32, T=100, B=1, seed=90 + i)
     for f, name in enumerate(FAULTS, start=1):
-        seqs = [5, 20] if name.startswith("seq") else None
+        seqs = [5, 20] if name.startswith("seq") or name == "bwd_seqlens" else None
         seeds[f"fault_{name}"] = problem(f % 4, fault=f, seqs=seqs, K=16, V=16, T=20, seed=60 + f)
     for name, data in seeds.items():
         with open(os.path.join(OUT, name), "wb") as fh:
