@@ -2,9 +2,11 @@
 #   make run        build, `rewy check` + a short `rewy bench` (under 90 s on 2 cores; the GPU suite when a GPU
 #                   is present)
 #   make bench      the longer CPU benchmark: `rewy bench` on its default shapes, both policies (minutes)
-#   make test       C tests (plain and ASan+UBSan), CUDA compile check, Python tests (CPU)
-#   make test-cuda  device tests: C tests + compute-sanitizer + Python tests on CUDA (needs a GPU;
-#                   BLAS=0 where OpenBLAS cannot be installed)
+#   make test       C tests (plain and ASan+UBSan), a fixed libFuzzer run over the C API (test-fuzz),
+#                   CUDA compile check, Python tests (CPU); `make fuzz` fuzzes longer
+#   make test-cuda  device tests: C tests (bitwise determinism among them) + compute-sanitizer + Python
+#                   tests on CUDA (needs a GPU; BLAS=0 where OpenBLAS cannot be installed)
+#   make test-cuda-random  2,000 random configurations on the device against the fp64 oracle
 #   make test-fla   rewy against FLA (functions and FLA's layers; needs a GPU and FLA on PYTHONPATH)
 # OpenBLAS is installed from Debian when missing (see BLAS below).
 
