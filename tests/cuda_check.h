@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "check/check.h"
+#include "cuda_force.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------------ device memory for the harness */
@@ -24,9 +25,16 @@ static inline int d_down(void *u, void *dst, const void *src, size_t n) {
     (void)u;
     return cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) != cudaSuccess;
 }
+/* the harness's calls with the environment's forced plan choices (cuda_force.h) */
+static inline rewy_status d_sizes(void *u, const rewy_config *cfg, size_t *saved, size_t *fwd, size_t *bwd) {
+    (void)u;
+    return forced_sizes(cfg, saved, fwd, bwd);
+}
+static inline rewy_status d_forward(void *u, const rewy_fwd_params *p) { (void)u; return forced_forward(p); }
+static inline rewy_status d_backward(void *u, const rewy_bwd_params *p) { (void)u; return forced_backward(p); }
 /* (a function, not a static object: a test that does not use it would warn about an unused const) */
 static inline const rewy_check_mem *device_mem(void) {
-    static const rewy_check_mem m = {d_alloc, d_free, d_up, d_down, NULL};
+    static const rewy_check_mem m = {d_alloc, d_free, d_up, d_down, NULL, d_sizes, d_forward, d_backward};
     return &m;
 }
 

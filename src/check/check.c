@@ -460,12 +460,20 @@ static void fill_cfg(const rewy_case *c, const dims *d, rewy_config *cfg) {
     cfg->state_v_first = c->state_v_first;
 }
 
-/* The three size queries a run needs; the first failing one's status. */
-static rewy_status query_sizes(const rewy_config *cfg, size_t *saved, size_t *fws, size_t *bws) {
+/* The three size queries a run needs; the first failing one's status. mem's hooks (check.h) where given. */
+static rewy_status query_sizes(const rewy_check_mem *mem, const rewy_config *cfg, size_t *saved, size_t *fws,
+                               size_t *bws) {
+    if (mem && mem->sizes) return mem->sizes(mem->user, cfg, saved, fws, bws);
     rewy_status st = rewy_saved_size(cfg, saved);
     if (st == REWY_OK) st = rewy_fwd_workspace_size(cfg, fws);
     if (st == REWY_OK) st = rewy_bwd_workspace_size(cfg, bws);
     return st;
+}
+static rewy_status call_forward(const rewy_check_mem *mem, const rewy_fwd_params *fp) {
+    return mem && mem->forward ? mem->forward(mem->user, fp) : rewy_forward(fp);
+}
+static rewy_status call_backward(const rewy_check_mem *mem, const rewy_bwd_params *bp) {
+    return mem && mem->backward ? mem->backward(mem->user, bp) : rewy_backward(bp);
 }
 
 /* Copies quantity q's backend buffer into its host copy for `run` and scores it against the
@@ -623,7 +631,7 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
     cfg.cu_seqlens_host = (d.nseq && c->backend == REWY_BACKEND_CUDA) ? d.cu : NULL;
 
     size_t saved_bytes = 0, fws_bytes = 0, bws_bytes = 0;
-    rewy_status st = query_sizes(&cfg, &saved_bytes, &fws_bytes, &bws_bytes);
+    rewy_status st = query_sizes(mem, &cfg, &saved_bytes, &fws_bytes, &bws_bytes);
     if (st != REWY_OK) {
         /* validate checks the config first, so its message names the bad field */
         rewy_fwd_params vp;
@@ -655,7 +663,7 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
     poison(&p, fws, fws_bytes);
     if (p.failed) { pool_free(&p); return harness_fail(r, "poison copy failed"); }
 
-    r->fwd_status = rewy_forward(&fp);
+    r->fwd_status = call_forward(mem, &fp);
     if (r->fwd_status != REWY_OK) {
         char m[200] = "";
         rewy_validate_fwd(&fp, m, sizeof m);
@@ -690,7 +698,7 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
         for (int q = REWY_Q_DQ; q < REWY_Q_COUNT; q++)
             if (r->applies[q]) poison(&p, qb[q].dev, qb[q].n * rewy_dtype_size(qb[q].t));
         poison(&p, bws, bws_bytes);
-        rewy_status bs = rewy_backward(&bp);
+        rewy_status bs = call_backward(mem, &bp);
         r->bwd_status[algos[a]] = bs;
         if (bs != REWY_OK) {
             if (!r->msg[0]) {
@@ -773,7 +781,7 @@ int rewy_check_nan_gate(const rewy_case *c, const rewy_check_mem *mem, int tok, 
     fill_cfg(c, &d, &cfg);
     dev_inputs di;
     size_t saved_bytes = 0, fws = 0, bws = 0;
-    if (upload_inputs(c, &d, &in, &p, &di) || query_sizes(&cfg, &saved_bytes, &fws, &bws) != REWY_OK) {
+    if (upload_inputs(c, &d, &in, &p, &di) || query_sizes(mem, &cfg, &saved_bytes, &fws, &bws) != REWY_OK) {
         pool_free(&p);
         r->harness_error = 1;
         return 1;
@@ -805,8 +813,8 @@ int rewy_check_nan_gate(const rewy_case *c, const rewy_check_mem *mem, int tok, 
     float *ht = host_alloc(&p, d.ns * sizeof(float)), *dh0 = host_alloc(&p, d.ns * sizeof(float));
     float *dg = host_alloc(&p, d.ng * sizeof(float));
     if (p.failed) { pool_free(&p); r->harness_error = 1; return 1; }
-    r->fwd_status = rewy_forward(&fp);
-    r->bwd_status = r->fwd_status == REWY_OK ? rewy_backward(&bp) : r->fwd_status;
+    r->fwd_status = call_forward(mem, &fp);
+    r->bwd_status = r->fwd_status == REWY_OK ? call_backward(mem, &bp) : r->fwd_status;
     if (r->bwd_status == REWY_OK) {
         to_host(&p, o, fp.o, d.nv * es);
         to_host(&p, ht, fp.ht, d.ns * sizeof(float));
@@ -993,7 +1001,7 @@ int rewy_check_time(const rewy_case *c, int reps, double max_seconds, rewy_check
     fill_cfg(c, &d, &cfg);
     cfg.cu_seqlens = di.cu;
     size_t saved_bytes = 0, fws_bytes = 0, bws_bytes = 0;
-    rewy_status st = query_sizes(&cfg, &saved_bytes, &fws_bytes, &bws_bytes);
+    rewy_status st = query_sizes(NULL, &cfg, &saved_bytes, &fws_bytes, &bws_bytes);
     if (st != REWY_OK) { tm->status = st; pool_free(&p); return 0; }
 
     size_t es = rewy_dtype_size(c->dtype);

@@ -81,6 +81,12 @@ typedef struct rewy_check_mem {
     int (*to_backend)(void *user, void *dst, const void *src, size_t bytes);
     int (*to_host)(void *user, void *dst, const void *src, size_t bytes);
     void *user;
+    /* Optional (NULL: the public size queries, rewy_forward, rewy_backward): the calls the device tests
+     * route through the CUDA backend's test-only entry points with their forced plan choices
+     * (src/cuda/rewy_test.h; tests/cuda_force.h). */
+    rewy_status (*sizes)(void *user, const rewy_config *cfg, size_t *saved, size_t *fwd, size_t *bwd);
+    rewy_status (*forward)(void *user, const rewy_fwd_params *p);
+    rewy_status (*backward)(void *user, const rewy_bwd_params *p);
 } rewy_check_mem;
 
 typedef enum rewy_qty {

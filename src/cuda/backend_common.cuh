@@ -4,7 +4,7 @@
  * supply an operator struct (ScalarGates / VectorGates) with only what differs between them:
  *
  *   supports(c)     the operators it runs
- *   regions(c, g)   the sizes of its own regions (OpRegions: gate table, workspace head, W̄, GVA)
+ *   regions(c, g, plan)  the sizes of its own regions (OpRegions: gate table, workspace head, W̄, GVA)
  *   gates           §2 intra: G, L, A = (I+L)⁻¹, C_q (those asked for): kkt_inverse.cu (Γ from scalar G) /
  *                   vec_intra.cu; and the gates the scans and the output read: the saved GB table
  *                   (scalar), or E, F, Q_g, Λ and GB in the workspace head (vector: vec_factors.cu, or
@@ -63,10 +63,51 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     bool has_wu, has_bw;                               /* the layouts hold fwd W, U / bwd W */
 };
 
-template <class Op> Layout plan(const rewy_config *c) {
+/* The caller's pointers whose alignment decides choices (the wgmma scans' 16-byte rows); NULL in a size query,
+ * whose regions do not depend on those choices. */
+struct PlanPtrs {
+    const void *q = nullptr, *k = nullptr, *v = nullptr, *do_ = nullptr;
+};
+
+/* The plan of one call (common.cuh, Plan): the device asked once, then every choice in order, each function
+ * reading the choices before it. force NULL: none (the library's own calls). */
+inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const PlanPtrs &ptr = PlanPtrs()) {
+    const Geometry g = geometry(c);
+    Prob p = {};
+    p.B = c->B; p.T = c->T; p.H = c->H; p.HV = g.HV; p.K = c->K; p.V = c->V; p.BT = g.BT;
+    p.G = g.HV / c->H; p.N = g.N; p.NC = g.NC; p.Kp = g.Kp;
+    Plan &pl = p.plan;
+    pl.force = force ? *force : rewy_test_force_none();
+    int dev = 0, sms = 0, per_sm = 0, rsv = 0, optin = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) {
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 0;
+        if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&rsv, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+            per_sm = rsv = 0; /* then no two blocks "fit" (blocks_fit_sm) */
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) optin = 0;
+    }
+    pl.sms = sms; pl.smem_sm = (size_t)per_sm; pl.smem_rsv = (size_t)rsv; pl.smem_optin = (size_t)optin;
+    pl.wgmma = wgmma_binary_ok(); /* each query of a kernel's attributes costs host time: once per call */
+    const bool vec = c->op == REWY_OP_KDA || c->op == REWY_OP_GDN2;
+    const rewy_dtype dt = c->dtype;
+    pl.scan_bv = plan_scan_bv(p);
+    pl.scan_8w = plan_scan_8w(p);
+    pl.pair_8w = pl.force.scan_8w != 0;
+    pl.scan_wg = state_scan_wg_ok(p, dt, ptr.k, ptr.v, vec);
+    pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
+    pl.scan_wg2 = plan_scan_wg2(p);
+    pl.fuse_output = state_scan_fuses_output(p, dt, vec);
+    pl.scan_wu = state_scan_uses_wu(p, dt);
+    pl.beside_kkt = state_scan_beside_kkt(p);
+    pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
+    pl.chain_bvc = chain_scan_bvc(p, dt, vec);
+    return pl;
+}
+
+template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     Layout L = {};
     const Geometry g = geometry(c);
-    const OpRegions r = Op::regions(c, g);
+    const OpRegions r = Op::regions(c, g, pl);
     L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
     const size_t st = chh * c->K * c->V * sizeof(state_t), rv = chh * L.BT * c->V * sizeof(rp_t);
@@ -108,19 +149,19 @@ template <class Op> Layout plan(const rewy_config *c) {
     return L;
 }
 
-/* saved, fwd or bwd bytes of Op's layout; 0 for an operator Op does not run. */
-template <class Op> size_t layout_bytes(const rewy_config *c, size_t Layout::*which) {
-    return Op::supports(c) ? plan<Op>(c).*which : 0;
+/* saved, fwd or bwd bytes of Op's layout under the plan pl; 0 for an operator Op does not run. */
+template <class Op> size_t layout_bytes(const rewy_config *c, size_t Layout::*which, const Plan &pl) {
+    return Op::supports(c) ? plan<Op>(c, pl).*which : 0;
 }
 
-inline Prob make_prob(const rewy_config *c, const Layout &L, const void *saved) {
+inline Prob make_prob(const rewy_config *c, const Layout &L, const void *saved, const Plan &pl) {
     Prob p;
     p.B = c->B; p.T = c->T; p.H = c->H; p.HV = L.HV; p.K = c->K; p.V = c->V; p.BT = L.BT;
     p.G = L.HV / c->H; p.N = L.N; p.NC = L.NC; p.Kp = L.Kp;
     p.gated = c->op != REWY_OP_DELTANET; /* GDN, KDA, GDN2 */
     p.svf = c->state_v_first != 0;
     p.scale = c->scale != 0.f ? c->scale : 1.f / sqrtf((float)c->K);
-    p.wgmma = wgmma_binary_ok(); /* once per call: each query of a kernel's attributes costs host time */
+    p.plan = pl;
     p.ctab = (const ChunkInfo *)((const char *)saved + L.ctab);
     p.coff = (const int *)((const char *)saved + L.coff);
     return p;
@@ -137,11 +178,15 @@ struct ScanGates {
 
 #define REWY_TRY(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) return REWY_ERR_BACKEND; } while (0)
 
-template <class Op> rewy_status forward(const rewy_fwd_params *a) {
+/* force: the test-only override (rewy_test.h); NULL in the library's calls */
+template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_test_force *force = nullptr) {
     const rewy_config *c = &a->cfg;
     if (!Op::supports(c)) return REWY_ERR_BACKEND;
-    const Layout L = plan<Op>(c);
-    const Prob p = make_prob(c, L, a->saved);
+    PlanPtrs ptr;
+    ptr.q = a->q; ptr.k = a->k; ptr.v = a->v;
+    const Plan pl = make_plan(c, force, ptr);
+    const Layout L = plan<Op>(c, pl);
+    const Prob p = make_prob(c, L, a->saved, pl);
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A;
     float *Gc = at<float>(a->saved, L.G);
@@ -151,12 +196,12 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     ScanGates sg;
     /* the scan computes o itself (scalar gates only: vector gates' operands come from the gates stage), and then
      * runs the two-product chain, with W and U from the gates stage, where the shapes allow */
-    const bool fo = !Op::vector_gates && state_scan_fuses_output(p, c->dtype, a->k, a->v, nullptr);
+    const bool fo = !Op::vector_gates && pl.fuse_output;
     WuOut wu;
-    if (fo && L.has_wu && state_scan_uses_wu(p, c->dtype)) {
+    if (fo && L.has_wu && pl.scan_wu) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
-        if (state_scan_beside_kkt(p)) { /* the scan starts beside kkt and waits per chunk on its flags */
+        if (pl.beside_kkt) { /* the scan starts beside kkt and waits per chunk on its flags */
             wu.ready = at<int>(a->workspace, L.fRdy);
             wu.seq_nc = c->cu_seqlens ? 0 : p.NC / p.N;
             REWY_TRY(cudaMemsetAsync(wu.ready, 0, sizeof(int) * (size_t)p.NC * p.HV, s));
@@ -178,11 +223,14 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a) {
     return REWY_OK;
 }
 
-template <class Op> rewy_status backward(const rewy_bwd_params *a) {
+template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_test_force *force = nullptr) {
     const rewy_config *c = &a->cfg;
     if (!Op::supports(c)) return REWY_ERR_BACKEND;
-    const Layout L = plan<Op>(c);
-    const Prob p = make_prob(c, L, a->saved);
+    PlanPtrs ptr;
+    ptr.q = a->q; ptr.k = a->k; ptr.v = a->v; ptr.do_ = a->do_;
+    const Plan pl = make_plan(c, force, ptr);
+    const Layout L = plan<Op>(c, pl);
+    const Prob p = make_prob(c, L, a->saved, pl);
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A, wy = c->bwd_algo == REWY_BWD_WY;
     const float *Gc = at<const float>(a->saved, L.G);
@@ -208,11 +256,11 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
          * one forward scan without output, paired with the reverse scan (independent of S_c and R). Where the
          * reverse scan runs the W chain, the gates stage also forms W from the saved A, the scan stores R̄, and
          * P = Aᵀ R̄ follows in parallel for ReWY. */
-        const bool cq_in_scan = !Op::vector_gates && bwd_state_scan_wg_ok(p, c->dtype, a->q, a->k, a->do_, nullptr);
+        const bool cq_in_scan = !Op::vector_gates && pl.bwd_scan_wg;
         WuOut wu;
         /* the register chains (small grids): W, and U over R's region, from the saved A; then both chains in one
          * launch, and P = Aᵀ R̄ for ReWY */
-        const int bvc = Op::vector_gates || !L.has_bw ? 0 : chain_scan_bvc(p, c->dtype);
+        const int bvc = Op::vector_gates || !L.has_bw ? 0 : pl.chain_bvc;
         if (bvc > 0) {
             wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
             wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
@@ -222,7 +270,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a) {
                                        Sbar, PR, s));
             if (!wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));
         } else {
-            if (L.has_bw && !cq_in_scan && bwd_scan_uses_w(p, c->dtype, a->q, a->k, a->v, a->do_)) {
+            if (L.has_bw && !cq_in_scan && pl.bwd_w) {
                 wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
                 wu.A = A;
             }

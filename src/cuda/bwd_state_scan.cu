@@ -51,14 +51,13 @@ scan_pair_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, co
 }
 
 /* The reverse scan's W chain (bwd_state_scan.cuh, WF) where the policy-R pair runs 16-column mma.sync blocks on the
- * bf16 fast path with K = Kp: the small grids, whose chunk steps are latency-bound. REWY_CUDA_SCAN_WF=0 keeps P in
+ * bf16 fast path with K = Kp: the small grids, whose chunk steps are latency-bound. force.scan_wf = 0 keeps P in
  * the chain. Measured: docs/PERF.md, session 12. */
-bool bwd_scan_uses_w(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const void *do_) {
-    if (SCAN_LO || !w_shape_ok(dt, p.BT, p.K, p.Kp)) return false;
-    if (state_scan_wg_ok(p, dt, k, v, nullptr) || bwd_state_scan_wg_ok(p, dt, q, k, do_, nullptr)) return false;
+bool bwd_scan_uses_w(const Prob &p, rewy_dtype dt, bool vec) {
+    if (vec || SCAN_LO || !w_shape_ok(dt, p.BT, p.K, p.Kp)) return false;
+    if (p.plan.scan_wg || p.plan.bwd_scan_wg) return false;
     if (scan_bv(p) != 16) return false;
-    const char *e = getenv("REWY_CUDA_SCAN_WF");
-    return !e || atoi(e) != 0;
+    return p.plan.force.scan_wf != 0;
 }
 
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
@@ -72,7 +71,7 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
         return with_scan_tiles<T>(p, [&](auto kp, auto bv) -> cudaError_t {
             constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value;
             /* where a wgmma scan runs, the two scans are separate launches (the pair is of mma.sync blocks) */
-            const bool wg = state_scan_wg_ok(p, dt, k, v, vo) || bwd_state_scan_wg_ok(p, dt, q, k, do_, vo);
+            const bool wg = p.plan.scan_wg || p.plan.bwd_scan_wg;
             if constexpr (BVT != BV) if (!wg) {
                 auto go = [&](auto vc) {
                     constexpr bool VEC = decltype(vc)::value;
@@ -101,7 +100,7 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
                         return fire(std::false_type{});
                     };
                     if constexpr (BVT == 64 && scan_half<T, KPC>() == 2)
-                        if (scan_8w_fits<T, KPC, BVT>(smem)) return launch(std::integral_constant<int, 256>{});
+                        if (scan_8w_fits<T, KPC, BVT>(p, smem)) return launch(std::integral_constant<int, 256>{});
                     return launch(std::integral_constant<int, scan_threads<BVT>()>{});
                 };
                 auto pair = [&](auto vc) {
@@ -123,7 +122,7 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
 cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *GB,
                                   const float *A, const cq_t *Cq, const VecOps *vo, const void *do_,
                                   const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s) {
-    if (bwd_state_scan_wg_ok(p, dt, q, k, do_, vo)) /* forms C_q itself */
+    if (p.plan.bwd_scan_wg) /* forms C_q itself */
         return launch_bwd_state_scan_wg(p, q, k, GB, A, do_, dht, dh0, Sbar, PR, wy, s);
     const VecOps none = {};
     return with_dtype(dt, [&](auto t) {

@@ -226,10 +226,10 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
 }
 
 /* Whether the wgmma reverse scan takes this problem: as state_scan_wg_ok (the same grids), with q and
- * do 16-byte aligned. REWY_CUDA_SCAN_WG forces both wgmma scans on or off. */
-bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, const VecOps *vo) {
+ * do 16-byte aligned. force.scan_wg forces both wgmma scans on or off. */
+bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, bool vec) {
     if (sizeof(state_t) != 2 || ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(do_)) & 15)) return false;
-    return state_scan_wg_ok(p, dt, k, do_, vo);
+    return state_scan_wg_ok(p, dt, k, do_, vec);
 }
 
 cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,

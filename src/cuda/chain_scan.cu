@@ -344,15 +344,14 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
  * would run as waves). By default the chains run where the mma.sync scan pair would take 64-column tiles (its
  * slowest chain step: two 8-warp blocks of each scan per SM) and the 128-column chains fit the SMs: DeltaNet and GDN
  * (4,4096,16) on the H200. Where the pair takes 16-column tiles (longer sequences, fewer heads), its chains are
- * shorter per step than these (docs/PERF.md, session 16). REWY_CUDA_CHAIN=1 takes them wherever they fit (64 columns
- * where those fit, the tests), =2 with 128-column blocks wherever V = 128 fits (the tests of the default's blocks),
- * =0 never. */
-int chain_scan_bvc(const Prob &p, rewy_dtype dt) {
-    if (!std::is_same<state_t, bf16>::value) return 0;
+ * shorter per step than these (docs/PERF.md, session 16). force.chain = 1 takes them wherever they fit (64 columns
+ * where those fit, the tests), = 2 with 128-column blocks wherever V = 128 fits (the tests of the default's blocks),
+ * = 0 never. */
+int chain_scan_bvc(const Prob &p, rewy_dtype dt, bool vec) {
+    if (vec || !std::is_same<state_t, bf16>::value) return 0;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || !u_shape_ok(p.V)) return 0;
-    const char *e = getenv("REWY_CUDA_CHAIN");
-    const int force = e ? atoi(e) : -1;
-    const long sh = (long)p.N * p.HV, sms = sm_count();
+    const int force = p.plan.force.chain;
+    const long sh = (long)p.N * p.HV, sms = p.plan.sms;
     if (force == 0 || sms == 0) return 0;
     int bvc = 0;
     if (force == 1) bvc = 2 * sh * (p.V / 64) <= sms ? 64 : p.V == 128 && 2 * sh <= sms ? 128 : 0;
@@ -361,7 +360,7 @@ int chain_scan_bvc(const Prob &p, rewy_dtype dt) {
     /* two stages of tiles must fit the device's shared memory (A100: 163 KB) */
     const size_t need = p.Kp == 64 ? (bvc == 64 ? ChainLayout<64, 64>::TOTAL : ChainLayout<64, 128>::TOTAL)
                                    : (bvc == 64 ? ChainLayout<128, 64>::TOTAL : ChainLayout<128, 128>::TOTAL);
-    return bvc > 0 && need <= smem_optin() ? bvc : 0;
+    return bvc > 0 && need <= p.plan.smem_optin ? bvc : 0;
 }
 
 cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,

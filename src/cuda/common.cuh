@@ -21,6 +21,7 @@
 #include <utility>
 #include "rewy.h"
 #include "gates.h" /* the log-gate floor: every cumsum G adds rewy_gate_floor(g) */
+#include "rewy_test.h" /* rewy_test_force: the plan's test-only override */
 
 namespace rewy_cuda {
 
@@ -39,6 +40,29 @@ __host__ __device__ inline bool wbar_in_smem(int Kp, int elem_bytes) { return Kp
 /* Chunk table entry: first token (row of the [B*T] token axis), valid rows, sequence, chunk in sequence. */
 struct ChunkInfo { int tok0, n, seq, idx; };
 
+/* The plan (docs/DESIGN.md, "The plan"): every kernel choice and tile size of one call, taken once by
+ * make_plan (backend_common.cuh) from the config, the device (asked once, here) and the caller's pointers
+ * (their alignment), before the layout (the size queries') and every launch read it. Each choice has its
+ * reason next to the function that takes it for make_plan (named below); the launchers read only these
+ * fields. Host only: the kernels receive it inside Prob and never read it. force: the test-only override
+ * (rewy_test.h), all REWY_TEST_AUTO in the library's own calls. */
+struct Plan {
+    int sms;                       /* the device: SMs (0 if it cannot be read), */
+    size_t smem_sm, smem_rsv;      /* shared memory per SM and reserved per block, */
+    size_t smem_optin;             /* the largest dynamic shared memory per block (opt-in), */
+    int wgmma;                     /* and whether the library's wgmma code runs on it (wgmma_binary_ok) */
+    rewy_test_force force;
+    int scan_bv;                   /* the scans' value tile, 16, 32 or 64 (plan_scan_bv) */
+    int scan_8w, pair_8w;          /* 64-column scans / the scan pair as 8-warp blocks where two fit (plan_scan_8w) */
+    int scan_wg, bwd_scan_wg;      /* the wgmma forward / reverse scans (state_scan_wg_ok, bwd_state_scan_wg_ok) */
+    int scan_wg2;                  /* their 64-column tiles as two warpgroups per block (plan_scan_wg2) */
+    int fuse_output;               /* the forward scan computes o (state_scan_fuses_output) */
+    int scan_wu;                   /* with W, U from kkt_inverse (state_scan_uses_wu) */
+    int beside_kkt;                /* starting beside kkt_inverse (state_scan_beside_kkt) */
+    int bwd_w;                     /* policy R's reverse scan runs the W chain (bwd_scan_uses_w) */
+    int chain_bvc;                 /* policy R's register chains: value columns per block, 0: not (chain_scan_bvc) */
+};
+
 struct Prob {
     int B, T, H, HV, K, V, BT, G; /* G = HV / H */
     int N;                        /* sequences */
@@ -46,7 +70,7 @@ struct Prob {
     int Kp;                       /* K rounded up to 32 */
     int gated;                    /* GDN: 1; DeltaNet: 0 */
     int svf;                      /* states [V,K] */
-    int wgmma;                    /* host only: the library's wgmma kernels run on this device (wgmma_binary_ok) */
+    Plan plan;                    /* host only: this call's choices */
     float scale;
     const ChunkInfo *ctab;        /* [NC] */
     const int *coff;              /* [N+1] chunk offset of each sequence */
@@ -668,14 +692,6 @@ template <class T, class Fn> inline cudaError_t with_fast_kp(const Prob &p, Fn f
     return f(std::integral_constant<int, 0>{});
 }
 
-/* the current device's SM count (0 if it cannot be read) */
-inline int sm_count() {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return 0;
-    return sms;
-}
-
 /* The shapes for which kkt_fast forms W = A E (bf16, chunk 64, K = Kp of 64 or 128) and, with V of 64 or 128,
  * U = A Z: the two-product chains (state_scan_uses_wu, bwd_scan_uses_w). The size query, those predicates and
  * kkt_inverse's launcher all ask here. */
@@ -691,18 +707,20 @@ inline bool u_shape_ok(int V) { return V == 64 || V == 128; }
  * reads per value column; they are taken when the grid still covers about the SMs. When sequences ×
  * value heads × V/32 blocks would leave SMs idle, 16-column tiles put twice as many chains on the
  * GPU, each half as long (8 columns measured no better on the H200). */
-inline int scan_bv(const Prob &p) {
-    /* REWY_CUDA_SCAN_BV = 16, 32 or 64 forces a tile (the tests run the matrix with each) */
-    if (const char *e = getenv("REWY_CUDA_SCAN_BV")) {
-        const int f = atoi(e);
-        if (f == 16 || f == 32 || f == 64) return f;
-    }
-    const int sms = sm_count();
+inline int plan_scan_bv(const Prob &p) {
+    /* force.scan_bv = 16, 32 or 64 forces a tile (the tests run the matrix with each) */
+    const int f = p.plan.force.scan_bv;
+    if (f == 16 || f == 32 || f == 64) return f;
+    const int sms = p.plan.sms;
     if (sms == 0) return BV;
     const long sh = (long)p.N * p.HV;
     if (4 * sh * ceil_div(p.V, 64) >= 3L * sms) return 64;
     return sh * ceil_div(p.V, BV) < sms ? 16 : BV;
 }
+inline int scan_bv(const Prob &p) { return p.plan.scan_bv; }
+/* The wgmma scans' 64-column tiles as two warpgroups per block where V is a multiple of 128 (wgmma.cuh,
+ * with_wg_tiles); force.scan_wg2 = 0 keeps one. */
+inline int plan_scan_wg2(const Prob &p) { return scan_bv(p) == 64 && p.V % 128 == 0 && p.plan.force.scan_wg2 != 0; }
 /* threads of a scan block: 8 warps for 16- and 32-column tiles (two blocks per SM), 16 for 64 (one; or 8,
  * two per SM: scan_8w) */
 template <int BVT> __host__ __device__ constexpr int scan_threads() { return BVT == 64 ? 512 : 256; }
@@ -748,27 +766,23 @@ inline dim3 scan_grid(const Prob &p, int bvt) { return dim3((unsigned)p.N * p.HV
  * of one 16-warp block per SM: where two such blocks fit an SM's shared memory and the grid has at least two
  * blocks per SM. Two chains per SM then share what one 16-warp chain had (GDN forward scan at (8,2048,32),
  * H200: 0.727 → 0.636 ms); a smaller grid keeps 16 warps per chain, since 8 run one chain slower (0.671 →
- * 0.764 ms at (4,4096,16), 128 blocks). REWY_CUDA_SCAN_8W = 1 / 0 forces it where it fits (the tests'
+ * 0.764 ms at (4,4096,16), 128 blocks). force.scan_8w = 1 / 0 forces it where it fits (the tests'
  * shapes are too small to take it). Only 64-column tiles on the halved bf16 path (scan_half) have it.
- * scan_8w_fits: the shared-memory test alone (the scan pair, whose grid is the two scans' together). */
-/* Whether a block taking a bytes of dynamic shared memory and one taking b fit one SM together (each also takes
- * the per-block reserve); false where the device cannot be asked */
-inline bool blocks_fit_sm(size_t a, size_t b) {
-    int dev = 0, per_sm = 0, rsv = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&rsv, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
-        return false;
-    return a + b + 2 * (size_t)rsv <= (size_t)per_sm;
+ * scan_8w_fits: the shared-memory test alone (the scan pair, whose grid is the two scans' together).
+ * plan_scan_8w: make_plan's Plan::scan_8w (the grid test, or the force); Plan::pair_8w = the force is not 0. */
+inline int plan_scan_8w(const Prob &p) {
+    const int f = p.plan.force.scan_8w;
+    return f != REWY_TEST_AUTO ? f != 0 : (long)scan_grid(p, 64).x >= 2L * p.plan.sms;
 }
-template <class T, int KPC, int BVT> inline bool scan_8w_fits(size_t smem) {
+/* Whether a block taking a bytes of dynamic shared memory and one taking b fit one SM together (each also takes
+ * the per-block reserve); false where the device could not be asked (the plan's smem_sm is then 0) */
+inline bool blocks_fit_sm(const Plan &pl, size_t a, size_t b) { return a + b + 2 * pl.smem_rsv <= pl.smem_sm; }
+template <class T, int KPC, int BVT> inline bool scan_8w_fits(const Prob &p, size_t smem) {
     if constexpr (BVT != 64 || scan_half<T, KPC>() != 2) return false;
-    if (!blocks_fit_sm(smem, smem)) return false;
-    if (const char *e = getenv("REWY_CUDA_SCAN_8W")) return atoi(e) != 0;
-    return true;
+    return p.plan.pair_8w && blocks_fit_sm(p.plan, smem, smem);
 }
 template <class T, int KPC, int BVT> inline bool scan_8w(const Prob &p, size_t smem) {
-    return scan_8w_fits<T, KPC, BVT>(smem) && (getenv("REWY_CUDA_SCAN_8W") || (long)scan_grid(p, 64).x >= 2L * sm_count());
+    return scan_8w_fits<T, KPC, BVT>(p, smem) && p.plan.scan_8w;
 }
 
 /* Calls f(KPC, BVT) (integral constants) with the scans' fast-path K (with_fast_kp) and value tile

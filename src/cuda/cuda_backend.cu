@@ -17,6 +17,7 @@
  * bwd ws W̄:         fp32 [NC*HV][BT][Kp] (WY scratch) only for K > 128 or fp32 (else in shared memory)
  * bwd ws GVA:       HV > H: q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp] */
 #include "cuda_backend.h"
+#include "rewy_test.h"
 #include "backend_common.cuh"
 #include "vec_kernels.cuh" /* KDA, GDN2 (vec_backend.cu) */
 #include <stdio.h>
@@ -31,7 +32,7 @@ struct ScalarGates {
     static bool supports(const rewy_config *c) { return c->op == REWY_OP_DELTANET || c->op == REWY_OP_GDN; }
     static constexpr bool vector_gates = false; /* vector gates: the wgmma scans do not apply */
 
-    static OpRegions regions(const rewy_config *c, const Geometry &g) {
+    static OpRegions regions(const rewy_config *c, const Geometry &g, const Plan &pl) {
         const size_t chh = (size_t)g.NC * g.HV;
         OpRegions r = {};
         r.gate = sizeof(float) * chh * 2 * g.BT; /* GB: G, β */
@@ -39,15 +40,13 @@ struct ScalarGates {
          * algorithm: a backward may switch bwd_algo against the same workspace size. */
         if (!wbar_in_smem(g.Kp, c->dtype == REWY_F32 ? 4 : 2)) r.Wbar = sizeof(float) * chh * g.BT * g.Kp;
         if (g.HV > c->H) r.acc = 2 * sizeof(float) * (size_t)g.NC * c->H * g.BT * g.Kp;
-        /* W, U (bf16) of the two-product chains, for the shapes state_scan_uses_wu and bwd_scan_uses_w may pick */
+        /* W, U (bf16) of the two-product chains, for the shapes the plan's scan_wu and bwd_w may pick */
         if (w_shape_ok(c->dtype, g.BT, c->K, g.Kp)) {
             r.W = sizeof(__nv_bfloat16) * chh * g.BT * c->K;
             if (u_shape_ok(c->V)) r.U = sizeof(__nv_bfloat16) * chh * g.BT * c->V;
-            /* the reverse scan takes W only at 16-column tiles (small grids), the register chains (chain_scan_bvc:
-             * W, and U over R's region) on small grids too: elsewhere no bwd region */
-            Prob pr = {};
-            pr.N = g.N; pr.HV = g.HV; pr.V = c->V; pr.K = c->K; pr.Kp = g.Kp; pr.BT = g.BT;
-            if (scan_bv(pr) == 16 || chain_scan_bvc(pr, c->dtype) > 0) r.Wb = r.W;
+            /* the reverse scan takes W only at 16-column tiles (small grids), the register chains (the plan's
+             * chain_bvc: W, and U over R's region) on small grids too: elsewhere no bwd region */
+            if (pl.scan_bv == 16 || pl.chain_bvc > 0) r.Wb = r.W;
         }
         return r;
     }
@@ -76,16 +75,26 @@ struct ScalarGates {
 } // namespace
 
 /* The saved buffer: the operator's layout (backend_common.cuh), then the record the backward checks
- * (backend.h) in its own 256-B region, so the record is on the device like everything else saved. */
-static size_t op_bytes(const rewy_config *cfg, size_t Layout::*which) {
+ * (backend.h) in its own 256-B region, so the record is on the device like everything else saved.
+ * The sizes under one plan (make_plan; force: the test-only override of rewy_test.h, NULL in the library's
+ * calls). The saved regions depend on no choice of the plan, the workspaces do (ScalarGates::regions). */
+static rewy_sizes op_sizes(const rewy_config *cfg, const rewy_test_force *force) {
+    rewy_sizes z;
     if (cfg->op == REWY_OP_KDA || cfg->op == REWY_OP_GDN2) {
-        if (which == &Layout::saved) return rewy_cuda_vec_saved_size(cfg);
-        return which == &Layout::fwd ? rewy_cuda_vec_fwd_workspace_size(cfg) : rewy_cuda_vec_bwd_workspace_size(cfg);
+        z.saved = rewy_cuda_vec_saved_size(cfg);
+        z.fwd = rewy_cuda_vec_fwd_workspace_size(cfg);
+        z.bwd = rewy_cuda_vec_bwd_workspace_size(cfg);
+    } else {
+        const Layout L = plan<ScalarGates>(cfg, make_plan(cfg, force));
+        z.saved = L.saved; z.fwd = L.fwd; z.bwd = L.bwd;
     }
-    return layout_bytes<ScalarGates>(cfg, which);
+    z.saved = al(z.saved) + al(sizeof(rewy_saved_record));
+    return z;
 }
+/* The record's place, after the saved regions: no plan needed (the saved layout depends on none of its choices). */
 static rewy_saved_record *record_at(const void *saved, const rewy_config *cfg) {
-    return at<rewy_saved_record>(saved, al(op_bytes(cfg, &Layout::saved)));
+    const bool vec = cfg->op == REWY_OP_KDA || cfg->op == REWY_OP_GDN2;
+    return at<rewy_saved_record>(saved, al(vec ? rewy_cuda_vec_saved_size(cfg) : plan<ScalarGates>(cfg, Plan()).saved));
 }
 static rewy_saved_record record_of(const rewy_config *cfg, const void *h0) {
     return rewy_saved_record_of(cfg, cfg->cu_seqlens_host, h0 != nullptr, "rewyGPU");
@@ -115,28 +124,28 @@ static rewy_status cuda_sizes(const rewy_config *c, rewy_sizes *out, char *msg, 
     if (nc * HV * BT > REWY_CUDA_MAX_CHUNK_ROWS)
         return refuse(msg, len, "NC*HV*BT = %lld chunk rows exceeds %lld, the CUDA backend's limit (32-bit row indices)",
                       nc * HV * BT, REWY_CUDA_MAX_CHUNK_ROWS);
-    out->saved = al(op_bytes(c, &Layout::saved)) + al(sizeof(rewy_saved_record));
-    out->fwd = op_bytes(c, &Layout::fwd);
-    out->bwd = op_bytes(c, &Layout::bwd);
+    *out = op_sizes(c, nullptr);
     return REWY_OK;
 }
 
-static rewy_status cuda_forward(const rewy_fwd_params *a) {
+static rewy_status forward_with(const rewy_fwd_params *a, const rewy_test_force *force) {
     const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
-    rewy_status s = vec ? rewy_cuda_vec_forward(a) : host::forward<ScalarGates>(a);
+    rewy_status s = vec ? rewy_cuda_vec_forward(a, force) : host::forward<ScalarGates>(a, force);
     if (s) return s;
     if (launch_record_write(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg), (cudaStream_t)a->cfg.stream))
         return REWY_ERR_BACKEND;
     return REWY_OK;
 }
 
-static rewy_status cuda_backward(const rewy_bwd_params *a) {
+static rewy_status backward_with(const rewy_bwd_params *a, const rewy_test_force *force) {
     /* the check runs first on the stream: on a mismatch nothing after it runs */
     if (launch_record_check(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg), (cudaStream_t)a->cfg.stream))
         return REWY_ERR_BACKEND;
     const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
-    return vec ? rewy_cuda_vec_backward(a) : host::backward<ScalarGates>(a);
+    return vec ? rewy_cuda_vec_backward(a, force) : host::backward<ScalarGates>(a, force);
 }
+static rewy_status cuda_forward(const rewy_fwd_params *a) { return forward_with(a, nullptr); }
+static rewy_status cuda_backward(const rewy_bwd_params *a) { return backward_with(a, nullptr); }
 
 /* The saved buffer is device memory: reading its record here would cost a device sync on every
  * backward (and break graph capture), so the comparison is the backward's first kernel instead. */
@@ -145,4 +154,37 @@ static rewy_status cuda_check_saved(const rewy_bwd_params *, char *, size_t) { r
 extern "C" const rewy_backend_ops *rewy_cuda_backend_ops(void) {
     static const rewy_backend_ops ops = {cuda_sizes, cuda_forward, cuda_backward, cuda_check_saved};
     return &ops;
+}
+
+/* ==== rewy_test.h: the test-only entry points (hidden like every internal: the tests link librewy.a) ==== */
+
+extern "C" rewy_status rewy_test_sizes(const rewy_config *cfg, const rewy_test_force *f, size_t *saved, size_t *fwd,
+                                       size_t *bwd) {
+    size_t pub[3];
+    rewy_status s = rewy_saved_size(cfg, &pub[0]);
+    if (s == REWY_OK) s = rewy_fwd_workspace_size(cfg, &pub[1]);
+    if (s == REWY_OK) s = rewy_bwd_workspace_size(cfg, &pub[2]);
+    if (s != REWY_OK) return s;
+    if (cfg->backend != REWY_BACKEND_CUDA) return REWY_ERR_BACKEND;
+    /* the public queries passed the limits of cuda_sizes; the forced plan changes only regions below them */
+    const rewy_sizes z = op_sizes(cfg, f);
+    const size_t forced[3] = {z.saved, z.fwd, z.bwd};
+    size_t *out[3] = {saved, fwd, bwd};
+    for (int i = 0; i < 3; i++)
+        if (out[i]) *out[i] = forced[i] > pub[i] ? forced[i] : pub[i];
+    return REWY_OK;
+}
+
+extern "C" rewy_status rewy_test_forward(const rewy_fwd_params *p, const rewy_test_force *f) {
+    rewy_status s = rewy_validate_fwd(p, nullptr, 0);
+    if (s != REWY_OK) return s;
+    if (p->cfg.backend != REWY_BACKEND_CUDA) return REWY_ERR_BACKEND;
+    return forward_with(p, f);
+}
+
+extern "C" rewy_status rewy_test_backward(const rewy_bwd_params *p, const rewy_test_force *f) {
+    rewy_status s = rewy_validate_bwd(p, nullptr, 0);
+    if (s != REWY_OK) return s;
+    if (p->cfg.backend != REWY_BACKEND_CUDA) return REWY_ERR_BACKEND;
+    return backward_with(p, f);
 }

@@ -32,8 +32,8 @@ cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, cons
                                const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s,
                                const void *v = nullptr, const WuOut &wu = {});
 
-/* The output's operands when the forward scan computes it (state_scan_fuses_output): q, C_q; o written.
- * W, U (kkt_inverse's WuOut, where state_scan_uses_wu): the chain reads R = U − W S instead of A (Z − E S). */
+/* The output's operands when the forward scan computes it (the plan's fuse_output): q, C_q; o written.
+ * W, U (kkt_inverse's WuOut, where the plan's scan_wu): the chain reads R = U − W S instead of A (Z − E S). */
 struct ScanOut {
     const void *q = nullptr;
     const cq_t *Cq = nullptr;
@@ -44,15 +44,17 @@ struct ScanOut {
 
 /* state_scan.cu: forward chunk scan: store S_c; R = A(Z − E S) (stored); S ← Λ S + Fᵀ R; ht at the end.
  * Sc / R / ht NULL: not stored. vo NULL: scalar gates (E, F from k and GB); else the vector-gate
- * operands (KDA, GDN2). so: also the output O = Q_g S_c + C_q R, where state_scan_fuses_output says the
- * scan takes it (else NULL, and output.cu's launch_output follows). */
-bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo);
-/* Whether a scan that fuses the output (state_scan_fuses_output) also takes W and U from kkt_inverse (FLA's
+ * operands (KDA, GDN2). so: also the output O = Q_g S_c + C_q R, where the plan's fuse_output says the
+ * scan takes it (else NULL, and output.cu's launch_output follows). The wgmma scan where the plan's scan_wg.
+ * The predicates below take make_plan's choices (backend_common.cuh), each reading the choices before it in
+ * p.plan (vec: vector gates); the launchers read only p.plan. */
+bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, bool vec);
+/* Whether a scan that fuses the output (plan.fuse_output) also takes W and U from kkt_inverse (FLA's
  * chain: two products per chunk, not three): w_shape_ok and u_shape_ok */
 bool state_scan_uses_wu(const Prob &p, rewy_dtype dt);
-/* Whether that scan (with W, U) starts beside kkt_inverse, waiting per chunk on its ready flags instead of its
- * end: small grids (16-column tiles, at most one scan block per SM) on sm_90, where a kkt block fits beside a
- * scan block. kkt_beside_smem: the shared memory of such a kkt block. */
+/* Whether that scan (with W, U: plan.scan_wu) starts beside kkt_inverse, waiting per chunk on its ready flags
+ * instead of its end: small grids (16-column tiles, at most one scan block per SM) on sm_90, where a kkt block
+ * fits beside a scan block. kkt_beside_smem: the shared memory of such a kkt block. */
 bool state_scan_beside_kkt(const Prob &p);
 size_t kkt_beside_smem(const Prob &p);
 cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const void *v, const float *GB,
@@ -60,11 +62,11 @@ cudaError_t launch_state_scan(const Prob &p, rewy_dtype dt, const void *k, const
                               cudaStream_t s, const ScanOut *so = nullptr);
 
 /* state_scan_wg.cu: the same forward scan on Hopper's warpgroup products (wgmma), where state_scan_wg_ok
- * says it applies (bf16, scalar gates, chunk 64, K of 64 or 128, an sm_90a binary); launch_state_scan and
- * launch_scan_pair take it there. */
-bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo);
+ * says it applies (bf16, scalar gates, chunk 64, K of 64 or 128, an sm_90a binary; make_plan's Plan::scan_wg);
+ * launch_state_scan and launch_scan_pair take it there. */
+bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, bool vec);
 /* Whether the loaded binary carries the wgmma scans' sm_90a code for the current device (a driver query:
- * make_prob asks once per forward or backward and keeps the answer in Prob::wgmma). */
+ * make_plan asks once per call and keeps the answer in Plan::wgmma). */
 bool wgmma_binary_ok();
 cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                  const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s);
@@ -82,25 +84,25 @@ cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, c
                                   const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s);
 
 /* bwd_state_scan_wg.cu: the same reverse scan on wgmma, where bwd_state_scan_wg_ok says it applies (as
- * state_scan_wg_ok); launch_bwd_state_scan and launch_scan_pair take it there. It forms C_q itself (Cq of
- * those launchers is not read then, and the backward skips its recompute). */
-bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, const VecOps *vo);
+ * state_scan_wg_ok; Plan::bwd_scan_wg); launch_bwd_state_scan and launch_scan_pair take it there. It forms C_q
+ * itself (Cq of those launchers is not read then, and the backward skips its recompute). */
+bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, bool vec);
 cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
                                      const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
                                      cudaStream_t s);
 
 /* bwd_state_scan.cu: policy R's recompute scan (launch_state_scan with ht NULL) and the reverse scan
  * (launch_bwd_state_scan), in one launch where their tiles allow it, else one after the other. */
-/* W (kkt_inverse's, where bwd_scan_uses_w): the reverse scan runs FLA's dhu chain, S̄ ← Q_gᵀŌ + ΛS̄⁺ − Wᵀ R̄, and
- * stores R̄ in PR whatever wy says (launch_p_from_rbar turns it into P for ReWY). */
-bool bwd_scan_uses_w(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const void *do_);
+/* W (kkt_inverse's, where bwd_scan_uses_w: Plan::bwd_w): the reverse scan runs FLA's dhu chain,
+ * S̄ ← Q_gᵀŌ + ΛS̄⁺ − Wᵀ R̄, and stores R̄ in PR whatever wy says (launch_p_from_rbar turns it into P for ReWY). */
+bool bwd_scan_uses_w(const Prob &p, rewy_dtype dt, bool vec);
 /* pullback_p.cu: P = Aᵀ R̄ (MATH §4b (1)) in place of R̄ in PR, in parallel over the chunks */
 cudaError_t launch_p_from_rbar(const Prob &p, const float *A, rp_t *PR, cudaStream_t s);
 /* chain_scan.cu: policy R's two chains in register form (FLA's h and dhu chains) on small grids of the bf16
  * scalar-gate fast path: chain_scan_bvc > 0 (the value columns per block; 0: not here). kkt_inverse has written
  * W ([chunk][hv][64][K]) and U over R's region ([chunk][hv][64][V]) from the saved A; the forward half writes
  * S_c and R (in place of U), the reverse half S̄⁺, R̄ (into PR) and dh0. P = Aᵀ R̄ then follows for ReWY. */
-int chain_scan_bvc(const Prob &p, rewy_dtype dt);
+int chain_scan_bvc(const Prob &p, rewy_dtype dt, bool vec); /* Plan::chain_bvc */
 cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB,
                               const __nv_bfloat16 *W, const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R,
                               const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s);

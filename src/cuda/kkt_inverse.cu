@@ -322,10 +322,10 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                 cudaError_t e = ensure_smem<kkt_fast_kernel<T, KS, VS, WA>>(sm);
                 if (e != cudaSuccess) return e;
                 dim3 grid(p.NC, p.HV);
-                if (wu.ready) { /* state_scan_beside_kkt: one block per SM, room for a scan block beside each */
+                if (wu.ready) { /* the plan's beside_kkt: one block per SM, room for a scan block beside each */
                     e = prefer_shared((const void *)kkt_fast_kernel<T, KS, VS, WA>);
                     if (e != cudaSuccess) return e;
-                    const long tasks = (long)p.NC * p.HV, sms = sm_count();
+                    const long tasks = (long)p.NC * p.HV, sms = p.plan.sms;
                     grid = dim3((unsigned)(sms < tasks ? sms : tasks));
                 }
                 kkt_fast_kernel<T, KS, VS, WA><<<grid, KKT_THREADS, sm, s>>>(

@@ -178,14 +178,14 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
  * a grid of at least 1.5 two-warpgroup blocks per SM. On smaller grids a scan is a few long chains and one
  * warpgroup runs a chain slower than the 8- and 16-warp mma.sync blocks do (H200, forward at (4,4096,16):
  * 0.97 against 0.65 ms; (2,16384,8): 1.24 against 0.93), while at (8,2048,32), four chains per SM, it runs
- * the forward in 1.06 against 1.17 ms. REWY_CUDA_SCAN_WG = 0 / 1 forces the mma.sync / the wgmma scan (the
+ * the forward in 1.06 against 1.17 ms. force.scan_wg = 0 / 1 forces the mma.sync / the wgmma scan (the
  * tests run the matrix with both). */
-bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, const VecOps *vo) {
-    if (vo || sizeof(state_t) != 2 || dt != REWY_BF16 || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128) || p.K % 8 || p.V % 8) return false;
+bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v, bool vec) {
+    if (vec || sizeof(state_t) != 2 || dt != REWY_BF16 || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128) || p.K % 8 || p.V % 8) return false;
     if ((reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) return false;
-    if (!p.wgmma) return false;
-    if (const char *e = getenv("REWY_CUDA_SCAN_WG")) return atoi(e) != 0;
-    return 2L * p.N * p.HV * ceil_div(p.V, 128) >= 3L * sm_count();
+    if (!p.plan.wgmma) return false;
+    if (p.plan.force.scan_wg != REWY_TEST_AUTO) return p.plan.force.scan_wg != 0;
+    return 2L * p.N * p.HV * ceil_div(p.V, 128) >= 3L * p.plan.sms;
 }
 
 /* one kernel stands for all: the library's .cu files are compiled for the same architectures */

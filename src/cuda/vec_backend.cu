@@ -46,7 +46,7 @@ struct VectorGates {
     static bool supports(const rewy_config *c) { return c->op == REWY_OP_KDA || c->op == REWY_OP_GDN2; }
     static constexpr bool vector_gates = true; /* vector gates: the wgmma scans do not apply */
 
-    static OpRegions regions(const rewy_config *c, const Geometry &g) {
+    static OpRegions regions(const rewy_config *c, const Geometry &g, const Plan &) { /* no region depends on the plan */
         const size_t rk = (size_t)g.NC * g.HV * g.BT * g.Kp * sizeof(float);
         OpRegions r = {};
         r.gate = rk; /* Gc */
@@ -87,9 +87,14 @@ struct VectorGates {
 
 } // namespace
 
-size_t rewy_cuda_vec_saved_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::saved); }
-size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::fwd); }
-size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::bwd); }
+/* no vector region depends on the plan's choices (VectorGates::regions): the sizes take none */
+size_t rewy_cuda_vec_saved_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::saved, Plan()); }
+size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::fwd, Plan()); }
+size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::bwd, Plan()); }
 
-rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *a) { return host::forward<VectorGates>(a); }
-rewy_status rewy_cuda_vec_backward(const rewy_bwd_params *a) { return host::backward<VectorGates>(a); }
+rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *a, const rewy_test_force *force) {
+    return host::forward<VectorGates>(a, force);
+}
+rewy_status rewy_cuda_vec_backward(const rewy_bwd_params *a, const rewy_test_force *force) {
+    return host::backward<VectorGates>(a, force);
+}

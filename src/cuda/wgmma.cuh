@@ -175,14 +175,13 @@ __device__ __forceinline__ void wg_store_rows(state_t *dst, const __nv_bfloat16 
 
 /* Calls go(KPC, BVT, NWG) (integral constants) with the wgmma scans' tiles: K padded to 64 or 128, the
  * value tile of scan_bv, and NWG = 2 warpgroups per block (one per 64 columns, sharing the (sequence, head)'s
- * K-side tiles: four chains per SM) at 64 columns where V is a multiple of 128; REWY_CUDA_SCAN_WG2 = 0
- * keeps one warpgroup per block. */
+ * K-side tiles: four chains per SM) at 64 columns where V is a multiple of 128 (plan_scan_wg2, common.cuh:
+ * make_plan's Plan::scan_wg2); force.scan_wg2 = 0 keeps one warpgroup per block. */
 template <class Go> inline cudaError_t with_wg_tiles(const Prob &p, Go go) {
     using I1 = std::integral_constant<int, 1>;
     using I2 = std::integral_constant<int, 2>;
     const int bv = scan_bv(p);
-    bool two = bv == 64 && p.V % 128 == 0;
-    if (const char *e = getenv("REWY_CUDA_SCAN_WG2")) two = two && atoi(e) != 0;
+    const bool two = p.plan.scan_wg2;
     auto with_bv = [&](auto kp) {
         if (bv == 16) return go(kp, std::integral_constant<int, 16>{}, I1{});
         if (bv == 32) return go(kp, std::integral_constant<int, 32>{}, I1{});

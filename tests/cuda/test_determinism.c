@@ -26,6 +26,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_force.h" /* the REWY_CUDA_* variants of make test-cuda's loop */
 #include "dtype.h"
 #include "rewy.h"
 #include "testutil.h"
@@ -158,9 +159,7 @@ static int setup(problem *p, const spec *s, rewy_op op, uint64_t seed) {
 static int setup_buffers(problem *p, rewy_policy pol, rewy_bwd_algo algo) {
     p->cfg.policy = pol;
     p->cfg.bwd_algo = algo;
-    if (rewy_saved_size(&p->cfg, &p->saved_bytes) || rewy_fwd_workspace_size(&p->cfg, &p->fws_bytes) ||
-        rewy_bwd_workspace_size(&p->cfg, &p->bws_bytes))
-        return 1;
+    if (forced_sizes(&p->cfg, &p->saved_bytes, &p->fws_bytes, &p->bws_bytes)) return 1;
     size_t sizes[3] = {p->saved_bytes, p->fws_bytes, p->bws_bytes};
     void **bufs[3] = {&p->saved, &p->fws, &p->bws};
     for (int i = 0; i < 3; i++)
@@ -195,7 +194,7 @@ static int run(problem *p, cudaStream_t stream, unsigned char fill, unsigned cha
     f.q = p->q; f.k = p->k; f.v = p->v; f.g = p->g; f.beta = p->beta; f.b = p->b; f.w = p->w; f.h0 = p->h0;
     f.o = out(p, "o"); f.ht = out(p, "ht");
     f.saved = p->saved; f.saved_bytes = p->saved_bytes; f.workspace = p->fws; f.workspace_bytes = p->fws_bytes;
-    rewy_status s = rewy_forward(&f);
+    rewy_status s = forced_forward(&f);
     if (s != REWY_OK) return (int)s;
     rewy_bwd_params b;
     memset(&b, 0, sizeof b);
@@ -205,7 +204,7 @@ static int run(problem *p, cudaStream_t stream, unsigned char fill, unsigned cha
     b.dq = out(p, "dq"); b.dk = out(p, "dk"); b.dv = out(p, "dv"); b.dg = out(p, "dg"); b.dbeta = out(p, "dbeta");
     b.db = out(p, "db"); b.dw = out(p, "dw"); b.dh0 = out(p, "dh0");
     b.workspace = p->bws; b.workspace_bytes = p->bws_bytes;
-    s = rewy_backward(&b);
+    s = forced_backward(&b);
     if (s != REWY_OK) return (int)s;
     if (cudaStreamSynchronize(stream) != cudaSuccess) return -1;
     for (int i = 0; i < p->nouts; i++) {

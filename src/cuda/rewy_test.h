@@ -1,0 +1,51 @@
+/* rewy_test.h: test-only entry points of the CUDA backend (never in include/rewy.h, not exported from
+ * librewy.so: the device tests link librewy.a). The CUDA backend takes every kernel choice once per call in
+ * its plan (common.cuh, Plan; made by backend_common.cuh's make_plan from the config and the device). The
+ * tests reach the variants the plan would not pick on their small shapes through a rewy_test_force: each
+ * field forces one choice where the shape allows it, or leaves it to the plan (REWY_TEST_AUTO). The library
+ * reads no environment: tests/cuda_force.h maps the REWY_CUDA_* variables of `make test-cuda` onto it.
+ * Plain C, also included from CUDA C++. */
+#ifndef REWY_CUDA_TEST_H
+#define REWY_CUDA_TEST_H
+
+#include <stddef.h>
+#include "rewy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define REWY_TEST_AUTO (-1) /* the plan decides */
+
+/* Forced choices; REWY_TEST_AUTO in every field is the library's own plan (rewy_test_force_none). */
+typedef struct rewy_test_force {
+    int scan_bv;     /* the scans' value tile: 16, 32 or 64 (other values: the plan's) */
+    int scan_8w;     /* 64-column scans as 8-warp blocks, two per SM, where two fit: 1 on, 0 off */
+    int scan_out;    /* the forward scan fuses the output (bf16 fast path, mma.sync scans): 1 on, 0 off */
+    int scan_wu;     /* that scan reads W, U from kkt_inverse (where K, V allow): 0 off (A (Z − E S) instead) */
+    int scan_beside; /* that scan starts beside kkt_inverse (sm_90, 16-column tiles): 0 off */
+    int scan_wf;     /* policy R's reverse scan at 16 columns runs the W chain: 0 off (P in the chain) */
+    int chain;       /* policy R's register chains: 0 never, 1 wherever they fit, 2 128-column blocks where V = 128 fits */
+    int scan_wg;     /* the wgmma scans (sm_90a binary, bf16 fast path): 1 on, 0 off */
+    int scan_wg2;    /* the wgmma scans at 64 columns as two warpgroups per block (V % 128 = 0): 0 off */
+} rewy_test_force;
+
+static inline rewy_test_force rewy_test_force_none(void) {
+    rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
+    return f;
+}
+
+/* rewy_saved_size, rewy_fwd_workspace_size and rewy_bwd_workspace_size of the plan with force f (NULL:
+ * none), each at least the public query's (so that the public validation accepts the buffers). */
+rewy_status rewy_test_sizes(const rewy_config *cfg, const rewy_test_force *f, size_t *saved, size_t *fwd,
+                            size_t *bwd);
+/* rewy_forward and rewy_backward with force f (NULL: none); the same validation (rewy_validate_fwd/_bwd).
+ * Backend CUDA only (else REWY_ERR_BACKEND). */
+rewy_status rewy_test_forward(const rewy_fwd_params *p, const rewy_test_force *f);
+rewy_status rewy_test_backward(const rewy_bwd_params *p, const rewy_test_force *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
