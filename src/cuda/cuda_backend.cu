@@ -175,6 +175,20 @@ extern "C" rewy_status rewy_test_sizes(const rewy_config *cfg, const rewy_test_f
     return REWY_OK;
 }
 
+extern "C" rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_test_force *f, rewy_test_plan *out) {
+    size_t bytes;
+    rewy_status s = rewy_saved_size(cfg, &bytes); /* validates cfg */
+    if (s != REWY_OK) return s;
+    if (!out) return REWY_ERR_NULL_POINTER;
+    if (cfg->backend != REWY_BACKEND_CUDA) return REWY_ERR_BACKEND;
+    const Plan pl = make_plan(cfg, f);
+    out->sms = pl.sms; out->wgmma = pl.wgmma; out->smem_optin = pl.smem_optin;
+    out->scan_bv = pl.scan_bv; out->scan_8w = pl.scan_8w; out->pair_8w = pl.pair_8w; out->scan_wg = pl.scan_wg;
+    out->bwd_scan_wg = pl.bwd_scan_wg; out->scan_wg2 = pl.scan_wg2; out->fuse_output = pl.fuse_output;
+    out->scan_wu = pl.scan_wu; out->beside_kkt = pl.beside_kkt; out->bwd_w = pl.bwd_w; out->chain_bvc = pl.chain_bvc;
+    return REWY_OK;
+}
+
 extern "C" rewy_status rewy_test_forward(const rewy_fwd_params *p, const rewy_test_force *f) {
     rewy_status s = rewy_validate_fwd(p, nullptr, 0);
     if (s != REWY_OK) return s;

@@ -36,6 +36,15 @@ static inline rewy_test_force rewy_test_force_none(void) {
     return f;
 }
 
+/* The plan's device facts and choices (common.cuh, Plan) for a config under force f (NULL: none), taken as a
+ * size query takes them (pointers aligned): the tests assert that their forced choices reach the plan. */
+typedef struct rewy_test_plan {
+    int sms, wgmma;
+    size_t smem_optin;
+    int scan_bv, scan_8w, pair_8w, scan_wg, bwd_scan_wg, scan_wg2, fuse_output, scan_wu, beside_kkt, bwd_w, chain_bvc;
+} rewy_test_plan;
+rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_test_force *f, rewy_test_plan *out);
+
 /* rewy_saved_size, rewy_fwd_workspace_size and rewy_bwd_workspace_size of the plan with force f (NULL:
  * none), each at least the public query's (so that the public validation accepts the buffers). */
 rewy_status rewy_test_sizes(const rewy_config *cfg, const rewy_test_force *f, size_t *saved, size_t *fwd,

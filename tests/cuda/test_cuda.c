@@ -92,6 +92,48 @@ static void quick_matrix(case_list *l) {
     quick_extreme(l, REWY_OP_GDN);
 }
 
+/* ------------------------------------------------------------------ the forced choices reach the plan */
+/* The REWY_CUDA_* variables of make test-cuda's loop (cuda_force.h) must change what the plan picks, else the loop
+ * would test the defaults again: on the matrix's shapes (bf16 GDN, B = 2, H = 2, chunk 64; K = V = 64, and V = 128
+ * for the 128-column chains) each forced choice is asserted where that shape allows it, and without any variable
+ * the defaults the Makefile names (16-column tiles, output.cu, no register chains, no wgmma scans). */
+static void test_forced_plan(test_counts *tc) {
+    const rewy_test_force f = env_force();
+    rewy_config c;
+    memset(&c, 0, sizeof c);
+    c.op = REWY_OP_GDN; c.backend = REWY_BACKEND_CUDA; c.dtype = REWY_BF16;
+    c.B = 2; c.T = 256; c.H = 2; c.K = 64; c.V = 64;
+    rewy_test_plan p, p128;
+    CHECK(tc, rewy_test_get_plan(&c, &f, &p) == REWY_OK, "plan: rewy_test_get_plan failed");
+    c.V = 128;
+    CHECK(tc, rewy_test_get_plan(&c, &f, &p128) == REWY_OK, "plan: rewy_test_get_plan (V = 128) failed");
+    printf("plan (K = V = 64): %d SMs, wgmma %d, scan_bv %d, 8w %d, wg %d/%d, wg2 %d, fused output %d, W/U %d, "
+           "beside %d, W chain %d, chains %d\n", p.sms, p.wgmma, p.scan_bv, p.scan_8w, p.scan_wg, p.bwd_scan_wg,
+           p.scan_wg2, p.fuse_output, p.scan_wu, p.beside_kkt, p.bwd_w, p.chain_bvc);
+    const rewy_test_force none = rewy_test_force_none();
+    if (!memcmp(&f, &none, sizeof f))
+        CHECK(tc, p.scan_bv == 16 && !p.fuse_output && !p.chain_bvc && !p.scan_wg && !p.bwd_scan_wg,
+              "plan: the test shape's defaults changed (scan_bv %d, fused output %d, chains %d, wgmma scans %d/%d)",
+              p.scan_bv, p.fuse_output, p.chain_bvc, p.scan_wg, p.bwd_scan_wg);
+    if (f.scan_bv == 16 || f.scan_bv == 32 || f.scan_bv == 64)
+        CHECK(tc, p.scan_bv == f.scan_bv, "plan: REWY_CUDA_SCAN_BV=%d gave %d", f.scan_bv, p.scan_bv);
+    if (f.scan_8w != REWY_TEST_AUTO) CHECK(tc, p.scan_8w == (f.scan_8w != 0), "plan: REWY_CUDA_SCAN_8W not taken");
+    if (f.scan_wg != REWY_TEST_AUTO)
+        CHECK(tc, p.scan_wg == (f.scan_wg != 0 && p.wgmma) && p.bwd_scan_wg == p.scan_wg,
+              "plan: REWY_CUDA_SCAN_WG=%d gave %d/%d (wgmma binary %d)", f.scan_wg, p.scan_wg, p.bwd_scan_wg, p.wgmma);
+    if (f.scan_wg2 == 0) CHECK(tc, !p128.scan_wg2, "plan: REWY_CUDA_SCAN_WG2=0 not taken");
+    if (f.scan_out != REWY_TEST_AUTO && !p.scan_wg)
+        CHECK(tc, p.fuse_output == (f.scan_out != 0), "plan: REWY_CUDA_SCAN_OUT=%d gave %d", f.scan_out, p.fuse_output);
+    if (f.scan_wu == 0) CHECK(tc, !p.scan_wu, "plan: REWY_CUDA_SCAN_WU=0 not taken");
+    if (f.scan_beside == 0) CHECK(tc, !p.beside_kkt, "plan: REWY_CUDA_SCAN_BESIDE=0 not taken");
+    if (f.scan_wf == 0) CHECK(tc, !p.bwd_w, "plan: REWY_CUDA_SCAN_WF=0 not taken");
+    if (f.chain == 0) CHECK(tc, !p.chain_bvc && !p128.chain_bvc, "plan: REWY_CUDA_CHAIN=0 not taken");
+    if (f.chain == 1) CHECK(tc, p.chain_bvc == 64, "plan: REWY_CUDA_CHAIN=1 gave %d columns", p.chain_bvc);
+    if (f.chain == 2) /* 128-column blocks where two stages of tiles fit (certain with Hopper's 227 KB per block) */
+        CHECK(tc, (p128.chain_bvc == 128 || (p128.chain_bvc == 0 && p128.smem_optin < 227 * 1024)) && !p.chain_bvc,
+              "plan: REWY_CUDA_CHAIN=2 gave %d columns at V = 128, %d at V = 64", p128.chain_bvc, p.chain_bvc);
+}
+
 /* ------------------------------------------------------------------ 2. graph capture */
 typedef struct gbuf {
     rewy_config cfg;
@@ -349,6 +391,7 @@ int main(int argc, char **argv) {
     }
     printf("test_cuda on %s (sm_%d%d), %s matrix\n", prop.name, prop.major, prop.minor, quick ? "quick" : "full");
     if (!rewy_has_cuda()) { fprintf(stderr, "test_cuda: library built without CUDA\n"); return 1; }
+    test_forced_plan(&tc);
     const char *sc = getenv("REWY_TEST_SCALAR");
     const int scalar = !(sc && sc[0] == '0');
     if (!scalar) l.n = 0;
