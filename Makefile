@@ -232,6 +232,8 @@ test-cuda:
 	@# the saved-record check traps the CUDA context on a mismatch: its own program, one child process per case
 	build/cuda-on/tests/cuda/saved_check
 	build/cuda-on/tests/test_sizes
+	@# REWY_CUDA_*: the tests' forced plan choices (tests/cuda_force.h, src/cuda/rewy_test.h: the library reads no
+	@# environment); test_cuda first checks that they reach the plan.
 	@# the test shapes are small: the scans take 16-column value tiles there unless told (REWY_CUDA_SCAN_BV), the
 	@# forward scan's 8-warp blocks of 64 columns only where told (REWY_CUDA_SCAN_8W), and the wgmma scans (sm_90a)
 	@# only where told (REWY_CUDA_SCAN_WG; at 64 columns as two warpgroups per block where V allows); the bf16
