@@ -826,8 +826,9 @@ inline Geometry geometry(const rewy_config *c) {
     return g;
 }
 
-/* The current device's largest dynamic shared memory per block (opt-in), 0 if it cannot be read:
- * fast paths whose tiles do not fit (e.g. an A100's 163 KB) fall back to the general kernels. */
+/* The current device's largest dynamic shared memory per block (opt-in), 0 if it cannot be read (ensure_smem
+ * asks at each launch). The choices read the plan's copy, Plan::smem_optin: fast paths whose tiles do not fit
+ * (e.g. an A100's 163 KB) fall back to the general kernels. */
 inline size_t smem_optin() {
     int dev = 0, mx = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||

@@ -184,7 +184,7 @@ static cudaError_t run(const Prob &p, const void *q, const float *GB, const cq_t
     if constexpr (sizeof(T) == 2) {
         /* the fast path (see output_fast_kernel) where its tiles apply and its shared memory fits */
         if (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 &&
-            (size_t)of_layout(p.K <= 64 ? 64 : 128).total <= smem_optin()) {
+            (size_t)of_layout(p.K <= 64 ? 64 : 128).total <= p.plan.smem_optin) {
             auto go = [&](auto ks) {
                 constexpr int KS = decltype(ks)::value;
                 const size_t sm = of_layout(KS).total;

@@ -801,7 +801,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
         const bool al = ((uintptr_t)dv & 15) == 0 && ((uintptr_t)dq & 3) == 0 && ((uintptr_t)dk & 3) == 0;
         /* the layout with the most double-buffered V-slab tiles that fits the device (none fits: general) */
         const PfLayout pl = (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al)
-                                ? pf_pick(p.K <= 64 ? 64 : 128, wy != 0, (int)sizeof(pf_gam_t<T>), smem_optin())
+                                ? pf_pick(p.K <= 64 ? 64 : 128, wy != 0, (int)sizeof(pf_gam_t<T>), p.plan.smem_optin)
                                 : PfLayout{};
         if (pl.total > 0) {
             auto go = [&](auto ks, auto wyc) {

@@ -909,7 +909,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
                 constexpr int KS = decltype(ks)::value;
                 constexpr bool WY = decltype(wyc)::value;
                 constexpr size_t sm = vf_layout(KS, WY).total;
-                if (sm > smem_optin() || ensure_smem<vec_pullback_fast_kernel<T, KS, WY>>(sm) != cudaSuccess) return;
+                if (sm > p.plan.smem_optin || ensure_smem<vec_pullback_fast_kernel<T, KS, WY>>(sm) != cudaSuccess) return;
                 vec_pullback_fast_kernel<T, KS, WY><<<dim3(p.NC, p.HV), VF_THREADS, sm, s>>>(
                     p, (const T *)q, (const T *)k, (const T *)v, (const T *)beta, (const T *)b, (const T *)w, Gc, A,
                     (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, (T *)db, (T *)dw, graw, dg);
