@@ -16,9 +16,9 @@
  *   8 more bytes: the seed of the input values
  *
  * The problem is shrunk until B·T·HV·K·V ≤ WORK_MAX (the oracle's cost) and the CPU path's cost,
- * B·HV·(K·V + BT·(K + V)) per token with every sequence padded to whole chunks of BT, is at most
- * PADDED_MAX (lengths first, then K and V), so that one execution takes at most about half a
- * second under ASan (measured: 0.2-0.3 µs per unit of either bound). Every buffer gets exactly the bytes its shape or
+ * B·HV·(K·V + BT·(K + V) + BT²) per token with every sequence padded to whole chunks of BT, is at
+ * most PADDED_MAX (lengths first, then K and V, then heads and batch), so that one execution takes
+ * at most about half a second under ASan (measured: 0.2-0.3 µs per unit of either bound). Every buffer gets exactly the bytes its shape or
  * size query says, so ASan reports any access beyond it; outputs are poisoned with NaN bytes
  * so an element the library forgets to write fails the comparison.
  *
@@ -149,15 +149,16 @@ typedef struct problem {
 } problem;
 
 /* Within both work bounds? lens[0..n) are the sequence lengths (n = 1: every batch row's T). The
- * chunk path's products per chunk and head are K·V·BT (states) and BT²·(K + V) (the intra-chunk
- * matrices): with K = 1 and V = 256 the second is 65 times the first. */
+ * chunk path's products per chunk and head are K·V·BT (states), BT²·(K + V) (the intra-chunk
+ * matrices) and BT³ (the triangular inverse and the pullback's BT×BT products): with K = 1 and
+ * V = 256 the second is 65 times the first, with K = 2 and V = 1 the third 20 times the second. */
 static int small_enough(const problem *p, const int *lens, int n) {
     const rewy_config *c = &p->cfg;
     const long BT = c->chunk_size ? c->chunk_size : 64, heads = (long)c->B * c->HV;
     long T = 0, padded = 0;
     for (int s = 0; s < n; s++) { T += lens[s]; padded += (lens[s] + BT - 1) / BT * BT; }
     return T * heads * c->K * c->V <= WORK_MAX &&
-           padded * heads * ((long)c->K * c->V + BT * (c->K + c->V)) <= PADDED_MAX;
+           padded * heads * ((long)c->K * c->V + BT * (c->K + c->V) + BT * BT) <= PADDED_MAX;
 }
 
 static void parse(reader *r, problem *p) {
@@ -203,14 +204,17 @@ static void parse(reader *r, problem *p) {
     for (int i = 0; i < 8; i++) p->seed = p->seed << 8 | take(r);
     if (custom_scale) c->scale = (float)((0.25 + 1.75 * (double)(p->seed >> 56) / 255.0) / sqrt(c->K));
 
-    /* Shrink to the work bounds: the longest sequence first, then the wider of K and V. */
+    /* Shrink to the work bounds: the longest sequence first, then the wider of K and V, then the
+     * batch and the heads (one token and one head are always within them). */
     if (!varlen) { p->nseq = 1; lens[0] = c->T; }
     while (!small_enough(p, lens, p->nseq)) {
         int longest = 0;
         for (int s = 1; s < p->nseq; s++) if (lens[s] > lens[longest]) longest = s;
         if (lens[longest] > 1) lens[longest] = (lens[longest] + 1) / 2;
-        else if (c->K >= c->V) c->K = (c->K + 1) / 2;
-        else c->V = (c->V + 1) / 2;
+        else if (c->K > 1 || c->V > 1) { if (c->K >= c->V) c->K = (c->K + 1) / 2; else c->V = (c->V + 1) / 2; }
+        else if (c->B > 1) c->B--;
+        else if (c->HV > 1) c->H = c->HV = 1;
+        else break;
     }
     c->T = 0;
     for (int s = 0; s < p->nseq; s++) c->T += lens[s];

@@ -24,7 +24,7 @@ def problem(op, dtype=BF16, policy=0, algo=0, vfirst=0, hv_zero=0, chunk=64, h0=
     bt = chunk or 64
     heads = (B if seqs is None else 1) * H * group
     assert sum(lens) * heads * K * V <= WORK_MAX
-    assert sum(-(-n // bt) * bt for n in lens) * heads * (K * V + bt * (K + V)) <= PADDED_MAX
+    assert sum(-(-n // bt) * bt for n in lens) * heads * (K * V + bt * (K + V) + bt * bt) <= PADDED_MAX
     b = [op, dtype, policy | algo << 1 | vfirst << 2 | hv_zero << 3, CHUNK[chunk],
          h0 | ht << 1 | dht << 2 | dh0 << 3 | scale << 4 | (seqs is not None) << 5,
          (H - 1) | (group - 1) << 2, gates | beta0 << 3 | feature_resets << 4, 0 if not fault else 175 + fault, K - 1, V - 1]
@@ -39,7 +39,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     seeds = {}
     for i, name in enumerate(OPS):
-        seeds[f"{name}_tail"] = problem(i, seed=10 + i)
+        seeds[f"{name}_tail"] = problem(i, B=1, seed=10 + i)
         seeds[f"{name}_varlen_resets_gva"] = problem(i, dtype=F32, seqs=[1, 15, 64, 65], group=2, K=16, V=24,
                                                      gates=RESET, chunk=32, dh0=1, ht=0, seed=20 + i)
         seeds[f"{name}_strong_vfirst_A_wy"] = problem(i, dtype=F16, gates=STRONG, chunk=16, vfirst=1, policy=1,
@@ -49,7 +49,7 @@ def main():
         seeds[f"{name}_k256_v1_scale_beta0"] = problem(i, dtype=F32, K=256, V=1, B=1, T=33, scale=1,
                                                        beta0=1, group=3, chunk=16, seed=50 + i)
         seeds[f"{name}_f64_varlen_gva"] = problem(i, dtype=F64, seqs=[7, 64, 30], H=2, group=2, K=20, V=12,
-                                                  gates=RESET, dh0=1, seed=100 + i)
+                                                  gates=RESET, dh0=1, chunk=32, seed=100 + i)
         if i:   # the gated operators: exact, huge and mixed resets (issue 25 item 1)
             seeds[f"{name}_neg_inf_feature_resets"] = problem(i, gates=NEG_INF, feature_resets=1, K=24, V=40,
                                                               T=130, B=1, chunk=32, seed=70 + i)
