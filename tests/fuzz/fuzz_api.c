@@ -134,7 +134,6 @@ static int bwd_fault(fault f) { return f >= F_BWD_SCALE; }
 
 enum { G_NORMAL, G_STRONG, G_RESET, G_NEG_INF, G_HUGE, G_MIXED, G_COUNT };   /* gate regimes */
 
-
 typedef struct problem {
     rewy_config cfg;
     int gates;              /* G_* */
@@ -202,7 +201,6 @@ static void parse(reader *r, problem *p) {
         c->T = 1 + (int)take(r);
     }
     for (int i = 0; i < 8; i++) p->seed = p->seed << 8 | take(r);
-    if (custom_scale) c->scale = (float)((0.25 + 1.75 * (double)(p->seed >> 56) / 255.0) / sqrt(c->K));
 
     /* Shrink to the work bounds: the longest sequence first, then the wider of K and V, then the
      * batch and the heads (one token and one head are always within them). */
@@ -218,11 +216,14 @@ static void parse(reader *r, problem *p) {
     }
     c->T = 0;
     for (int s = 0; s < p->nseq; s++) c->T += lens[s];
-    if (!varlen) p->nseq = 0;
     if (varlen) {
         c->num_seqs = p->nseq;
         for (int s = 0; s < p->nseq; s++) p->cu[s + 1] = p->cu[s] + lens[s];
+    } else {
+        p->nseq = 0;
     }
+    /* a query scale of 0.25..2 times the default K^-1/2 */
+    if (custom_scale) c->scale = (float)((0.25 + 1.75 * (double)(p->seed >> 56) / 255.0) / sqrt(c->K));
 
     size_t bt = (size_t)c->B * (size_t)c->T, HV = (size_t)c->HV;
     p->nq = bt * (size_t)c->H * (size_t)c->K;
