@@ -153,16 +153,18 @@ static void chunk_backward(const problem *pb, const rewy_bwd_params *p, chunk *c
     if (!gated) return;
     for (int i = n - 2; i >= 0; i--)
         for (int d = 0; d < K; d++) x->Gb[i * K + d] += x->Gb[(i + 1) * K + d];
-    /* a floored gate (gates.h) gets the floor's gradient, 0 */
+    /* a floored gate (gates.h) gets the floor's gradient, 0; so does a sequence's first token
+     * when it starts from a zero state (it decays only that zero state) */
     for (int i = 0; i < n; i++) {
         size_t th = (size_t)(t0 + i) * HV + hv;
+        const int first0 = !p->h0 && trow + i == 0;
         if (pb->vector_gate) {
             for (int d = 0; d < K; d++)
-                p->dg[th * K + d] = rewy_gate_floor_grad(p->g[th * K + d], x->Gb[i * K + d]);
+                p->dg[th * K + d] = rewy_gate_grad(p->g[th * K + d], x->Gb[i * K + d], first0);
         } else { /* scalar gate broadcast over K: its gradient sums over K */
             float s = 0.0f;
             for (int d = 0; d < K; d++) s += x->Gb[i * K + d];
-            p->dg[th] = rewy_gate_floor_grad(p->g[th], s);
+            p->dg[th] = rewy_gate_grad(p->g[th], s, first0);
         }
     }
 }

@@ -160,6 +160,7 @@ inline Prob make_prob(const rewy_config *c, const Layout &L, const void *saved, 
     p.G = L.HV / c->H; p.N = L.N; p.NC = L.NC; p.Kp = L.Kp;
     p.gated = c->op != REWY_OP_DELTANET; /* GDN, KDA, GDN2 */
     p.svf = c->state_v_first != 0;
+    p.zero_h0 = 0;
     p.scale = c->scale != 0.f ? c->scale : 1.f / sqrtf((float)c->K);
     p.plan = pl;
     p.ctab = (const ChunkInfo *)((const char *)saved + L.ctab);
@@ -230,7 +231,8 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_te
     ptr.q = a->q; ptr.k = a->k; ptr.v = a->v; ptr.do_ = a->do_;
     const Plan pl = make_plan(c, force, ptr);
     const Layout L = plan<Op>(c, pl);
-    const Prob p = make_prob(c, L, a->saved, pl);
+    Prob p = make_prob(c, L, a->saved, pl);
+    p.zero_h0 = a->h0 == nullptr;
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A, wy = c->bwd_algo == REWY_BWD_WY;
     const float *Gc = at<const float>(a->saved, L.G);

@@ -70,6 +70,7 @@ struct Prob {
     int Kp;                       /* K rounded up to 32 */
     int gated;                    /* GDN: 1; DeltaNet: 0 */
     int svf;                      /* states [V,K] */
+    int zero_h0;                  /* no initial state: each sequence starts from S = 0 (rewy_first_gate_grad) */
     Plan plan;                    /* host only: this call's choices */
     float scale;
     const ChunkInfo *ctab;        /* [NC] */

@@ -375,7 +375,7 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
                 for (int i = n - 1; i >= 0; i--) {
                     s += rdg[i];
                     const size_t th = (size_t)(tok0 + i) * p.HV + hv;
-                    dg[th] = rewy_gate_floor_grad(graw[th], s); /* a floored gate's ḡ is 0 (gates.h) */
+                    dg[th] = rewy_gate_grad(graw[th], s, p.zero_h0 && ci.idx == 0 && i == 0); /* floored, or first from 0 (gates.h) */
                 }
             }
         }
@@ -784,8 +784,8 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             }
             const float s0 = expf(gl) * lam_all + endp_all;
             const size_t th = (size_t)(tok0 + i) * p.HV + hv; /* a floored gate's ḡ is 0 (gates.h) */
-            if (i < n) dg[th] = rewy_gate_floor_grad(graw[th], s0 + t);
-            if (i + 1 < n) dg[th + p.HV] = rewy_gate_floor_grad(graw[th + p.HV], s0 + t - a);
+            if (i < n) dg[th] = rewy_gate_grad(graw[th], s0 + t, p.zero_h0 && ci.idx == 0 && i == 0);
+            if (i + 1 < n) dg[th + p.HV] = rewy_gate_grad(graw[th + p.HV], s0 + t - a, 0);
         }
         __syncthreads();
     }

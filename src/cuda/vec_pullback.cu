@@ -365,7 +365,7 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
             for (int i = n - 1; i >= 0; i--) {
                 s += Ka[i * VLDK + tid];
                 const size_t x = ((tok0 + i) * p.HV + hv) * p.K + k0 + tid;
-                dg[x] = rewy_gate_floor_grad(graw[x], s); /* a floored gate's ḡ is 0 (gates.h) */
+                dg[x] = rewy_gate_grad(graw[x], s, p.zero_h0 && ci.idx == 0 && i == 0); /* floored, or first from 0 (gates.h) */
             }
         }
     }
@@ -888,7 +888,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
         for (int i = r1 - 1; i >= r0; i--) {
             s += Gbt[i * LDG + cd];
             const size_t x = ((size_t)(tok0 + i) * p.HV + hv) * p.K + cd;
-            dg[x] = rewy_gate_floor_grad(graw[x], s); /* a floored gate's ḡ is 0 (gates.h) */
+            dg[x] = rewy_gate_grad(graw[x], s, p.zero_h0 && ci.idx == 0 && i == 0); /* floored, or first from 0 (gates.h) */
         }
     }
 }
