@@ -16,20 +16,13 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "check/rng.h"
 
 #define FD_STEP 1e-6
 #define FD_TOL 1e-6
 #define FD_SAMPLES 6 /* elements per input perturbed */
 
-typedef struct rng { uint64_t s; } rng;
-static uint64_t rng_next(rng *r) { /* splitmix64 */
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double unif(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
-static double gauss(rng *r) { return sqrt(-2.0 * log(1.0 - unif(r))) * cos(6.283185307179586 * unif(r)); }
+static double gauss(rng *r) { return sqrt(-2.0 * log(1.0 - rng_uniform(r))) * cos(6.283185307179586 * rng_uniform(r)); }
 
 typedef struct f64_case {
     const char *name;
@@ -98,9 +91,9 @@ static void prob_init(prob *p, const f64_case *c, uint64_t seed) {
     for (size_t i = 0; i < p->nv; i++) p->v[i] = gauss(&r);
     for (size_t i = 0; i < p->nv; i++) p->dO[i] = gauss(&r);
     for (size_t i = 0; i < p->ng; i++) p->g[i] = -log1p(exp(-gauss(&r))) / 16.0; /* MATH §10: log σ(x)/16 */
-    for (size_t i = 0; i < p->nbeta; i++) p->beta[i] = 0.1 + 0.8 * unif(&r);
-    for (size_t i = 0; i < p->nb; i++) p->b[i] = 0.1 + 0.8 * unif(&r);
-    for (size_t i = 0; i < p->nw; i++) p->w[i] = 0.1 + 0.8 * unif(&r);
+    for (size_t i = 0; i < p->nbeta; i++) p->beta[i] = 0.1 + 0.8 * rng_uniform(&r);
+    for (size_t i = 0; i < p->nb; i++) p->b[i] = 0.1 + 0.8 * rng_uniform(&r);
+    for (size_t i = 0; i < p->nw; i++) p->w[i] = 0.1 + 0.8 * rng_uniform(&r);
     for (size_t i = 0; p->h0 && i < p->ns; i++) p->h0[i] = 0.1 * gauss(&r);
     for (size_t i = 0; p->dht && i < p->ns; i++) p->dht[i] = 0.1 * gauss(&r);
 }

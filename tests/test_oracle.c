@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include "check/rng.h"
 
 #define FD_STEP 1e-6
 #define FD_TOL 1e-6  /* relative L2 agreement of analytic and finite-difference gradients */
@@ -26,24 +27,15 @@
 
 /* ---------------------------------------------------------------- small helpers */
 
-typedef struct rng { uint64_t s; } rng;
-
-static uint64_t rng_next(rng *r) { /* splitmix64 */
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unif(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
 static double rng_gauss(rng *r) {
-    const double u1 = 1.0 - rng_unif(r), u2 = rng_unif(r);
+    const double u1 = 1.0 - rng_uniform(r), u2 = rng_uniform(r);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 static void fill_gauss(rng *r, double *x, size_t n, double sd) {
     for (size_t i = 0; i < n; i++) x[i] = sd * rng_gauss(r);
 }
 static void fill_unif(rng *r, double *x, size_t n, double lo, double hi) {
-    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_unif(r);
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(r);
 }
 /* log σ(x): a log decay in (−∞, 0), moderate for x ~ N(1, 1) */
 static void fill_logsig(rng *r, double *x, size_t n) {

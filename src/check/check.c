@@ -10,6 +10,7 @@
 #include "dtype.h"
 #include "gates.h"
 #include "oracle.h"
+#include "check/rng.h"
 
 /* ---------------------------------------------------------------- names */
 
@@ -106,24 +107,13 @@ void rewy_check_describe(const rewy_case *c, char *buf, size_t len) {
 
 /* ---------------------------------------------------------------- random numbers */
 
-/* splitmix64: tiny, deterministic, passes BigCrush; one independent stream per tensor so
- * adding a tensor to a case never shifts the values of the others. */
-typedef struct rng { uint64_t s; } rng;
-
-static uint64_t rng_next(rng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
+/* One independent stream (rng.h) per tensor, so adding a tensor to a case never shifts the
+ * values of the others. */
 static rng rng_stream(uint64_t seed, uint64_t tensor) {
     rng r = {seed ^ (tensor * 0xD1B54A32D192ED03ull)};
     rng_next(&r);
     return r;
 }
-
-static double rng_uniform(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; } /* [0,1) */
 
 static double rng_normal(rng *r) { /* Box–Muller, one value per call */
     double u1 = 1.0 - rng_uniform(r), u2 = rng_uniform(r); /* u1 in (0,1] */

@@ -27,16 +27,10 @@
 #include "check/check.h"
 #include "cuda_check.h"
 #include "testutil.h"
+#include "check/rng.h"
 
-/* splitmix64: one stream per configuration */
-typedef struct rng { uint64_t s; } rng;
-static uint64_t next(rng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static int below(rng *r, int n) { return (int)(next(r) % (uint64_t)n); }
+/* one rng.h stream per configuration */
+static int below(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
 
 /* K or V: uniform 1..256, the usual sizes, or small (the narrowest tiles and odd widths). */
 static int pick_dim(rng *r) {
@@ -68,7 +62,7 @@ static rewy_case random_case(uint64_t seed, int index, long work_max, int all_ga
     /* the index multiplied by an odd constant: neighbouring configurations start far apart in
      * splitmix's state sequence (index + 1 would give a shifted copy of the same stream) */
     rng r = {seed};
-    r.s = next(&r) ^ (uint64_t)index * 0xD1B54A32D192ED03ull;
+    r.s = rng_next(&r) ^ (uint64_t)index * 0xD1B54A32D192ED03ull;
     rewy_case c;
     memset(&c, 0, sizeof c);
     c.backend = REWY_BACKEND_CUDA;

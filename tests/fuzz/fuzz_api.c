@@ -47,6 +47,7 @@
 #include "check/oracle.h"
 #include "dtype.h"
 #include "rewy.h"
+#include "check/rng.h"
 
 #define WORK_MAX (1L << 17)     /* B·T·HV·K·V */
 #define PADDED_MAX (1L << 21)   /* the CPU path's cost, see above */
@@ -62,17 +63,9 @@ static unsigned take(reader *r) {
     return *r->p++;
 }
 
-/* splitmix64 for the input values */
-typedef struct rng { uint64_t s; } rng;
-static uint64_t rng_next(rng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double uniform(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+/* Gaussian input values from rng.h's stream */
 static double normal(rng *r) {
-    double u1 = 1.0 - uniform(r), u2 = uniform(r);
+    double u1 = 1.0 - rng_uniform(r), u2 = rng_uniform(r);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
@@ -285,7 +278,7 @@ static void fill_rows(tensor *a, int K, rng *r) {   /* Gaussian rows normalized 
 static void fill_betas(const problem *p, tensor *a, rng *r) {
     size_t per = a->n / ((size_t)p->cfg.B * (size_t)p->cfg.T);
     for (size_t i = 0; i < a->n; i++) {
-        double x = 0.1 + 0.8 * uniform(r);
+        double x = 0.1 + 0.8 * rng_uniform(r);
         int t = token_of(p, i, per);
         if (p->zero_betas && t % 3 == 0) x = 0;
         else if (p->zero_betas && t % 4 == 1) x = 1e-8;
@@ -304,7 +297,7 @@ static void fill_gates(const problem *p, tensor *g, rng *r) {
     for (size_t i = 0; i < n; i++) {
         if (i % per == 0 || p->feature_resets) reset = (rng_next(r) & 15) == 0;
         double x;
-        if (p->gates == G_STRONG) x = -5.0 * uniform(r);
+        if (p->gates == G_STRONG) x = -5.0 * rng_uniform(r);
         else if (p->gates == G_MIXED) x = token_of(p, i, per) % 7 == 6 ? -1000.0 : -0.1;
         else { double y = normal(r); x = (y > 0 ? -log1p(exp(-y)) : y - log1p(exp(y))) / 16.0; }
         if (reset && p->gates == G_RESET) x = -1000.0;
