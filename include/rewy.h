@@ -205,6 +205,20 @@ REWY_API double rewy_pullback_flops(rewy_bwd_algo algo, int n, int K, int V);
 REWY_API rewy_status rewy_convert(rewy_dtype dst_dtype, void *dst, rewy_dtype src_dtype, const void *src,
                                   size_t n);
 
+/* Row-wise l2 normalisation, FLA's use_qk_l2norm_in_kernel as a pass of its own (callers that
+ * normalise q and k before rewy_forward; the Python functions do, where FLA fuses it): each of
+ * `rows` rows of `dim` contiguous elements becomes
+ *     y = x · r,   r = 1 / sqrt(Σ x² + eps)
+ * accumulated in fp32 (fp64 for REWY_F64, CPU only) and rounded once to dtype. The backward takes
+ * the forward's input x (not y) and the gradient dy of y:
+ *     dx = r · dy − r³ · x · (x · dy)
+ * The output may be one of the inputs (in place). backend and stream as in rewy_config; rows = 0 does
+ * nothing. eps must be finite and ≥ 0 (FLA uses 1e-6). */
+REWY_API rewy_status rewy_l2norm_forward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, float eps,
+                                         const void *x, void *y, void *stream);
+REWY_API rewy_status rewy_l2norm_backward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, float eps,
+                                          const void *x, const void *dy, void *dx, void *stream);
+
 REWY_API const char *rewy_strerror(rewy_status s);
 REWY_API const char *rewy_version(void);
 /* Nonzero when the CUDA backend was compiled into this library. */

@@ -29,6 +29,10 @@ typedef struct rewy_backend_ops {
      * the host cannot read without a device sync (CUDA) returns REWY_OK here and makes the same
      * comparison on the device, inside backward (docs/DESIGN.md, "Forward/backward consistency"). */
     rewy_status (*check_saved)(const rewy_bwd_params *p, char *msg, size_t msg_len);
+    /* rewy_l2norm_forward / _backward on validated arguments (rows > 0): dy == NULL is the forward
+     * (x → y in out), else the backward (x, dy → dx in out). */
+    rewy_status (*l2norm)(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, const void *dy,
+                          void *out, void *stream);
 } rewy_backend_ops;
 
 const rewy_backend_ops *rewy_cpu_backend_ops(void);

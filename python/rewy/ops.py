@@ -43,9 +43,44 @@ def _at_least_fp32(t):
 
 
 def l2norm(x, eps=1e-6):
-    """x / sqrt(Σ x² + eps) over the last dimension, computed in fp32 (FLA's l2norm_fwd; fp64 in fp64)."""
+    """x / sqrt(Σ x² + eps) over the last dimension, computed in fp32 (FLA's l2norm_fwd; fp64 in fp64).
+
+    One library pass forward and one backward (rewy_l2norm_forward / _backward, _L2Norm), where FLA
+    fuses this into its kernels; the plain torch code below (l2norm_reference) under torch.compile,
+    torch.func transforms and for meta tensors."""
+    if (x.dtype in DTYPES and x.dim() > 0 and x.shape[-1] > 0 and not x.is_meta and x.device.type in ("cpu", "cuda")
+            and not torch.compiler.is_compiling() and not _core.transforms_active()
+            and not (x.is_cuda and x.dtype == torch.float64)):
+        return _L2Norm.apply(x, eps)
+    return l2norm_reference(x, eps)
+
+
+def l2norm_reference(x, eps=1e-6):
+    """l2norm in plain differentiable torch code (six kernels forward and their autograd backward)."""
     x32 = _at_least_fp32(x)
     return (x32 * torch.rsqrt((x32 * x32).sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+class _L2Norm(torch.autograd.Function):
+    """l2norm through the library: saves x (not y) and recomputes the row sums in the backward pass,
+    dx = r·dy − r³·x·(x·dy) with r = rsqrt(Σ x² + eps) (rewy.h)."""
+
+    @staticmethod
+    def forward(ctx, x, eps):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        _core.l2norm(x, None, y, float(eps))
+        ctx.save_for_backward(x)
+        ctx.eps = float(eps)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        x, = ctx.saved_tensors
+        dx = torch.empty_like(x)
+        _core.l2norm(x, dy.contiguous(), dx, ctx.eps)
+        return dx, None
 
 
 def gate(g, A_log=None, dt_bias=None, lower_bound=None):

@@ -121,6 +121,9 @@ size_t rewy_cpu_fwd_workspace_size(const rewy_config *cfg);
 size_t rewy_cpu_bwd_workspace_size(const rewy_config *cfg);
 rewy_status rewy_cpu_forward(const rewy_fwd_params *p);
 rewy_status rewy_cpu_backward(const rewy_bwd_params *p);
+/* rewy_backend_ops.l2norm (src/cpu/l2norm.c) */
+rewy_status rewy_cpu_l2norm(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, const void *dy,
+                            void *out, void *stream);
 
 /* REWY_F64 (f64.c): the exact fp64 recurrence instead of the chunk kernels; the saved
  * buffer is the header alone. Called by the entry points above. */

@@ -44,6 +44,7 @@ static rewy_status cpu_check_saved(const rewy_bwd_params *p, char *msg, size_t l
 }
 
 const rewy_backend_ops *rewy_cpu_backend_ops(void) {
-    static const rewy_backend_ops ops = {cpu_sizes, rewy_cpu_forward, rewy_cpu_backward, cpu_check_saved};
+    static const rewy_backend_ops ops = {cpu_sizes, rewy_cpu_forward, rewy_cpu_backward, cpu_check_saved,
+                                          rewy_cpu_l2norm};
     return &ops;
 }

@@ -152,7 +152,8 @@ static rewy_status cuda_backward(const rewy_bwd_params *a) { return backward_wit
 static rewy_status cuda_check_saved(const rewy_bwd_params *, char *, size_t) { return REWY_OK; }
 
 extern "C" const rewy_backend_ops *rewy_cuda_backend_ops(void) {
-    static const rewy_backend_ops ops = {cuda_sizes, cuda_forward, cuda_backward, cuda_check_saved};
+    static const rewy_backend_ops ops = {cuda_sizes, cuda_forward, cuda_backward, cuda_check_saved,
+                                          rewy_cuda_l2norm};
     return &ops;
 }
 

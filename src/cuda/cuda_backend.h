@@ -25,4 +25,8 @@ cudaError_t launch_record_write(const rewy_saved_record &r, rewy_saved_record *d
 cudaError_t launch_record_check(const rewy_saved_record &want, const rewy_saved_record *saved, cudaStream_t s);
 
 } // namespace rewy_cuda
+
+/* rewy_backend_ops.l2norm (l2norm.cu) */
+rewy_status rewy_cuda_l2norm(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, const void *dy,
+                             void *out, void *stream);
 #endif

@@ -1,0 +1,82 @@
+"""rewy.ops.l2norm through the library (rewy_l2norm_forward / _backward) against the fp64 formula
+and the plain torch reference, on both backends; the errors of the C entry points."""
+import ctypes
+
+import pytest
+import torch
+
+from helpers import DEVICES
+from rewy import _lib, ops
+
+TOL = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}   # relative L2 (MATH §10 for 16-bit)
+
+
+def rel(x, ref):
+    return ((x.double() - ref).norm() / ref.norm()).item()
+
+
+def fp64(x, dy, eps):
+    x = x.double().requires_grad_()
+    y = x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+    y.backward(dy.double())
+    return y.detach(), x.grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 37, 3, 128), (1, 5, 2, 1), (3, 7, 1, 100), (1, 2, 1, 257), (0, 4, 2, 8)])
+def test_l2norm_matches_fp64(device, dtype, shape):
+    g = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(shape, generator=g).to(device, dtype)
+    x.view(-1, shape[-1])[:1] *= 1e-4   # a row near zero: eps matters there
+    dy = torch.randn(shape, generator=g).to(device, dtype)
+    xr = x.clone().requires_grad_()
+    y = ops.l2norm(xr)
+    y.backward(dy)
+    if x.numel() == 0:
+        assert y.shape == x.shape and xr.grad.shape == x.shape
+        return
+    y64, dx64 = fp64(x.cpu(), dy.cpu(), 1e-6)
+    assert y.dtype == dtype and rel(y.cpu(), y64) <= TOL[dtype]
+    assert rel(xr.grad.cpu(), dx64) <= TOL[dtype] * 2
+    # the torch reference (FLA's formula) agrees too
+    xt = x.clone().requires_grad_()
+    ops.l2norm_reference(xt).backward(dy)
+    assert rel(xr.grad.cpu(), xt.grad.double().cpu()) <= TOL[dtype] * 2
+
+
+def test_l2norm_fp64_gradcheck():
+    x = torch.randn(3, 4, 2, 9, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: ops.l2norm(t, 1e-3), (x,))
+
+
+def test_l2norm_errors():
+    lib = _lib.lib()
+    buf = (ctypes.c_float * 8)()
+    p = ctypes.addressof(buf)
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, 1e-6, p, p, None) == _lib.OK
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 0, 1e-6, p, p, None) == _lib.ERR_BAD_SHAPE
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, -1, 4, 1e-6, p, p, None) == _lib.ERR_BAD_SHAPE
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, -1.0, p, p, None) == _lib.ERR_BAD_SHAPE
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, float("nan"), p, p, None) == _lib.ERR_BAD_SHAPE
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, 7, 2, 4, 1e-6, p, p, None) == _lib.ERR_BAD_DTYPE
+    assert lib.rewy_l2norm_forward(5, _lib.F32, 2, 4, 1e-6, p, p, None) == _lib.ERR_BAD_ENUM
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, 1e-6, None, p, None) == _lib.ERR_NULL_POINTER
+    assert lib.rewy_l2norm_backward(_lib.BACKEND_CPU, _lib.F32, 2, 4, 1e-6, p, None, p, None) == _lib.ERR_NULL_POINTER
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, 1e-6, p + 1, p, None) == _lib.ERR_MISALIGNED
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 1 << 62, 1 << 20, 1e-6, p, p, None) == _lib.ERR_BAD_SHAPE
+    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 0, 4, 1e-6, None, None, None) == _lib.OK
+    if not lib.rewy_has_cuda():
+        assert lib.rewy_l2norm_forward(_lib.BACKEND_CUDA, _lib.F32, 2, 4, 1e-6, p, p, None) == _lib.ERR_BACKEND
+    else:   # fp64 is the CPU backend's alone
+        assert lib.rewy_l2norm_forward(_lib.BACKEND_CUDA, _lib.F64, 2, 4, 1e-6, p, p, None) == _lib.ERR_BAD_DTYPE
+
+
+def test_l2norm_in_place_and_values():
+    x = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
+    y = torch.empty_like(x)
+    from rewy import _core
+    _core.l2norm(x, None, y, 0.0 + 1e-30)
+    assert torch.allclose(y[0], torch.tensor([0.6, 0.8]))
+    _core.l2norm(x, None, x, 0.0)   # in place; the zero row gives 0 · inf = NaN with eps = 0, as FLA's formula
+    assert torch.allclose(x[0], torch.tensor([0.6, 0.8])) and torch.isnan(x[1]).all()
