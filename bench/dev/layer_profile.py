@@ -41,12 +41,11 @@ def whole(op, x):
 
 def core(op, x):
     """the same call with its transforms done beforehand (outside the timing)"""
-    q, k = ops.l2norm(x["q"]), ops.l2norm(x["k"])
+    q, k = ops.l2norm(x["q"]).detach().requires_grad_(), ops.l2norm(x["k"]).detach().requires_grad_()
     if op == "delta":
         return lambda: ops.chunk_delta_rule(q, k, x["v"], x["beta"])[0]
     g = ops.gate(x["g"], x["A_log"], x["dt_bias"]).detach().requires_grad_()
     beta = x["beta"].float().sigmoid().to(torch.bfloat16).detach().requires_grad_()
-    q, k = q.detach().requires_grad_(), k.detach().requires_grad_()
     f = ops.chunk_gated_delta_rule if op == "gdn" else ops.chunk_kda
     return lambda: f(q, k, x["v"], g, beta, state_v_first=True)[0]
 
