@@ -238,9 +238,11 @@ def flashqla_gdn():
 
 
 def install(impl, op):
-    """Swap the implementation in; returns the undo (None for FLA as shipped)."""
+    """Swap the implementation in; returns the undo (None for FLA as shipped). "fla-again" is FLA run a
+    second time: its kernels use atomics, so the two runs differ by rounding alone, and its agreement
+    with the first run is the noise floor that the agreement rule is read against."""
     import rewy
-    if impl == "fla":
+    if impl in ("fla", "fla-again"):
         return None
     if impl == "rewy":
         return rewy.patch_fla(ops=(op,))
@@ -615,7 +617,8 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.splitlines()[1:]))
     ap.add_argument("--models", default="gdn,delta,kda", help="comma list of gdn, delta, kda")
-    ap.add_argument("--impls", default="fla,rewy", help="comma list of fla, rewy (fla first: it is the reference)")
+    ap.add_argument("--impls", default="fla,rewy", help="comma list of fla, rewy, fla-again (fla first: it is the reference; fla-again: FLA once more, "
+                         "the noise floor of the agreement)")
     ap.add_argument("--flashqla", choices=("auto", "on", "off"), default="auto",
                     help="a FlashQLA column for GDN: auto = when flash_qla imports")
     ap.add_argument("--builder", choices=("auto", "models", "layers"), default="auto",
@@ -658,8 +661,8 @@ def parse_args(argv=None):
     for m in a.models:
         if m not in MODELS:
             ap.error(f"--models: unknown model {m!r} (gdn, delta, kda)")
-    if not a.impls or a.impls[0] != "fla" or any(i not in ("fla", "rewy") for i in a.impls):
-        ap.error("--impls: fla first, then rewy (FlashQLA is --flashqla)")
+    if not a.impls or a.impls[0] != "fla" or any(i not in ("fla", "rewy", "fla-again") for i in a.impls):
+        ap.error("--impls: fla first, then rewy and/or fla-again (FlashQLA is --flashqla)")
     if a.steps < a.timed_steps + a.profile_steps + 3:
         ap.error("--steps must exceed --timed-steps + --profile-steps + 3 (compile and warm-up)")
     if a.hidden % a.heads:
