@@ -209,15 +209,17 @@ REWY_API rewy_status rewy_convert(rewy_dtype dst_dtype, void *dst, rewy_dtype sr
  * normalise q and k before rewy_forward; the Python functions do, where FLA fuses it): each of
  * `rows` rows of `dim` contiguous elements becomes
  *     y = x · r,   r = 1 / sqrt(Σ x² + eps)
- * accumulated in fp32 (fp64 for REWY_F64, CPU only) and rounded once to dtype. The backward takes
- * the forward's input x (not y) and the gradient dy of y:
- *     dx = r · dy − r³ · x · (x · dy)
- * The output may be one of the inputs (in place). backend and stream as in rewy_config; rows = 0 does
- * nothing. eps must be finite and ≥ 0 (FLA uses 1e-6). */
+ * accumulated in fp32 (fp64 for REWY_F64, CPU only) and rounded once to dtype; rstd (optional,
+ * fp32 [rows], double for REWY_F64) receives r. The backward takes the forward's output y and r
+ * (so that a caller keeps the normalised rows it passes on anyway, not the raw ones) and the
+ * gradient dy of y:
+ *     dx = r · (dy − y · (y · dy))
+ * An output may be one of the inputs (in place). backend and stream as in rewy_config; rows = 0
+ * does nothing. eps must be finite and ≥ 0 (FLA uses 1e-6). */
 REWY_API rewy_status rewy_l2norm_forward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, float eps,
-                                         const void *x, void *y, void *stream);
-REWY_API rewy_status rewy_l2norm_backward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, float eps,
-                                          const void *x, const void *dy, void *dx, void *stream);
+                                         const void *x, void *y, void *rstd, void *stream);
+REWY_API rewy_status rewy_l2norm_backward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim,
+                                          const void *y, const void *rstd, const void *dy, void *dx, void *stream);
 
 REWY_API const char *rewy_strerror(rewy_status s);
 REWY_API const char *rewy_version(void);

@@ -269,36 +269,39 @@ rewy_status rewy_backward(const rewy_bwd_params *p) {
     return ops_of(&p->cfg)->backward(p);
 }
 
-/* rewy_l2norm_forward / _backward: the arguments, then the backend (rows = 0 does nothing). */
+/* rewy_l2norm_forward / _backward: the arguments, then the backend (rows = 0 does nothing).
+ * Forward: x → out (y), rstd optional. Backward: x = y, rstd required, dy → out (dx). */
 static rewy_status l2norm_call(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, float eps,
-                               const void *x, const void *dy, void *out, void *stream) {
+                               const void *x, void *rstd, const void *dy, void *out, void *stream) {
     if (backend != REWY_BACKEND_CPU && backend != REWY_BACKEND_CUDA) return REWY_ERR_BAD_ENUM;
 #ifndef REWY_WITH_CUDA
     if (backend == REWY_BACKEND_CUDA) return REWY_ERR_BACKEND;
 #endif
     if (dtype != REWY_F32 && dtype != REWY_BF16 && dtype != REWY_F16 && !(dtype == REWY_F64 && backend == REWY_BACKEND_CPU))
         return REWY_ERR_BAD_DTYPE;
-    const size_t el = dtype == REWY_F64 ? 8 : dtype == REWY_F32 ? 4 : 2;
+    const size_t el = dtype == REWY_F64 ? 8 : dtype == REWY_F32 ? 4 : 2, rl = dtype == REWY_F64 ? 8 : 4;
     if (rows < 0 || dim < 1 || rewy_sz_mul(rewy_sz_mul((size_t)rows, (size_t)dim), el) == SIZE_MAX ||
         (uint64_t)rows > (uint64_t)INT64_MAX / (uint64_t)dim)
         return REWY_ERR_BAD_SHAPE;
     if (!(eps >= 0.0f) || isinf(eps)) return REWY_ERR_BAD_SHAPE;
     if (rows == 0) return REWY_OK;
-    if (!x || !out) return REWY_ERR_NULL_POINTER;
-    if (misaligned(x, el) || misaligned(out, el) || (dy && misaligned(dy, el))) return REWY_ERR_MISALIGNED;
+    if (!x || !out || (dy && !rstd)) return REWY_ERR_NULL_POINTER;
+    if (misaligned(x, el) || misaligned(out, el) || (dy && misaligned(dy, el)) || (rstd && misaligned(rstd, rl)))
+        return REWY_ERR_MISALIGNED;
     rewy_config c;
     memset(&c, 0, sizeof c);
     c.backend = backend;
-    return ops_of(&c)->l2norm(dtype, rows, dim, eps, x, dy, out, stream);
+    return ops_of(&c)->l2norm(dtype, rows, dim, eps, x, rstd, dy, out, stream);
 }
 
 rewy_status rewy_l2norm_forward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, float eps,
-                                const void *x, void *y, void *stream) {
-    return l2norm_call(backend, dtype, rows, dim, eps, x, NULL, y, stream);
+                                const void *x, void *y, void *rstd, void *stream) {
+    return l2norm_call(backend, dtype, rows, dim, eps, x, rstd, NULL, y, stream);
 }
 
-rewy_status rewy_l2norm_backward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, float eps,
-                                 const void *x, const void *dy, void *dx, void *stream) {
+rewy_status rewy_l2norm_backward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, const void *y,
+                                 const void *rstd, const void *dy, void *dx, void *stream) {
     if (!dy && rows > 0) return REWY_ERR_NULL_POINTER;
-    return l2norm_call(backend, dtype, rows, dim, eps, x, dy, dx, stream);
+    /* (the backend reads rstd in the backward; one table entry serves both directions) */
+    return l2norm_call(backend, dtype, rows, dim, 0.0f, y, (void *)(uintptr_t)rstd, dy, dx, stream);
 }

@@ -30,9 +30,9 @@ typedef struct rewy_backend_ops {
      * comparison on the device, inside backward (docs/DESIGN.md, "Forward/backward consistency"). */
     rewy_status (*check_saved)(const rewy_bwd_params *p, char *msg, size_t msg_len);
     /* rewy_l2norm_forward / _backward on validated arguments (rows > 0): dy == NULL is the forward
-     * (x → y in out), else the backward (x, dy → dx in out). */
-    rewy_status (*l2norm)(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, const void *dy,
-                          void *out, void *stream);
+     * (x → out = y, and r into rstd unless NULL), else the backward (x = y, rstd = r, dy → out = dx). */
+    rewy_status (*l2norm)(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, void *rstd,
+                          const void *dy, void *out, void *stream);
 } rewy_backend_ops;
 
 const rewy_backend_ops *rewy_cpu_backend_ops(void);

@@ -1,5 +1,6 @@
 /* test_l2norm.c: rewy_l2norm_forward / _backward on the CPU backend against the fp64 formula
- * (rewy.h), for fp32/bf16/fp16/fp64, odd widths, in place, and a near-zero row; under ASan too. */
+ * (rewy.h): the forward from x, the backward from y and r, for fp32/bf16/fp16/fp64, odd widths, in place,
+ * and near-zero rows; under ASan too. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,9 +51,11 @@ int main(void) {
             const float eps = 1e-6f;
             /* fp64 references; dx's error relative to ‖r·dy‖, the size of its terms (dim 1 cancels them to ≈ 0) */
             double ey = 0, ny = 0, edx = 0, ndx = 0;
-            rewy_status s1 = rewy_l2norm_forward(REWY_BACKEND_CPU, t, rows, dim, eps, xs, out, NULL);
-            to_double(t, out, n, y);
-            rewy_status s2 = rewy_l2norm_backward(REWY_BACKEND_CPU, t, rows, dim, eps, xs, dys, out, NULL);
+            double rstd[19];   /* float [rows], or double [rows] for REWY_F64 */
+            void *ys = malloc(n * esize(t));
+            rewy_status s1 = rewy_l2norm_forward(REWY_BACKEND_CPU, t, rows, dim, eps, xs, ys, rstd, NULL);
+            to_double(t, ys, n, y);
+            rewy_status s2 = rewy_l2norm_backward(REWY_BACKEND_CPU, t, rows, dim, ys, rstd, dys, out, NULL);
             to_double(t, out, n, dx);
             for (int64_t row = 0; row < rows; row++) {
                 double ss = 0, sd = 0;
@@ -74,19 +77,21 @@ int main(void) {
             CHECK(&tc, sqrt(edx / ndx) <= 2 * tol[ti], "dtype %d dim %d: dx rel %.2e", t, dim, sqrt(edx / ndx));
             /* in place: y over x gives the same bits as out of place */
             void *again = malloc(n * esize(t));
-            rewy_l2norm_forward(REWY_BACKEND_CPU, t, rows, dim, eps, xs, again, NULL);
-            rewy_l2norm_forward(REWY_BACKEND_CPU, t, rows, dim, eps, xs, xs, NULL);
+            rewy_l2norm_forward(REWY_BACKEND_CPU, t, rows, dim, eps, xs, again, NULL, NULL);
+            rewy_l2norm_forward(REWY_BACKEND_CPU, t, rows, dim, eps, xs, xs, NULL, NULL);
             CHECK(&tc, memcmp(again, xs, n * esize(t)) == 0, "dtype %d dim %d: in place differs", t, dim);
-            free(again); free(x); free(dy); free(y); free(dx); free(ref); free(xs); free(dys); free(out);
+            free(again); free(ys); free(x); free(dy); free(y); free(dx); free(ref); free(xs); free(dys); free(out);
         }
     /* errors */
-    float buf[8] = {0};
-    CHECK(&tc, rewy_l2norm_forward(REWY_BACKEND_CPU, REWY_F32, 2, 0, 1e-6f, buf, buf, NULL) == REWY_ERR_BAD_SHAPE, "dim 0");
-    CHECK(&tc, rewy_l2norm_forward(REWY_BACKEND_CPU, REWY_F32, INT64_MAX, 4, 1e-6f, buf, buf, NULL) == REWY_ERR_BAD_SHAPE,
+    float buf[8] = {0}, rs[2] = {1, 1};
+    CHECK(&tc, rewy_l2norm_forward(REWY_BACKEND_CPU, REWY_F32, 2, 0, 1e-6f, buf, buf, rs, NULL) == REWY_ERR_BAD_SHAPE, "dim 0");
+    CHECK(&tc, rewy_l2norm_forward(REWY_BACKEND_CPU, REWY_F32, INT64_MAX, 4, 1e-6f, buf, buf, rs, NULL) == REWY_ERR_BAD_SHAPE,
           "rows*dim beyond size_t");
-    CHECK(&tc, rewy_l2norm_forward(REWY_BACKEND_CPU, REWY_F32, 2, 4, INFINITY, buf, buf, NULL) == REWY_ERR_BAD_SHAPE, "eps inf");
-    CHECK(&tc, rewy_l2norm_backward(REWY_BACKEND_CPU, REWY_F32, 2, 4, 1e-6f, buf, NULL, buf, NULL) == REWY_ERR_NULL_POINTER,
+    CHECK(&tc, rewy_l2norm_forward(REWY_BACKEND_CPU, REWY_F32, 2, 4, INFINITY, buf, buf, rs, NULL) == REWY_ERR_BAD_SHAPE, "eps inf");
+    CHECK(&tc, rewy_l2norm_backward(REWY_BACKEND_CPU, REWY_F32, 2, 4, buf, rs, NULL, buf, NULL) == REWY_ERR_NULL_POINTER,
           "dy NULL");
-    CHECK(&tc, rewy_l2norm_forward(REWY_BACKEND_CPU, REWY_F32, 0, 4, 1e-6f, NULL, NULL, NULL) == REWY_OK, "rows 0");
+    CHECK(&tc, rewy_l2norm_backward(REWY_BACKEND_CPU, REWY_F32, 2, 4, buf, NULL, buf, buf, NULL) == REWY_ERR_NULL_POINTER,
+          "rstd NULL in the backward");
+    CHECK(&tc, rewy_l2norm_forward(REWY_BACKEND_CPU, REWY_F32, 0, 4, 1e-6f, NULL, NULL, NULL, NULL) == REWY_OK, "rows 0");
     return test_finish(&tc);
 }

@@ -62,17 +62,21 @@ def _cuda_stream(t):
     return _raw_stream(t.get_device())
 
 
-def l2norm(x, dy, out, eps):
-    """rewy_l2norm_forward (dy None: out = x normalised) or _backward (out = dx) over x's last
-    dimension; x, dy and out contiguous, of one dtype and device."""
+def l2norm(x, rstd, dy, out, eps):
+    """rewy_l2norm_forward (dy None: out = x normalised, rstd = the row scales unless None) or
+    _backward (x is the forward's y, rstd its row scales; out = dx) over the last dimension; the
+    tensors contiguous, of one device, x/dy/out of one dtype, rstd fp32 (fp64 with fp64)."""
     cuda = x.is_cuda
     rows, dim = x.numel() // x.shape[-1], x.shape[-1]
-    head = (_lib.BACKEND_CUDA if cuda else _lib.BACKEND_CPU, DTYPES[x.dtype], rows, dim, eps, x.data_ptr())
-    stream = _cuda_stream(x) if cuda else None
+    be, dt, stream = _lib.BACKEND_CUDA if cuda else _lib.BACKEND_CPU, DTYPES[x.dtype], _cuda_stream(x) if cuda else None
     if dy is None:
-        status, name = _lib.lib().rewy_l2norm_forward(*head, out.data_ptr(), stream), "rewy_l2norm_forward"
+        status = _lib.lib().rewy_l2norm_forward(be, dt, rows, dim, eps, x.data_ptr(), out.data_ptr(), _ptr(rstd),
+                                                stream)
+        name = "rewy_l2norm_forward"
     else:
-        status, name = _lib.lib().rewy_l2norm_backward(*head, dy.data_ptr(), out.data_ptr(), stream), "rewy_l2norm_backward"
+        status = _lib.lib().rewy_l2norm_backward(be, dt, rows, dim, x.data_ptr(), rstd.data_ptr(), dy.data_ptr(),
+                                                 out.data_ptr(), stream)
+        name = "rewy_l2norm_backward"
     if status != _lib.OK:
         raise _lib.error(status, f"{name}: rows {rows}, dim {dim}, eps {eps}, {x.dtype} on {x.device}",
                          device_failure=status == _lib.ERR_BACKEND and cuda)

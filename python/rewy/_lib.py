@@ -119,9 +119,9 @@ def _load():
                            ("rewy_validate_bwd", [POINTER(BwdParams), c_char_p, c_size_t])]:
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, st
-    for name, n_in in (("rewy_l2norm_forward", 1), ("rewy_l2norm_backward", 2)):
-        fn = getattr(lib, name)   # (backend, dtype, rows, dim, eps, x[, dy], out, stream)
-        fn.argtypes, fn.restype = [c_int, c_int, ctypes.c_int64, c_int, ctypes.c_float] + [c_void_p] * (n_in + 2), st
+    lib.rewy_l2norm_forward.argtypes = [c_int, c_int, ctypes.c_int64, c_int, ctypes.c_float] + [c_void_p] * 4
+    lib.rewy_l2norm_backward.argtypes = [c_int, c_int, ctypes.c_int64, c_int] + [c_void_p] * 5
+    lib.rewy_l2norm_forward.restype = lib.rewy_l2norm_backward.restype = st
     lib.rewy_pullback_flops.argtypes, lib.rewy_pullback_flops.restype = [c_int, c_int, c_int, c_int], c_double
     lib.rewy_strerror.argtypes, lib.rewy_strerror.restype = [c_int], c_char_p
     lib.rewy_version.argtypes, lib.rewy_version.restype = [], c_char_p

@@ -62,24 +62,26 @@ def l2norm_reference(x, eps=1e-6):
 
 
 class _L2Norm(torch.autograd.Function):
-    """l2norm through the library: saves x (not y) and recomputes the row sums in the backward pass,
-    dx = r·dy − r³·x·(x·dy) with r = rsqrt(Σ x² + eps) (rewy.h)."""
+    """l2norm through the library. It saves its output y and the row scales r, not x: the core op
+    that follows saves y anyway (the same tensor), so q and k are kept once, as FLA keeps them.
+    dx = r·(dy − y·(y·dy)) (rewy.h)."""
 
     @staticmethod
     def forward(ctx, x, eps):
         x = x.contiguous()
         y = torch.empty_like(x)
-        _core.l2norm(x, None, y, float(eps))
-        ctx.save_for_backward(x)
-        ctx.eps = float(eps)
+        rstd = torch.empty(x.shape[:-1], dtype=torch.float64 if x.dtype == torch.float64 else torch.float32,
+                           device=x.device)
+        _core.l2norm(x, rstd, None, y, float(eps))
+        ctx.save_for_backward(y, rstd)
         return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
-        x, = ctx.saved_tensors
-        dx = torch.empty_like(x)
-        _core.l2norm(x, dy.contiguous(), dx, ctx.eps)
+        y, rstd = ctx.saved_tensors
+        dx = torch.empty_like(y)
+        _core.l2norm(y, rstd, dy.contiguous(), dx, 0.0)
         return dx, None
 
 

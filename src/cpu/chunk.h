@@ -4,9 +4,11 @@
  * w [n][V]); DeltaNet, GDN and KDA broadcast their scalars into it. What differs between
  * operators is only how decayed products are formed (the "intra" strategy):
  *   scalar gate (DeltaNet, GDN): one n×n decay matrix Γ_ij = exp(G_i − G_j) (§7);
- *   vector gate (KDA, GDN2):     centered factors α = exp(G − c), ζ = exp(c − G) (§6),
- *                                or exact pairwise exponents when the chunk's gate range
- *                                is too wide for fp32 (strong decay, −1000 resets).
+ *   vector gate (KDA, GDN2):     centered factors α = exp(G − c), ζ = exp(c − G) (§6);
+ *                                when the chunk's gate range is too wide for them (strong
+ *                                decay, −1000 resets), blocked factors: 16-token blocks, each
+ *                                decay between blocks split at block ends into factors ≤ 1,
+ *                                centered factors (or exact pairwise exponents) inside a block.
  */
 #ifndef REWY_CPU_CHUNK_H
 #define REWY_CPU_CHUNK_H
@@ -26,7 +28,19 @@
  * a large s would otherwise overflow the factors, a tiny one underflow them). s = 0: pairwise. */
 static inline float center_limit(float s) { return REWY_CENTER_LIMIT - 0.5f * fabsf(logf(fabsf(s))); }
 
-typedef enum intra_mode { INTRA_SCALAR, INTRA_CENTERED, INTRA_PAIRWISE } intra_mode;
+/* How a chunk forms its decayed products (MATH §6, §7):
+ *   INTRA_SCALAR    one n×n decay matrix Γ (scalar gates);
+ *   INTRA_CENTERED  one center per feature for the whole chunk: every product is one matrix product;
+ *   INTRA_BLOCKED   the chunk's half range is over center_limit: blocks of INTRA_BLOCK tokens, the
+ *                   decay between blocks factored at block ends (every factor ≤ 1 for gates ≤ 0),
+ *                   a center per block inside it (or pairwise exponents, per block: diag_pairwise);
+ *   INTRA_PAIRWISE  every exponent formed per pair: only for gates that rise (g > 0, outside MATH §1's
+ *                   g ≤ 0) by more than the blocked factors can hold. */
+typedef enum intra_mode { INTRA_SCALAR, INTRA_CENTERED, INTRA_BLOCKED, INTRA_PAIRWISE } intra_mode;
+
+/* Blocked mode: tokens per block, and the most blocks a chunk (BT ≤ 64) has. */
+#define INTRA_BLOCK 16
+#define INTRA_MAX_BLOCKS 4
 
 /* One chunk of one value head: n ≤ BT tokens, row-major fp32 matrices. */
 typedef struct chunk {
@@ -47,9 +61,20 @@ typedef struct chunk {
     float *F;      /* n×K  k ⊙ exp(G_n − G)  (= Y Λ) */
     float *lam;    /* K    γ_n */
     float *Gam;    /* n×n  exp(G_i − G_j), i ≥ j (scalar mode) */
-    float *alpha;  /* n×K  exp(G − c) (centered mode) */
-    float *kz;     /* n×K  k ⊙ exp(c − G) = k ⊙ ζ (centered mode) */
-    float *lo, *hi, *mid; /* K  range of G per feature and its midpoint, the center c */
+    float *alpha;  /* n×K  exp(G − c) (centered mode; blocked mode: c is the row's block's center) */
+    float *kz;     /* n×K  k ⊙ exp(c − G) = k ⊙ ζ (same center as alpha) */
+    /* Blocked mode. ε_J = G at the last token of block J (its "end"). For i in block I > J ∋ j:
+     * e^{G_i − G_j} = from_prev_end_i ⊙ between_ends_{I,J} ⊙ to_own_end_j, each a decay over a run
+     * of tokens, so each ≤ 1 for gates ≤ 0. */
+    float *from_prev_end; /* n×K  e^{G_i − ε_{I−1}}, row i of block I ≥ 1 (block 0's rows unused) */
+    float *to_own_end;    /* n×K  e^{ε_J − G_j}, row j of block J (the last block's rows unused) */
+    float *between_ends;  /* INTRA_MAX_BLOCKS²×K  e^{ε_{I−1} − ε_J} at [I·INTRA_MAX_BLOCKS + J], I ≥ J + 2
+                           * (I = J + 1: the factor is 1 and is not stored) */
+    int nblk;             /* blocks in the chunk: ⌈n / INTRA_BLOCK⌉ */
+    unsigned diag_pairwise; /* bit I: diagonal block I's own half range is over center_limit, so its
+                             * products take pairwise exponents (decays beyond ~5 per token) */
+    float *lo, *hi, *mid; /* K  range of G per feature and its midpoint, the center c (blocked mode:
+                           * scratch for each block's) */
 } chunk;
 
 /* Where one sequence lives in the packed token axis. */
@@ -122,8 +147,8 @@ size_t rewy_cpu_bwd_workspace_size(const rewy_config *cfg);
 rewy_status rewy_cpu_forward(const rewy_fwd_params *p);
 rewy_status rewy_cpu_backward(const rewy_bwd_params *p);
 /* rewy_backend_ops.l2norm (src/cpu/l2norm.c) */
-rewy_status rewy_cpu_l2norm(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, const void *dy,
-                            void *out, void *stream);
+rewy_status rewy_cpu_l2norm(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, void *rstd,
+                            const void *dy, void *out, void *stream);
 
 /* REWY_F64 (f64.c): the exact fp64 recurrence instead of the chunk kernels; the saved
  * buffer is the header alone. Called by the entry points above. */

@@ -27,6 +27,6 @@ cudaError_t launch_record_check(const rewy_saved_record &want, const rewy_saved_
 } // namespace rewy_cuda
 
 /* rewy_backend_ops.l2norm (l2norm.cu) */
-rewy_status rewy_cuda_l2norm(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, const void *dy,
-                             void *out, void *stream);
+rewy_status rewy_cuda_l2norm(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, void *rstd,
+                             const void *dy, void *out, void *stream);
 #endif

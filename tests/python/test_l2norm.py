@@ -52,31 +52,47 @@ def test_l2norm_fp64_gradcheck():
 
 def test_l2norm_errors():
     lib = _lib.lib()
-    buf = (ctypes.c_float * 8)()
-    p = ctypes.addressof(buf)
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, 1e-6, p, p, None) == _lib.OK
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 0, 1e-6, p, p, None) == _lib.ERR_BAD_SHAPE
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, -1, 4, 1e-6, p, p, None) == _lib.ERR_BAD_SHAPE
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, -1.0, p, p, None) == _lib.ERR_BAD_SHAPE
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, float("nan"), p, p, None) == _lib.ERR_BAD_SHAPE
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, 7, 2, 4, 1e-6, p, p, None) == _lib.ERR_BAD_DTYPE
-    assert lib.rewy_l2norm_forward(5, _lib.F32, 2, 4, 1e-6, p, p, None) == _lib.ERR_BAD_ENUM
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, 1e-6, None, p, None) == _lib.ERR_NULL_POINTER
-    assert lib.rewy_l2norm_backward(_lib.BACKEND_CPU, _lib.F32, 2, 4, 1e-6, p, None, p, None) == _lib.ERR_NULL_POINTER
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 2, 4, 1e-6, p + 1, p, None) == _lib.ERR_MISALIGNED
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 1 << 62, 1 << 20, 1e-6, p, p, None) == _lib.ERR_BAD_SHAPE
-    assert lib.rewy_l2norm_forward(_lib.BACKEND_CPU, _lib.F32, 0, 4, 1e-6, None, None, None) == _lib.OK
+    buf, rs = (ctypes.c_float * 8)(), (ctypes.c_float * 2)()
+    p, r = ctypes.addressof(buf), ctypes.addressof(rs)
+    cpu, f32 = _lib.BACKEND_CPU, _lib.F32
+    fwd, bwd = lib.rewy_l2norm_forward, lib.rewy_l2norm_backward
+    assert fwd(cpu, f32, 2, 4, 1e-6, p, p, r, None) == _lib.OK
+    assert fwd(cpu, f32, 2, 4, 1e-6, p, p, None, None) == _lib.OK          # rstd optional in the forward
+    assert bwd(cpu, f32, 2, 4, p, r, p, p, None) == _lib.OK
+    assert bwd(cpu, f32, 2, 4, p, None, p, p, None) == _lib.ERR_NULL_POINTER   # required in the backward
+    assert bwd(cpu, f32, 2, 4, p, r, None, p, None) == _lib.ERR_NULL_POINTER
+    assert fwd(cpu, f32, 2, 0, 1e-6, p, p, r, None) == _lib.ERR_BAD_SHAPE
+    assert fwd(cpu, f32, -1, 4, 1e-6, p, p, r, None) == _lib.ERR_BAD_SHAPE
+    assert fwd(cpu, f32, 2, 4, -1.0, p, p, r, None) == _lib.ERR_BAD_SHAPE
+    assert fwd(cpu, f32, 2, 4, float("nan"), p, p, r, None) == _lib.ERR_BAD_SHAPE
+    assert fwd(cpu, 7, 2, 4, 1e-6, p, p, r, None) == _lib.ERR_BAD_DTYPE
+    assert fwd(5, f32, 2, 4, 1e-6, p, p, r, None) == _lib.ERR_BAD_ENUM
+    assert fwd(cpu, f32, 2, 4, 1e-6, None, p, r, None) == _lib.ERR_NULL_POINTER
+    assert fwd(cpu, f32, 2, 4, 1e-6, p + 1, p, r, None) == _lib.ERR_MISALIGNED
+    assert fwd(cpu, f32, 2, 4, 1e-6, p, p, r + 2, None) == _lib.ERR_MISALIGNED
+    assert fwd(cpu, f32, 1 << 62, 1 << 20, 1e-6, p, p, r, None) == _lib.ERR_BAD_SHAPE
+    assert fwd(cpu, f32, 0, 4, 1e-6, None, None, None, None) == _lib.OK
     if not lib.rewy_has_cuda():
-        assert lib.rewy_l2norm_forward(_lib.BACKEND_CUDA, _lib.F32, 2, 4, 1e-6, p, p, None) == _lib.ERR_BACKEND
+        assert fwd(_lib.BACKEND_CUDA, f32, 2, 4, 1e-6, p, p, r, None) == _lib.ERR_BACKEND
     else:   # fp64 is the CPU backend's alone
-        assert lib.rewy_l2norm_forward(_lib.BACKEND_CUDA, _lib.F64, 2, 4, 1e-6, p, p, None) == _lib.ERR_BAD_DTYPE
+        assert fwd(_lib.BACKEND_CUDA, _lib.F64, 2, 4, 1e-6, p, p, r, None) == _lib.ERR_BAD_DTYPE
 
 
 def test_l2norm_in_place_and_values():
     x = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
     y = torch.empty_like(x)
     from rewy import _core
-    _core.l2norm(x, None, y, 0.0 + 1e-30)
-    assert torch.allclose(y[0], torch.tensor([0.6, 0.8]))
-    _core.l2norm(x, None, x, 0.0)   # in place; the zero row gives 0 · inf = NaN with eps = 0, as FLA's formula
+    rstd = torch.empty(2)
+    _core.l2norm(x, rstd, None, y, 1e-30)
+    assert torch.allclose(y[0], torch.tensor([0.6, 0.8])) and torch.allclose(rstd[0], torch.tensor(0.2))
+    _core.l2norm(x, None, None, x, 0.0)   # in place, no rstd; the zero row gives 0 · inf = NaN with eps = 0, as FLA's
     assert torch.allclose(x[0], torch.tensor([0.6, 0.8])) and torch.isnan(x[1]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_l2norm_keeps_y_not_x(device):
+    """The backward holds the output (which the core op saves too), not the raw input."""
+    x = torch.randn(4, 8, 2, 16, device=device, dtype=torch.bfloat16, requires_grad=True)
+    y = ops.l2norm(x)
+    saved = {t.data_ptr() for t in y.grad_fn.saved_tensors}
+    assert y.data_ptr() in saved and x.data_ptr() not in saved
