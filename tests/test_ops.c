@@ -4,7 +4,7 @@
  * (equal and unequal K, V up to 256), chunk sizes 16/32/64, zero and tiny β, strong decay,
  * −1000 resets, independent GDN2 gates, grouped value heads, packed varlen sequences,
  * nonzero h0 and final-state gradient, state_v_first, and fp32/bf16/fp16; then extreme gates
- * (−inf, huge finite, mixed strong and weak) and query scales 1e30 and 1e-30.
+ * (−inf, huge finite, mixed strong and weak), query scales 1e30 and 1e-30, and Kimi-like KDA gates.
  * fp32 cases also require WY and ReWY to agree to 1e-5 (relative). Most of the matrix is
  * shared with tests/cuda/test_cuda.c (cases.h).
  *
@@ -69,6 +69,15 @@ static void full_matrix(case_list *l) {
     add(l, c);
     /* Extreme gates and scale (cases.h), after the rest so the cases above keep their seeds. */
     for (int i = 0; i < 4; i++) cases_extreme(l, all_ops[i]);
+    /* Kimi-like gates (g in [−1.6, −0.001], a rate per feature): chunks too wide for one center take
+     * the blocked factors of MATH §6 (vector gates); at chunk 64 and with a 60-token tail (a short
+     * last block), K ≠ V, packed varlen with GVA, fp32 (WY ≈ ReWY). GDN takes them as a scalar gate. */
+    for (int i = 1; i < 4; i++) {
+        c = base(all_ops[i]); c.T = 200; c.gates = REWY_GATES_KDA; add(l, c);
+        c = base(all_ops[i]); c.T = 200; c.gates = REWY_GATES_KDA; c.dtype = REWY_F32; c.K = 128; c.V = 64; add(l, c);
+        c = base(all_ops[i]); c.T = 124; c.gates = REWY_GATES_KDA; c.dtype = REWY_F32; add(l, c); /* 60-token tail */
+        c = base(all_ops[i]); set_seqs(&c, varlen, 5); c.gates = REWY_GATES_KDA; c.HV = 4; add(l, c);
+    }
 }
 
 static void quick_matrix(case_list *l) {
@@ -99,6 +108,8 @@ static void quick_matrix(case_list *l) {
         rewy_case c = base(all_ops[i]);
         set_seqs(&c, varlen, 5); c.gates = REWY_GATES_NEG_INF; c.dtype = REWY_F32; c.HV = 4; add(l, c);
         c = base(all_ops[i]); c.T = 100; c.scale = 1e30f; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; add(l, c);
+        /* Kimi-like gates at chunk 64 with a tail: blocked factors (MATH §6) */
+        c = base(all_ops[i]); c.T = 100; c.gates = REWY_GATES_KDA; c.dtype = REWY_F32; add(l, c);
     }
 }
 

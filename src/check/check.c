@@ -100,6 +100,7 @@ void rewy_check_describe(const rewy_case *c, char *buf, size_t len) {
     if (c->gates == REWY_GATES_NEG_INF) append(buf, len, &pos, " -inf-resets");
     if (c->gates == REWY_GATES_HUGE) append(buf, len, &pos, " huge-gates");
     if (c->gates == REWY_GATES_MIXED) append(buf, len, &pos, " mixed-gates");
+    if (c->gates == REWY_GATES_KDA) append(buf, len, &pos, " kda-gates");
     if (c->scale != 0.0f) append(buf, len, &pos, " scale=%g", (double)c->scale);
     if (c->betas == REWY_BETAS_ZERO) append(buf, len, &pos, " beta0");
     append(buf, len, &pos, " seed=%llu", (unsigned long long)c->seed);
@@ -348,6 +349,11 @@ static int make_inputs(const rewy_case *c, const dims *d, pool *p, inputs *in) {
             float x = c->gates == REWY_GATES_STRONG ? (float)(-5.0 * rng_uniform(&r))
                                                     : log_sigmoid(rng_normal(&r)) / 16.0f;
             if (c->gates == REWY_GATES_MIXED) x = tok % 7 == 6 ? -1000.0f : -0.1f;
+            if (c->gates == REWY_GATES_KDA) {
+                /* the feature's rate, spread over [0.001, 1.6] by the golden-ratio sequence */
+                double a = 0.001 + 1.599 * fmod(0.6180339887 * (double)(i % per + 1), 1.0);
+                x = (float)-(0.001 + (a - 0.001) * (0.8 + 0.2 * rng_uniform(&r)));
+            }
             if (c->gates == REWY_GATES_RESET || c->gates == REWY_GATES_NEG_INF || c->gates == REWY_GATES_HUGE) {
                 static const float huge[5] = {-25.0f, -31.0f, -1e4f, -1e6f, -1e30f};
                 if (is_reset(d, bi, tok))
@@ -917,11 +923,11 @@ void rewy_check_print_json(FILE *f, const rewy_case *c, const rewy_check_result 
             c->backend == REWY_BACKEND_CUDA ? "cuda" : "cpu", c->num_seqs > 0 ? 1 : c->B, case_T(c),
             c->H, HV, c->K, c->V, c->chunk_size ? c->chunk_size : 64,
             c->policy == REWY_POLICY_A ? "A" : "R", (unsigned long long)c->seed);
-    static const char *const gates[] = {"normal", "strong", "reset", "neg_inf", "huge", "mixed"};
+    static const char *const gates[] = {"normal", "strong", "reset", "neg_inf", "huge", "mixed", "kda"};
     fprintf(f, "\"state_v_first\": %s, \"use_h0\": %s, \"use_dht\": %s, \"gates\": \"%s\", "
                "\"betas\": \"%s\", \"seqlens\": [",
             c->state_v_first ? "true" : "false", c->use_h0 ? "true" : "false",
-            c->use_dht ? "true" : "false", (unsigned)c->gates < 6 ? gates[c->gates] : "?",
+            c->use_dht ? "true" : "false", (unsigned)c->gates < 7 ? gates[c->gates] : "?",
             c->betas == REWY_BETAS_ZERO ? "zero" : "normal");
     for (int s = 0; s < c->num_seqs && s < REWY_CHECK_MAX_SEQS; s++) fprintf(f, s ? ", %d" : "%d", c->seqlens[s]);
     fprintf(f, "], ");

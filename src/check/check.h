@@ -35,8 +35,12 @@ typedef enum rewy_gate_regime {
     REWY_GATES_NEG_INF = 3, /* as RESET with −inf: exact resets */
     REWY_GATES_HUGE = 4,    /* as RESET with −25, −31, −1e4, −1e6, −1e30 in turn: just above and
                                below the library's gate floor (30), then huge finite gates */
-    REWY_GATES_MIXED = 5    /* −1000 on every 7th token, −0.1 on the others (per token, all
+    REWY_GATES_MIXED = 5,   /* −1000 on every 7th token, −0.1 on the others (per token, all
                                features): strong and weak gates in one chunk */
+    REWY_GATES_KDA = 6      /* Kimi-Linear-like: each feature (vector gates; each head for scalar
+                               ones) has its own rate a in [0.001, 1.6], and g = −(0.001 + (a − 0.001)
+                               (0.8 + 0.2u)), u uniform per token: g in [−1.6, −0.001], the fast
+                               features make most 64-token chunks wider than one center (MATH §6) */
 } rewy_gate_regime;
 
 /* fp32 MIXED cases on the CPU: every quantity within this relative error. The small gates after

@@ -20,8 +20,10 @@ float *arena_floats(arena *a, size_t n) {
 }
 
 size_t chunk_floats(int BT, int K, int V) {
-    /* 12 n×K, 3 n×V, Γ, Λ and three K-vectors, plus 64 B rounding per buffer */
-    return (size_t)BT * (12 * (size_t)K + 3 * (size_t)V + (size_t)BT) + 4 * (size_t)K + 20 * 16;
+    /* 14 n×K, 3 n×V, Γ, Λ and three K-vectors, the blocked mode's between_ends, plus 64 B
+     * rounding per buffer */
+    return (size_t)BT * (14 * (size_t)K + 3 * (size_t)V + (size_t)BT) + 4 * (size_t)K +
+           INTRA_MAX_BLOCKS * INTRA_MAX_BLOCKS * (size_t)K + 23 * 16;
 }
 
 void chunk_alloc(chunk *c, arena *a, int BT, int K, int V) {
@@ -40,6 +42,9 @@ void chunk_alloc(chunk *c, arena *a, int BT, int K, int V) {
     c->F = arena_floats(a, nk);
     c->alpha = arena_floats(a, nk);
     c->kz = arena_floats(a, nk);
+    c->from_prev_end = arena_floats(a, nk);
+    c->to_own_end = arena_floats(a, nk);
+    c->between_ends = arena_floats(a, (size_t)INTRA_MAX_BLOCKS * INTRA_MAX_BLOCKS * K);
     c->v = arena_floats(a, nv);
     c->w = arena_floats(a, nv);
     c->Z = arena_floats(a, nv);
@@ -116,6 +121,67 @@ static inline float exp_fast(float x) {
     return x < -87.0f ? 0.0f : (x == x ? p * scale : x);
 }
 
+/* α = e^{G − c} and k ⊙ ζ = k / α for rows [r0, r1), center c (K). */
+static void center_factors(chunk *c, int r0, int r1, const float *center) {
+    const int K = c->K;
+    for (int i = r0; i < r1; i++)
+#pragma omp simd
+        for (int d = 0; d < K; d++) {
+            const int x = i * K + d;
+            c->alpha[x] = exp_fast(c->G[x] - center[d]);
+            c->kz[x] = c->k[x] / c->alpha[x]; /* k ⊙ ζ, ζ = 1/α (same center) */
+        }
+}
+
+/* Blocked mode (MATH §6): a center per block (its diagonal products), and the factors of the decay
+ * between blocks, all taken at block ends ε_J = G_{e_J − 1}. Each exponent is G at a later token
+ * minus G at an earlier one, a sum of gates ≤ 0: every factor is in (0, 1], and one underflows only
+ * where the decay it is part of is below fp32's range too. */
+static void blocked_factors(chunk *c, float limit) {
+    const int n = c->n, K = c->K, nb = (n + INTRA_BLOCK - 1) / INTRA_BLOCK;
+    float *lo = c->lo, *hi = c->hi, *mid = c->mid;
+    c->nblk = nb;
+    c->diag_pairwise = 0;
+    for (int bi = 0; bi < nb; bi++) {
+        const int s0 = bi * INTRA_BLOCK, e0 = s0 + INTRA_BLOCK < n ? s0 + INTRA_BLOCK : n;
+        memcpy(lo, c->G + (size_t)s0 * K, sizeof(float) * K);
+        memcpy(hi, c->G + (size_t)s0 * K, sizeof(float) * K);
+        for (int i = s0 + 1; i < e0; i++)
+            for (int d = 0; d < K; d++) {
+                const float x = c->G[i * K + d];
+                lo[d] = x < lo[d] ? x : lo[d];
+                hi[d] = x > hi[d] ? x : hi[d];
+            }
+        float half_range = 0.0f;
+        for (int d = 0; d < K; d++) {
+            if (0.5f * (hi[d] - lo[d]) > half_range) half_range = 0.5f * (hi[d] - lo[d]);
+            mid[d] = 0.5f * (hi[d] + lo[d]);
+        }
+        if (half_range <= limit) center_factors(c, s0, e0, mid);
+        else c->diag_pairwise |= 1u << bi;
+        if (bi > 0) { /* e^{G_i − ε_{I−1}}: from the end of the block before */
+            const float *end = c->G + (size_t)(s0 - 1) * K;
+            for (int i = s0; i < e0; i++)
+#pragma omp simd
+                for (int d = 0; d < K; d++) c->from_prev_end[i * K + d] = exp_fast(c->G[i * K + d] - end[d]);
+        }
+        if (bi < nb - 1) { /* e^{ε_I − G_j}: to the end of the token's own block */
+            const float *end = c->G + (size_t)(e0 - 1) * K;
+            for (int j = s0; j < e0; j++)
+#pragma omp simd
+                for (int d = 0; d < K; d++) c->to_own_end[j * K + d] = exp_fast(end[d] - c->G[j * K + d]);
+        }
+    }
+    for (int bi = 2; bi < nb; bi++) /* e^{ε_{I−1} − ε_J}: across the whole blocks between J and I */
+        for (int bj = 0; bj + 2 <= bi; bj++) {
+            const float *later = c->G + (size_t)(bi * INTRA_BLOCK - 1) * K;
+            const float *earlier = c->G + (size_t)((bj + 1) * INTRA_BLOCK - 1) * K;
+            float *t = c->between_ends + (size_t)(bi * INTRA_MAX_BLOCKS + bj) * K;
+#pragma omp simd
+            for (int d = 0; d < K; d++) t[d] = exp_fast(later[d] - earlier[d]);
+        }
+}
+
 void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void *q, const void *k,
                 const void *v, const float *g, const void *beta, const void *b, const void *w) {
     const int K = pb->K, V = pb->V, HV = pb->HV, h = hv / (pb->HV / pb->H);
@@ -183,30 +249,34 @@ void chunk_load(chunk *c, const problem *pb, int n, long t0, int hv, const void 
                 c->Gam[i * n + j] = j <= i ? exp_fast(c->G[i * K] - c->G[j * K]) : 0.0f;
         return;
     }
-    /* Vector gate: the midpoint center per feature minimises the largest exponent (§6);
-     * a chunk whose range is too wide for fp32 factors takes exact pairwise exponents. */
-    float *lo = c->lo, *hi = c->hi, *mid = c->mid, half_range = 0.0f;
+    /* Vector gate: the midpoint center per feature minimises the largest exponent (§6). A chunk
+     * whose range is too wide for one center takes blocked factors; rise: the largest total of
+     * positive gate increments of a feature, which bounds every blocked factor by e^rise (0 for
+     * gates ≤ 0, the contract; a chunk of rising gates too wide for them goes pairwise). */
+    float *lo = c->lo, *hi = c->hi, *mid = c->mid, half_range = 0.0f, rise = 0.0f;
     memcpy(lo, c->G, sizeof(float) * K);
     memcpy(hi, c->G, sizeof(float) * K);
+    memset(mid, 0, sizeof(float) * K); /* the rise per feature, for now */
     for (int i = 1; i < n; i++)
         for (int d = 0; d < K; d++) {
-            const float x = c->G[i * K + d];
+            const float x = c->G[i * K + d], up = x - c->G[(i - 1) * K + d];
             lo[d] = x < lo[d] ? x : lo[d];
             hi[d] = x > hi[d] ? x : hi[d];
+            mid[d] += up > 0.0f ? up : 0.0f;
         }
     for (int d = 0; d < K; d++) {
         if (0.5f * (hi[d] - lo[d]) > half_range) half_range = 0.5f * (hi[d] - lo[d]);
+        if (mid[d] > rise) rise = mid[d];
         mid[d] = 0.5f * (hi[d] + lo[d]);
     }
-    c->mode = half_range <= center_limit(pb->scale) ? INTRA_CENTERED : INTRA_PAIRWISE;
-    if (c->mode == INTRA_PAIRWISE) return;
-    for (int i = 0; i < n; i++)
-#pragma omp simd
-        for (int d = 0; d < K; d++) {
-            const int x = i * K + d;
-            c->alpha[x] = exp_fast(c->G[x] - mid[d]);
-            c->kz[x] = c->k[x] / c->alpha[x]; /* k ⊙ ζ, ζ = 1/α (same center) */
-        }
+    const float limit = center_limit(pb->scale);
+    if (half_range <= limit) {
+        c->mode = INTRA_CENTERED;
+        center_factors(c, 0, n, mid);
+        return;
+    }
+    c->mode = rise <= (limit > 0.0f ? limit : 0.0f) ? INTRA_BLOCKED : INTRA_PAIRWISE;
+    if (c->mode == INTRA_BLOCKED) blocked_factors(c, limit);
 }
 
 void mm(int transA, int transB, int M, int N, int Kd, float alpha, const float *A, int lda,
@@ -248,7 +318,7 @@ void unit_lower_inverse(int n, const float *L, float *A) {
 
 /* --- decayed products (§6, §7) ------------------------------------------------------ */
 
-/* e^{G_id − G_jd}: the exact decay from token j to token i ≥ j of feature d (pairwise mode). */
+/* e^{G_id − G_jd}: the exact decay from token j to token i ≥ j of feature d (pairwise exponents). */
 static inline float pair_decay(const chunk *c, int i, int j, int d) {
     return expf(c->G[i * c->K + d] - c->G[j * c->K + d]);
 }
@@ -264,6 +334,170 @@ static void mask_lower(int n, float *C, int incl) {
         for (int j = incl ? i + 1 : i; j < n; j++) C[i * n + j] = 0.0f;
 }
 
+/* The three products with pairwise exponents over the pairs j ≤ i of tokens [r0, r1): the whole
+ * chunk (pairwise mode) or one diagonal block (blocked mode). */
+static void pairwise_coef(const chunk *c, const float *X, int r0, int r1, float *C) {
+    const int n = c->n, K = c->K;
+    for (int i = r0; i < r1; i++)
+        for (int j = r0; j <= i; j++) {
+            float s = 0.0f;
+            for (int d = 0; d < K; d++) s += X[i * K + d] * c->k[j * K + d] * pair_decay(c, i, j, d);
+            C[i * n + j] = s;
+        }
+}
+
+static void pairwise_apply(const chunk *c, const float *D, int r0, int r1, float *out) {
+    const int n = c->n, K = c->K;
+    for (int i = r0; i < r1; i++)
+        for (int j = r0; j <= i; j++)
+            if (D[i * n + j] != 0.0f)
+                for (int d = 0; d < K; d++) out[i * K + d] += D[i * n + j] * c->k[j * K + d] * pair_decay(c, i, j, d);
+}
+
+static void pairwise_apply_t(const chunk *c, const float *D, const float *X, int r0, int r1, float *out) {
+    const int n = c->n, K = c->K;
+    for (int i = r0; i < r1; i++)
+        for (int j = r0; j <= i; j++)
+            if (D[i * n + j] != 0.0f)
+                for (int d = 0; d < K; d++) out[j * K + d] += D[i * n + j] * X[i * K + d] * pair_decay(c, i, j, d);
+}
+
+/* --- blocked mode: block I holds tokens [s_I, e_I), s_I = I·INTRA_BLOCK; ε_J = G_{e_J − 1} ---- */
+
+static inline int blk_end(const chunk *c, int bi) {
+    const int e = (bi + 1) * INTRA_BLOCK;
+    return e < c->n ? e : c->n;
+}
+
+/* e^{ε_{I−1} − ε_J} for blocks J < I, or NULL when J = I − 1 (no whole block between: the factor is 1). */
+static inline const float *between(const chunk *c, int bi, int bj) {
+    return bj + 1 == bi ? NULL : c->between_ends + (size_t)(bi * INTRA_MAX_BLOCKS + bj) * c->K;
+}
+
+/* out (s_I×K) = rows j < s_I of K ⊙ e^{ε_{I−1} − G}: the right operand of block row I, the decay
+ * from each earlier token to the block's reference ε_{I−1}, as to_own_end_j ⊙ between_ends_{I,J}
+ * (two factors ≤ 1). */
+static void cols_to_ref(const chunk *c, int bi, float *out) {
+    const int K = c->K;
+    for (int bj = 0; bj < bi; bj++) {
+        const float *t = between(c, bi, bj);
+        for (int j = bj * INTRA_BLOCK; j < (bj + 1) * INTRA_BLOCK; j++) {
+            const float *kj = c->k + (size_t)j * K, *u = c->to_own_end + (size_t)j * K;
+            float *o = out + (size_t)j * K;
+            if (t) {
+#pragma omp simd
+                for (int d = 0; d < K; d++) o[d] = kj[d] * u[d] * t[d];
+            } else {
+#pragma omp simd
+                for (int d = 0; d < K; d++) o[d] = kj[d] * u[d];
+            }
+        }
+    }
+}
+
+/* out ((n − e_J)×K) = rows i ≥ e_J of X ⊙ e^{G − ε_J}: the operand of column block J (Dᵀ products),
+ * the decay from the block's end to each later token, as from_prev_end_i ⊙ between_ends_{I,J}
+ * (two factors ≤ 1). */
+static void rows_from_ref(const chunk *c, const float *X, int bj, float *out) {
+    const int n = c->n, K = c->K, e0 = (bj + 1) * INTRA_BLOCK;
+    for (int i = e0; i < n; i++) {
+        const float *t = between(c, i / INTRA_BLOCK, bj);
+        const float *xi = X + (size_t)i * K, *f = c->from_prev_end + (size_t)i * K;
+        float *o = out + (size_t)(i - e0) * K;
+        if (t) {
+#pragma omp simd
+            for (int d = 0; d < K; d++) o[d] = xi[d] * f[d] * t[d];
+        } else {
+#pragma omp simd
+            for (int d = 0; d < K; d++) o[d] = xi[d] * f[d];
+        }
+    }
+}
+
+/* Diagonal block I = rows and columns [s, e): the same products with the block's own center (as
+ * centered mode, over ≤ INTRA_BLOCK tokens), or pairwise exponents if its half range needs them.
+ * tmp: 2·(e − s)·K. */
+static void diag_coef(const chunk *c, const float *X, int bi, float *C, float *tmp) {
+    const int n = c->n, K = c->K, s = bi * INTRA_BLOCK, e = blk_end(c, bi), m = e - s;
+    if ((c->diag_pairwise >> bi) & 1u) {
+        pairwise_coef(c, X, s, e, C);
+        return;
+    }
+    for (int x = s * K; x < e * K; x++) tmp[x - s * K] = X[x] * c->alpha[x];
+    mm(0, 1, m, m, K, 1.0f, tmp, K, c->kz + (size_t)s * K, K, 0.0f, C + (size_t)s * n + s, n);
+}
+
+static void diag_apply(const chunk *c, const float *D, int bi, float *out, float *tmp) {
+    const int n = c->n, K = c->K, s = bi * INTRA_BLOCK, e = blk_end(c, bi), m = e - s;
+    if ((c->diag_pairwise >> bi) & 1u) {
+        pairwise_apply(c, D, s, e, out);
+        return;
+    }
+    mm(0, 0, m, K, m, 1.0f, D + (size_t)s * n + s, n, c->kz + (size_t)s * K, K, 0.0f, tmp, K);
+    for (int x = s * K; x < e * K; x++) out[x] += c->alpha[x] * tmp[x - s * K];
+}
+
+static void diag_apply_t(const chunk *c, const float *D, const float *X, int bj, float *out, float *tmp) {
+    const int n = c->n, K = c->K, s = bj * INTRA_BLOCK, e = blk_end(c, bj), m = e - s;
+    if ((c->diag_pairwise >> bj) & 1u) {
+        pairwise_apply_t(c, D, X, s, e, out);
+        return;
+    }
+    float *xa = tmp, *r = tmp + (size_t)m * K;
+    for (int x = s * K; x < e * K; x++) xa[x - s * K] = X[x] * c->alpha[x];
+    mm(1, 0, m, K, m, 1.0f, D + (size_t)s * n + s, n, xa, K, 0.0f, r, K);
+    for (int x = s * K; x < e * K; x++) out[x] += r[x - s * K] / c->alpha[x];
+}
+
+/* Blocked C: block row I ≥ 1 over every earlier column is one product,
+ * C[I, <s_I] = (X_I ⊙ e^{G − ε_{I−1}}) (K_{<s_I} ⊙ e^{ε_{I−1} − G})ᵀ, its right operand rebuilt per row. */
+static void blocked_coef(const chunk *c, const float *X, float *C, float *tmp) {
+    const int n = c->n, K = c->K;
+    for (int bi = 0; bi < c->nblk; bi++) {
+        const int s = bi * INTRA_BLOCK, e = blk_end(c, bi), m = e - s;
+        if (bi > 0) {
+            float *right = tmp, *left = tmp + (size_t)s * K; /* s + m ≤ n rows */
+            cols_to_ref(c, bi, right);
+            for (int x = s * K; x < e * K; x++) left[x - s * K] = X[x] * c->from_prev_end[x];
+            mm(0, 1, m, s, K, 1.0f, left, K, right, K, 0.0f, C + (size_t)s * n, n);
+        }
+        diag_coef(c, X, bi, C, tmp);
+    }
+}
+
+/* Blocked γ ⊙ (D Y): out_I += e^{G − ε_{I−1}} ⊙ (D[I, <s_I] (K_{<s_I} ⊙ e^{ε_{I−1} − G})), one product per
+ * block row, plus the diagonal block. */
+static void blocked_apply(const chunk *c, const float *D, float *out, float *tmp) {
+    const int n = c->n, K = c->K;
+    for (int bi = 0; bi < c->nblk; bi++) {
+        const int s = bi * INTRA_BLOCK, e = blk_end(c, bi), m = e - s;
+        if (bi > 0) {
+            float *right = tmp, *r = tmp + (size_t)s * K; /* s + m ≤ n rows */
+            cols_to_ref(c, bi, right);
+            mm(0, 0, m, K, s, 1.0f, D + (size_t)s * n, n, right, K, 0.0f, r, K);
+            for (int x = s * K; x < e * K; x++) out[x] += c->from_prev_end[x] * r[x - s * K];
+        }
+        diag_apply(c, D, bi, out, tmp);
+    }
+}
+
+/* Blocked (Dᵀ (X ⊙ γ)) ⊘ γ: column block J gathers the rows i ≥ e_J below it through its own end ε_J,
+ * out_J += e^{ε_J − G_J} ⊙ (D[≥e_J, J]ᵀ (X_{≥e_J} ⊙ e^{G − ε_J})), one product per column block (the
+ * left operand rebuilt per block), plus the diagonal block. */
+static void blocked_apply_t(const chunk *c, const float *D, const float *X, float *out, float *tmp) {
+    const int n = c->n, K = c->K;
+    for (int bj = 0; bj < c->nblk; bj++) {
+        const int s = bj * INTRA_BLOCK, e = blk_end(c, bj), m = e - s;
+        if (e < n) {
+            float *left = tmp, *r = tmp + (size_t)(n - e) * K; /* n − e + m ≤ n rows */
+            rows_from_ref(c, X, bj, left);
+            mm(1, 0, m, K, n - e, 1.0f, D + (size_t)e * n + s, n, left, K, 0.0f, r, K);
+            for (int x = s * K; x < e * K; x++) out[x] += c->to_own_end[x] * r[x - s * K];
+        }
+        diag_apply_t(c, D, X, bj, out, tmp);
+    }
+}
+
 void intra_coef(const chunk *c, const float *X, int incl, float *C, float *tmp) {
     const int n = c->n, K = c->K;
     switch (c->mode) {
@@ -275,14 +509,11 @@ void intra_coef(const chunk *c, const float *X, int incl, float *C, float *tmp) 
         for (int x = 0; x < n * K; x++) tmp[x] = X[x] * c->alpha[x];
         mm(0, 1, n, n, K, 1.0f, tmp, K, c->kz, K, 0.0f, C, n);
         break;
+    case INTRA_BLOCKED: /* the lower block triangle; mask_lower clears the rest */
+        blocked_coef(c, X, C, tmp);
+        break;
     case INTRA_PAIRWISE:
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j <= i; j++) {
-                float s = 0.0f;
-                for (int d = 0; d < K; d++)
-                    s += X[i * K + d] * c->k[j * K + d] * pair_decay(c, i, j, d);
-                C[i * n + j] = s;
-            }
+        pairwise_coef(c, X, 0, n, C);
         break;
     }
     mask_lower(n, C, incl);
@@ -298,12 +529,11 @@ void intra_apply(const chunk *c, const float *D, float *out, float *tmp) {
         mm(0, 0, n, K, n, 1.0f, D, n, c->kz, K, 0.0f, tmp, K);
         for (int x = 0; x < n * K; x++) out[x] += c->alpha[x] * tmp[x];
         break;
+    case INTRA_BLOCKED:
+        blocked_apply(c, D, out, tmp);
+        break;
     case INTRA_PAIRWISE:
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j <= i; j++)
-                if (D[i * n + j] != 0.0f)
-                    for (int d = 0; d < K; d++)
-                        out[i * K + d] += D[i * n + j] * c->k[j * K + d] * pair_decay(c, i, j, d);
+        pairwise_apply(c, D, 0, n, out);
         break;
     }
 }
@@ -322,12 +552,11 @@ void intra_apply_t(const chunk *c, const float *D, const float *X, float *out, f
         for (int x = 0; x < n * K; x++) out[x] += r[x] / c->alpha[x];
         break;
     }
+    case INTRA_BLOCKED:
+        blocked_apply_t(c, D, X, out, tmp);
+        break;
     case INTRA_PAIRWISE:
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j <= i; j++)
-                if (D[i * n + j] != 0.0f)
-                    for (int d = 0; d < K; d++)
-                        out[j * K + d] += D[i * n + j] * X[i * K + d] * pair_decay(c, i, j, d);
+        pairwise_apply_t(c, D, X, 0, n, out);
         break;
     }
 }
