@@ -110,7 +110,8 @@ def _gate_recomputed(g, A_log, dt_bias, lower_bound):
     for KDA and GDN2 the gate is [B,T,HV,K], and the sum, softplus and product kept two fp32 copies
     of it per layer (about 2.8 GiB in FLA's 0.55B KDA model at B=4, T=4096). The recompute is the
     same four elementwise passes again. Eager calls only (torch.compile and torch.func take gate())."""
-    if not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in (g, A_log, dt_bias)):
+    if (g.dim() < 4 or not torch.is_grad_enabled()   # GDN's [B,T,HV] gate: small, not worth the recompute's host cost
+            or not any(t is not None and t.requires_grad for t in (g, A_log, dt_bias))):
         return gate(g, A_log, dt_bias, lower_bound)
     return torch.utils.checkpoint.checkpoint(gate, g, A_log, dt_bias, lower_bound, use_reentrant=False)
 
