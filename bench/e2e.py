@@ -501,10 +501,12 @@ def plot(data, png):
 # layers import them by name, as FLA's do
 
 _STANDIN_LAYERS = '''
+import importlib
 import torch, torch.nn as nn
-from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-from fla.ops.delta_rule import chunk_delta_rule
-from fla.ops.kda import chunk_kda
+# bound by name at import, as FLA's layers bind theirs (what patch_fla must reach)
+chunk_gated_delta_rule = importlib.import_module("fla.ops.gated_delta_rule").chunk_gated_delta_rule
+chunk_delta_rule = importlib.import_module("fla.ops.delta_rule").chunk_delta_rule
+chunk_kda = importlib.import_module("fla.ops.kda").chunk_kda
 
 
 class _Base(nn.Module):

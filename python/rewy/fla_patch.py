@@ -9,7 +9,7 @@
         loss = model(input_ids, labels=labels).loss
 
 FLA's layers (fla.layers.gated_deltanet and the others) import their chunk function by name
-from fla.ops, so replacing the function in fla.ops alone would not reach them. patch_fla
+out of the fla.ops packages, so replacing the function there alone would not reach them. patch_fla
 replaces every reference to FLA's function held by a loaded module of the fla package (the
 fla.ops packages that export it, the module that defines it, the layers that imported it,
 under any name). Modules of fla imported later take rewy's function from the patched fla.ops
