@@ -323,7 +323,11 @@ vec_intra_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *b
     float half_range = 0.f;
 #pragma unroll
     for (int w = 0; w < VI_THREADS / 32; w++) half_range = fmaxf(half_range, red[w * VIF_NRED]);
-    const bool centered = vec_centered(p, half_range);
+    /* one opaque integer: otherwise the compiler keeps half_range and the limit alive to re-test them
+     * wherever `centered` is used, and spills them (registers bound this kernel) */
+    int centered_i = vec_centered(p, half_range) ? 1 : 0;
+    asm("" : "+r"(centered_i));
+    const bool centered = centered_i != 0;
     /* Not centered: blocked factors (MATH §6, src/cpu/chunk_common.c's INTRA_BLOCKED) unless the gates
      * rise by more than the limit (outside MATH §1's g ≤ 0): then pairwise throughout, as INTRA_PAIRWISE.
      * The CPU's rule: rise ≤ max(limit, 0). Returns 0 (not blocked) or 16 | dpair, where bit I of dpair:
