@@ -14,7 +14,7 @@ echo "unpacked $(( $(date +%s) - t0 )) s; $(nvidia-smi --query-gpu=name,driver_v
 export REWY_LIBRARY=$PWD/build/cuda-on/librewy.so PYTHONUNBUFFERED=1 FLA_DISABLE_BACKEND_DISPATCH=1 \
   TRITON_CACHE_DIR=$PWD/.fla-cache/triton TILELANG_CACHE_DIR=$PWD/.fla-cache/tl
 if [ "${PRE:-1}" = 1 ]; then
-  PYTHONPATH=$PWD/python timeout 60 python3 -m pytest -q -k "cuda or errors" tests/python/test_l2norm.py 2>&1 | tail -2
+  PYTHONPATH=$PWD/python timeout 60 python3 -m pytest -q -k "cuda or errors" tests/python/test_transforms.py 2>&1 | tail -2
 fi
 if [ "${PROFILE:-0}" = 1 ]; then
   PYTHONPATH=$PWD/python timeout 90 python3 bench/dev/layer_profile.py > $OUT/profile.txt 2>&1

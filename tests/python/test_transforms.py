@@ -1,5 +1,5 @@
-"""rewy.ops.l2norm through the library (rewy_l2norm_forward / _backward) against the fp64 formula
-and the plain torch reference, on both backends; the errors of the C entry points."""
+"""FLA's input transforms in rewy.ops: l2norm through the library (rewy_l2norm_forward / _backward) against the fp64 formula
+and the plain torch reference, on both backends; the errors of the C entry points; the gate's recompute."""
 import ctypes
 
 import pytest
@@ -96,3 +96,35 @@ def test_l2norm_keeps_y_not_x(device):
     y = ops.l2norm(x)
     saved = {t.data_ptr() for t in y.grad_fn.saved_tensors}
     assert y.data_ptr() in saved and x.data_ptr() not in saved
+
+
+def test_gate_keeps_no_fp32_temporaries():
+    """With the gate in the call (KDA: g [B,T,HV,K]), the autograd graph keeps the raw gate input and the core op's
+    fp32 gate, not the fp32 temporaries of the activation (recomputed in the backward), and the gradients are
+    those of the plain formula."""
+    torch.manual_seed(0)
+    B, T, H, K = 1, 40, 2, 16
+    q, k, v = (torch.randn(B, T, H, K, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    g = torch.randn(B, T, H, K, dtype=torch.bfloat16, requires_grad=True)
+    beta = torch.rand(B, T, H, dtype=torch.bfloat16, requires_grad=True)
+    A_log = torch.rand(H).log().requires_grad_()
+    dt_bias = torch.randn(H * K, requires_grad=True)
+    saved = []
+
+    def pack(t):
+        saved.append((tuple(t.shape), t.dtype))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        o, _ = ops.chunk_kda(q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True)
+    fp32_gates = [s for s in saved if s == ((B, T, H, K), torch.float32)]
+    assert len(fp32_gates) == 1, saved   # the core op's input g'; the activation's temporaries are not kept
+    o.float().sum().backward()
+    got = [t.grad.clone() for t in (g, A_log, dt_bias)]
+    for t in (g, A_log, dt_bias):
+        t.grad = None
+    gp = ops.gate(g, A_log, dt_bias)   # the plain formula, then the core op on its result
+    o2, _ = ops.chunk_kda(q, k, v, gp, beta)
+    o2.float().sum().backward()
+    for a, b in zip(got, (g.grad, A_log.grad, dt_bias.grad)):
+        assert torch.equal(a, b)
