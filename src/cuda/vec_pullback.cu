@@ -9,8 +9,9 @@
  *   ek = Ē⊙γ  = Ē_dir⊙γ + α⊙(D (K⊙ζ))
  *   yk = Ȳ⊘γ  = F̄⊙e^{G_n−G} + ζ⊙(Dᵀ(b⊙K⊙α)) + ζ⊙(H_qᵀ(Q⊙α))
  *   qk = Q̄_g⊙γ = (Ō S_cᵀ)⊙γ + α⊙(H_q (K⊙ζ))
- * (α = e^{G−c}, ζ = e^{c−G}, midpoint center c per chunk and feature; exact pairwise exponents
- * instead when the chunk's half range exceeds vec_centered's limit, as in vec_intra.cu.)
+ * (α = e^{G−c}, ζ = e^{c−G}, midpoint center c per chunk and feature. When the chunk's half range
+ * exceeds vec_centered's limit, this general kernel takes exact pairwise exponents; the fast kernel
+ * below takes the blocked form of MATH §6, as the CPU's INTRA_BLOCKED.)
  *   q̄ = scale·qk,  k̄ = ek⊙b + yk,  b̄ = ek⊙k,  Ḡ = ek⊙b⊙k − yk⊙k + qk⊙Q
  *   Ḡ_{n−1} += diag(S̄⁺S_cᵀ)⊙γ_n + Σ_j F_j⊙F̄_j,   ḡ = reverse in-chunk cumsum of Ḡ
  *   KDA: β̄ = Σ_K b̄ + Σ_V W̄_e;  GDN2: b̄ [K] and w̄ = W̄_e [V] independently.
@@ -408,8 +409,14 @@ __global__ void vec_gva_sum_kernel(Prob p, const float *acc, T *dq, T *dk) {
  * with the scaled operands formed once in shared memory as fp32, transposed ([feature][token]:
  * k-contiguous B operands), and D, H_q stored masked with their transposes (k-contiguous A
  * operands). The triangular masks bound the inner dimension: D, H_q rows i0… need tokens < i0+16,
- * their transposes tokens ≥ i0. Strong-gate chunks (half range > VEC_CENTER_LIMIT) take the exact
- * pairwise exponents per fragment element instead (plain loops; rare). The epilogue forms q̄, k̄,
+ * their transposes tokens ≥ i0. Chunks too wide for one center (half range over vec_centered's limit:
+ * strong decay, resets; most chunks of real KDA gates) take the blocked form of MATH §6 (INTRA_BLOCKED of
+ * src/cpu/chunk_common.c): the same products cut into 16×16 tiles of D, H_q (a 16-token block is a warp's row
+ * tile), operands built once with a reference per block and feature (its midpoint center, or its block ends
+ * when its own half range is over the limit), one exponential per output element and tile, every factor
+ * ≤ 1 off the diagonal; per-element exponents only over a diagonal tile whose own half range is over the
+ * limit, and pairwise loops over the whole chunk only for gates rising (g > 0) past the limit. The
+ * products and their load balance are those of the centered path. The epilogue forms q̄, k̄,
  * b̄, Ḡ from the registers; β̄ and the reverse cumsum of Ḡ (segmented over 512/KS row segments)
  * are fixed-order reductions. WY forms P = AᵀR̄ and Z = w⊙V per slab and, after the V loop,
  * Ā = R̄Zᵀ + W̄Eᵀ, D = 𝓛_<(−AᵀĀAᵀ) and Ē_dir = AᵀW̄ with W̄ in shared memory.
