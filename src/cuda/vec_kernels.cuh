@@ -11,8 +11,10 @@
  *   - The intra products (L, C_q, and the four backward contractions of §6) use centered factors
  *     α = e^{G−c}, ζ = e^{c−G} with the per-feature midpoint c of the chunk, exactly as the CPU
  *     reference (src/cpu/chunk_common.c). When half the chunk's widest per-feature range exceeds
- *     VEC_CENTER_LIMIT (natural log; = REWY_CENTER_LIMIT of the CPU, less half |ln scale|: vec_centered) the chunk takes the exact
- *     pairwise path e^{G_i−G_j} (i ≥ j, so ≤ 1 for log gates ≤ 0): −1000 resets stay finite.
+ *     VEC_CENTER_LIMIT (natural log; = REWY_CENTER_LIMIT of the CPU, less half |ln scale|: vec_centered) the forward's
+ *     fast intra (vec_intra_fast_kernel) takes the blocked factors of MATH §6 (the CPU's INTRA_BLOCKED);
+ *     the general intra kernel and the pullbacks take the exact pairwise path e^{G_i−G_j} (i ≥ j, so ≤ 1
+ *     for log gates ≤ 0). Either way −1000 resets stay finite.
  *     G sums the floored gates (gates.h): −inf is a reset, |G| ≤ resets × 30 + the rest.
  *   - Gates: KDA has β [T,HV] (erase = write = β); GDN2 has b [T,HV,K] and w [T,HV,V]. Every
  *     launcher takes (beta, b, w); b != NULL selects GDN2.
@@ -66,7 +68,8 @@ __device__ __forceinline__ FactorEl factor_el(float k, float b, float q, float G
 
 /* vec_intra.cu: per (chunk, value head): G = per-feature chunk-local cumsum of g (written to Gc
  * when not NULL); L = 𝓛_<((b⊙k⊙α)(k⊙ζ)ᵀ), A = (I+L)⁻¹ (when A is not NULL); C_q = 𝓛_≤((Q⊙α)(k⊙ζ)ᵀ)
- * (when Cq is not NULL); pairwise exponents instead when the chunk's gate range is too wide. */
+ * (when Cq is not NULL); blocked factors (fast path) or pairwise exponents instead when the chunk's gate
+ * range is too wide. */
 cudaError_t launch_vec_intra(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                              const void *beta, const void *b, float *Gc, float *A, cq_t *Cq,
                              const FactorOut *fo, cudaStream_t s);

@@ -9,8 +9,9 @@
  *   ek = Ē⊙γ  = Ē_dir⊙γ + α⊙(D (K⊙ζ))
  *   yk = Ȳ⊘γ  = F̄⊙e^{G_n−G} + ζ⊙(Dᵀ(b⊙K⊙α)) + ζ⊙(H_qᵀ(Q⊙α))
  *   qk = Q̄_g⊙γ = (Ō S_cᵀ)⊙γ + α⊙(H_q (K⊙ζ))
- * (α = e^{G−c}, ζ = e^{c−G}, midpoint center c per chunk and feature; exact pairwise exponents
- * instead when the chunk's half range exceeds vec_centered's limit, as in vec_intra.cu.)
+ * (α = e^{G−c}, ζ = e^{c−G}, midpoint center c per chunk and feature. When the chunk's half range
+ * exceeds vec_centered's limit, this general kernel takes exact pairwise exponents; the fast kernel
+ * below takes the blocked form of MATH §6, as the CPU's INTRA_BLOCKED.)
  *   q̄ = scale·qk,  k̄ = ek⊙b + yk,  b̄ = ek⊙k,  Ḡ = ek⊙b⊙k − yk⊙k + qk⊙Q
  *   Ḡ_{n−1} += diag(S̄⁺S_cᵀ)⊙γ_n + Σ_j F_j⊙F̄_j,   ḡ = reverse in-chunk cumsum of Ḡ
  *   KDA: β̄ = Σ_K b̄ + Σ_V W̄_e;  GDN2: b̄ [K] and w̄ = W̄_e [V] independently.
@@ -408,8 +409,14 @@ __global__ void vec_gva_sum_kernel(Prob p, const float *acc, T *dq, T *dk) {
  * with the scaled operands formed once in shared memory as fp32, transposed ([feature][token]:
  * k-contiguous B operands), and D, H_q stored masked with their transposes (k-contiguous A
  * operands). The triangular masks bound the inner dimension: D, H_q rows i0… need tokens < i0+16,
- * their transposes tokens ≥ i0. Strong-gate chunks (half range > VEC_CENTER_LIMIT) take the exact
- * pairwise exponents per fragment element instead (plain loops; rare). The epilogue forms q̄, k̄,
+ * their transposes tokens ≥ i0. Chunks too wide for one center (half range over vec_centered's limit:
+ * strong decay, resets; most chunks of real KDA gates) take the blocked form of MATH §6 (INTRA_BLOCKED of
+ * src/cpu/chunk_common.c): the same products cut into 16×16 tiles of D, H_q (a 16-token block is a warp's row
+ * tile), operands built once with a reference per block and feature (its midpoint center, or its block ends
+ * when its own half range is over the limit), one exponential per output element and tile, every factor
+ * ≤ 1 off the diagonal; per-element exponents only over a diagonal tile whose own half range is over the
+ * limit, and pairwise loops over the whole chunk only for gates rising (g > 0) past the limit. The
+ * products and their load balance are those of the centered path. The epilogue forms q̄, k̄,
  * b̄, Ḡ from the registers; β̄ and the reverse cumsum of Ḡ (segmented over 512/KS row segments)
  * are fixed-order reductions. WY forms P = AᵀR̄ and Z = w⊙V per slab and, after the V loop,
  * Ā = R̄Zᵀ + W̄Eᵀ, D = 𝓛_<(−AᵀĀAᵀ) and Ē_dir = AᵀW̄ with W̄ in shared memory.
@@ -426,6 +433,8 @@ constexpr int VF_BV = 64;          /* V slab */
 constexpr int VF_LDF = VF_BV + 4;  /* fp32 V-slab tiles [64][68] */
 constexpr int VF_LDH = VF_BV + 8;  /* 16-bit and state V-slab tiles [rows][72] */
 constexpr int VF_LDR = sizeof(rp_t) == 2 ? VF_LDH : VF_LDF; /* rp_t V-slab tiles: P (or R̄), R */
+constexpr int VF_BLK = 16;         /* blocked path (MATH §6): tokens per block = the warps' row tiles */
+constexpr int VF_NB = MAXBT / VF_BLK;
 constexpr int VF_LN = MAXBT + 8;   /* n×n fp32 tiles and transposed K-side operands [KS][72] (≡ 8 mod 32 words) */
 
 /* byte offsets of the fast vector pullback's shared memory */
@@ -516,6 +525,8 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     static_assert(3 * L.stg <= 4 * L.nn, "the staged K, Q, b lie under Dm..Ht (dead before those are written)");
     static_assert(L.gt <= L.kt, "the Ḡ tile fits over Kz");
     static_assert(L.total <= 232448, "shared memory");
+    static_assert(VF_NB * KS <= VF_THREADS && VF_NB <= 4, "the block centers fit in segs; redb holds VF_NB × VF_NW");
+    static_assert(VF_BLK == 16 && VF_NB == 4, "the blocked path's blocks are the warps' 16-row tiles (rt = warp & 3)");
     const int c = blockIdx.x, hv = blockIdx.y, h = hv / p.G, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const ChunkInfo ci = p.ctab[c];
@@ -535,6 +546,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     float *mid = reinterpret_cast<float *>(smc + L.sf), *stv = mid + KS, *keyp = stv + KS;
     float *segs = keyp + 4 * KS, *rowg = segs + VF_THREADS, *rdb = rowg + MAXBT, *redb = rdb + MAXBT;
     float *red = redb + 4 * MAXBT;
+    float *cblk = segs; /* [VF_NB][KS] block centers (blocked path); segs is written only by the final cumsum */
 
     const int rt = warp & 3, cq = warp >> 2;  /* this warp's row tile and column quarter */
     const int i0 = rt * 16, jk = cq * (KS / 4), jn = cq * 16;
@@ -645,22 +657,46 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     for (int o = 1; o < LP; o <<= 1) lam += __shfl_xor_sync(0xffffffffu, lam, o);
     if (lpart == 0) stv[lf] = lam;
     {
-        float lo = INFINITY, hi = -INFINITY;
-        for (int i = lpart; i < n; i += LP) {
-            const float x = Gs[i * LDG + lf];
-            lo = fminf(lo, x);
-            hi = fmaxf(hi, x);
+        /* the chunk's range (min and max are exact in any order: the centered path's mid is unchanged) and, for
+         * the blocked path, each 16-token block's center cblk and half range and the feature's rise (the sum
+         * of its positive gate increments: 0 for log gates ≤ 0) */
+        float lo = INFINITY, hi = -INFINITY, rise = 0.f;
+#pragma unroll
+        for (int bk = 0; bk < VF_NB; bk++) {
+            float bl = INFINITY, bh = -INFINITY;
+            for (int i = bk * VF_BLK + lpart; i < min(n, (bk + 1) * VF_BLK); i += LP) {
+                const float x = Gs[i * LDG + lf];
+                bl = fminf(bl, x);
+                bh = fmaxf(bh, x);
+                if (i > 0) rise += fmaxf(x - Gs[(i - 1) * LDG + lf], 0.f);
+            }
+#pragma unroll
+            for (int o = 1; o < LP; o <<= 1) {
+                bl = fminf(bl, __shfl_xor_sync(0xffffffffu, bl, o));
+                bh = fmaxf(bh, __shfl_xor_sync(0xffffffffu, bh, o));
+            }
+            lo = fminf(lo, bl);
+            hi = fmaxf(hi, bh);
+            const bool some = bk * VF_BLK < n; /* an empty block: center 0, half range 0 (never read) */
+            if (lpart == 0) cblk[bk * KS + lf] = some ? 0.5f * (bh + bl) : 0.f;
+            float bhr = some ? 0.5f * (bh - bl) : 0.f;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) bhr = fmaxf(bhr, __shfl_xor_sync(0xffffffffu, bhr, o));
+            if (lane == 0) redb[bk * VF_NW + warp] = bhr;
         }
 #pragma unroll
-        for (int o = 1; o < LP; o <<= 1) {
-            lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-            hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-        }
+        for (int o = 1; o < LP; o <<= 1) rise += __shfl_xor_sync(0xffffffffu, rise, o);
         if (lpart == 0) mid[lf] = 0.5f * (hi + lo);
         float hr = 0.5f * (hi - lo);
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) hr = fmaxf(hr, __shfl_xor_sync(0xffffffffu, hr, o));
-        if (lane == 0) red[warp] = hr;
+        for (int o = 16; o > 0; o >>= 1) {
+            hr = fmaxf(hr, __shfl_xor_sync(0xffffffffu, hr, o));
+            rise = fmaxf(rise, __shfl_xor_sync(0xffffffffu, rise, o));
+        }
+        if (lane == 0) {
+            red[warp] = hr;
+            red[VF_NW + warp] = rise;
+        }
     }
     /* K, Q (and b) of the chunk, row-major, for the K-side operands (the V slabs are dead: the loop ended
      * with a barrier) */
@@ -677,6 +713,35 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
 #pragma unroll
     for (int wi = 0; wi < VF_NW; wi++) half_range = fmaxf(half_range, red[wi]);
     const bool centered = vec_centered(p, half_range);
+    /* Not centered: blocked (MATH §6, as INTRA_BLOCKED of src/cpu/chunk_common.c) unless the gates rise
+     * (g > 0, outside MATH §1) by more than the limit, then the whole-chunk pairwise loops. diag_pw bit B:
+     * block B's own half range is over the limit (per-element exponents for its diagonal tile). These
+     * reads of redb come before the chain rule's barrier; redb is written again only after it. */
+    bool blocked = false;
+    unsigned diag_pw = 0u;
+    if (!centered) {
+        const float lim = VEC_CENTER_LIMIT - 0.5f * fabsf(logf(fabsf(p.scale))); /* vec_centered's bound */
+        float rise = 0.f;
+#pragma unroll
+        for (int wi = 0; wi < VF_NW; wi++) rise = fmaxf(rise, red[VF_NW + wi]);
+        blocked = rise <= fmaxf(lim, 0.f);
+#pragma unroll
+        for (int bk = 0; bk < VF_NB; bk++) {
+            float bh = 0.f;
+#pragma unroll
+            for (int wi = 0; wi < VF_NW; wi++) bh = fmaxf(bh, redb[bk * VF_NW + wi]);
+            if (!vec_centered(p, bh)) diag_pw |= 1u << bk;
+        }
+    }
+    /* The blocked path's per-(block, feature) references: r_B for block B as the columns J of D, H_q
+     * (Kz = K⊙e^{r_B−G}), r'_B for B as their rows I (Bk, Qa ∝ e^{G−r'_B}): the block's midpoint center
+     * c_B, or, for a block over the limit, its end ε_B and the end ε_{B−1} of the block before (0 for B = 0). */
+    auto vf_rref = [&](int bk, int d) -> float {
+        return ((diag_pw >> bk) & 1u) ? Gs[min(bk * VF_BLK + VF_BLK - 1, n - 1) * LDG + d] : cblk[bk * KS + d];
+    };
+    auto vf_cref = [&](int bk, int d) -> float {
+        return ((diag_pw >> bk) & 1u) ? (bk ? Gs[(bk * VF_BLK - 1) * LDG + d] : 0.f) : cblk[bk * KS + d];
+    };
 
     /* ---- WY: Ā = R̄ Zᵀ + W̄ Eᵀ (E = b⊙K⊙γ), Ē_dir = Aᵀ W̄ (into Eh), AᵀĀAᵀ = −M̄ (into Dh) ---- */
     if (WY) {
@@ -702,7 +767,8 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     }
 
     /* ---- K-side operands, transposed [feature][token] fp32: K⊙ζ, b⊙K⊙α, Q⊙α (Q = scale·q);
-     * strong gates: K, b⊙K, Q (the exact path applies the pairwise exponents itself) ---- */
+     * blocked: the same with each token's block references (vf_rref, vf_cref: K⊙e^{r_B−G}, b⊙K⊙e^{G−r'_B},
+     * Q⊙e^{G−r'_B}); whole-chunk pairwise: K, b⊙K, Q (that path applies the pairwise exponents itself) ---- */
     for (int e = tid; e < MAXBT * KS; e += VF_THREADS) {
         const int j = e % MAXBT, d = e / MAXBT;
         float kz = 0.f, bk = 0.f, qa = 0.f;
@@ -714,6 +780,11 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
                 const float x = Gs[j * LDG + d] - mid[d];
                 a = expf(x);
                 z = expf(-x);
+            } else if (blocked) {
+                const int bk_ = j / VF_BLK;
+                const float G = Gs[j * LDG + d];
+                z = expf(vf_rref(bk_, d) - G); /* ≤ e^{h_B} (centered block) or ≤ 1 (ε_B: G's minimum in B) */
+                a = expf(G - vf_cref(bk_, d)); /* ≤ e^{h_B} or ≤ 1 (ε_{B−1} ≥ G in B) */
             }
             kz = kv * z;
             bk = bv * kv * a;
@@ -790,8 +861,87 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
         pf_mma<NSK, true, true>(tm, MAXBT - i0, Dt + i0, LN, 1, Bk + i0, 1, LN, i0, jk);
         pf_mma<NSK, true, true>(tm, MAXBT - i0, Ht + i0, LN, 1, Qa + i0, 1, LN, i0, jk);
         fold(Fh, false);
+    } else if (blocked) {
+        /* Blocked form (MATH §6, end; mirrors INTRA_BLOCKED of src/cpu/chunk_common.c: blocked_apply,
+         * blocked_apply_t, diag_apply, diag_apply_t). Blocks of VF_BLK = 16 tokens are the warps' row tiles:
+         * this warp's rows i0… are block I = rt for the row side (Eh, Qh: γ⊙(D Y), γ⊙(H_q Y)) and block J = rt
+         * for the column side (Fh: (Dᵀ E)⊘γ, (H_qᵀ Q_g)⊘γ). Per 16×16 tile of D, H_q one product of inner
+         * dimension 16 and one exponential per output element:
+         *   row side, J ≤ I:     Eh_i += e^{G_i − r_J} ⊙ (D[I,J] Kz_J),   Qh_i += e^{G_i − r_J} ⊙ (H_q[I,J] Kz_J)
+         *   column side, I ≥ J:  Fh_j += e^{r'_I − G_j} ⊙ (D[I,J]ᵀ Bk_I + H_q[I,J]ᵀ Qa_I)
+         * with Kz_J = K⊙e^{r_J − G}, Bk_I = b⊙K⊙e^{G − r'_I}, Qa_I = Q⊙e^{G − r'_I} (built above). The
+         * references (vf_rref, vf_cref) of a block B whose half range h_B is within the limit are its midpoint
+         * center c_B (r_B = r'_B = c_B: its diagonal tile is exactly the centered form, α ⊙ (D (K⊙ζ)) over the
+         * block, and its operands are ≤ e^{h_B}); a block over the limit takes its block ends instead,
+         * r_B = ε_B (G at its last token), r'_B = ε_{B−1} (ε_{−1} = 0, G before the chunk), its operands ≤ 1,
+         * and its diagonal tile takes per-element exponents (below). Why no factor can overflow (log gates
+         * ≤ 0, so G is non-increasing and c_B, ε_B lie between G at B's first token and ε_B = min_B G):
+         *   e^{G_i − r_J}, i in a later block I > J: G_i ≤ ε_J ≤ r_J, so ≤ 1 (≤ e^{−h_J} for r_J = c_J);
+         *   e^{r'_I − G_j}, j in an earlier block J < I: r'_I ≤ G at I's first token ≤ ε_{I−1} ≤ G_j, so ≤ 1;
+         *   the diagonal tiles' α, ζ and the operands: ≤ e^{h_B} ≤ e^{limit} (centered blocks) or ≤ 1.
+         * (rise > 0, gates outside MATH §1: every bound above gains a factor ≤ e^{rise} ≤ e^{limit}, as in the
+         * CPU; wider rises took the pairwise loops.) This is the CPU's factorisation with the middle factor
+         * e^{ε_{I−1} − ε_J} and the block's own offset e^{ε_J − c_J} folded into one per-(row, J) exponential
+         * instead of a rebuilt operand, so the K-side tiles are built once and shared by all warps. A factor
+         * ≤ 1 that underflows drops only terms whose exact decay e^{G_i − G_j} ≤ e^{G_i − r_J + h_J} is below
+         * e^{−87 + limit} ≈ e^{−47} of |D||K| (and of |H_q||Q|): far under the products' tf32 rounding. */
+        if (i0 < n) { /* warp-uniform: a block wholly past the chunk's end has no rows */
+            const bool diag_el = (diag_pw >> rt) & 1u;
+            float te[4][4];
+            for (int bj = 0; bj <= rt; bj++) { /* row side, column block J = bj */
+                if (bj == rt && diag_el) { /* per-element exponents over the diagonal tile, e^{G_i − G_m} ≤ 1 (token
+                                              * m outermost: the accumulators keep static indices) */
+                    for (int m = i0; m < min(n, i0 + VF_BLK); m++)
+                        pf_each<NSK>(i0, jk, Eh, [&](int i, int j, int s, int e) {
+                            if (m <= i && i < n && j < p.K) {
+                                const float f = expf(Gs[i * LDG + j] - Gs[m * LDG + j]) * ld<T>(kc + m * rsk + j);
+                                Eh[s][e] += Dm[i * LN + m] * f; /* D_ii = 0 */
+                                Qh[s][e] += Hm[i * LN + m] * f;
+                            }
+                        });
+                    continue;
+                }
+                /* acc += e^{G_i − r_J} ⊙ tile (the factor formed again for Qh: one temporary live, not two) */
+                auto fold = [&](float (&a)[4][4]) {
+                    pf_each<NSK>(i0, jk, a, [&](int i, int j, int s, int e) {
+                        if (i < n && j < p.K) a[s][e] += expf(Gs[i * LDG + j] - vf_rref(bj, j)) * te[s][e];
+                    });
+                };
+#pragma unroll
+                for (int s = 0; s < 4; s++) te[s][0] = te[s][1] = te[s][2] = te[s][3] = 0.f;
+                pf_mma<NSK, true, true>(te, VF_BLK, Dm + bj * VF_BLK, LN, 1, Kz + bj * VF_BLK, 1, LN, i0, jk);
+                fold(Eh);
+#pragma unroll
+                for (int s = 0; s < 4; s++) te[s][0] = te[s][1] = te[s][2] = te[s][3] = 0.f;
+                pf_mma<NSK, true, true>(te, VF_BLK, Hm + bj * VF_BLK, LN, 1, Kz + bj * VF_BLK, 1, LN, i0, jk);
+                fold(Qh);
+            }
+            for (int bi = rt; bi < VF_NB && bi * VF_BLK < n; bi++) { /* column side, row block I = bi */
+                if (bi == rt && diag_el) { /* per-element exponents over the diagonal tile, e^{G_m − G_j} ≤ 1 */
+                    for (int m = i0; m < min(n, i0 + VF_BLK); m++)
+                        pf_each<NSK>(i0, jk, Fh, [&](int i, int j, int s, int e) {
+                            if (m >= i && i < n && j < p.K) {
+                                const float f = expf(Gs[m * LDG + j] - Gs[i * LDG + j]);
+                                const float bv = bc ? ld<T>(bc + m * rsb + j) : rowg[m];
+                                const float x = Dt[i * LN + m] * bv * ld<T>(kc + m * rsk + j) +
+                                                Ht[i * LN + m] * sc * ld<T>(qc + m * rsk + j);
+                                Fh[s][e] += x * f;
+                            }
+                        });
+                    continue;
+                }
+#pragma unroll
+                for (int s = 0; s < 4; s++) te[s][0] = te[s][1] = te[s][2] = te[s][3] = 0.f;
+                pf_mma<NSK, true, true>(te, VF_BLK, Dt + bi * VF_BLK, LN, 1, Bk + bi * VF_BLK, 1, LN, i0, jk);
+                pf_mma<NSK, true, true>(te, VF_BLK, Ht + bi * VF_BLK, LN, 1, Qa + bi * VF_BLK, 1, LN, i0, jk);
+                pf_each<NSK>(i0, jk, Fh, [&](int i, int j, int s, int e) {
+                    if (i < n && j < p.K) Fh[s][e] += expf(vf_cref(bi, j) - Gs[i * LDG + j]) * te[s][e];
+                });
+            }
+        }
     } else {
-        /* exact pairwise exponents: every factor e^{G_i − G_j}, i ≥ j, is ≤ 1 for log gates ≤ 0 */
+        /* exact pairwise exponents: every factor e^{G_i − G_j}, i ≥ j, is ≤ 1 for log gates ≤ 0 (only chunks
+         * whose gates rise, g > 0, by more than the limit come here) */
         pf_each<NSK>(i0, jk, Eh, [&](int i, int j, int s, int e) {
             if (i >= n || j >= p.K) return;
             const float Gi = Gs[i * LDG + j];
