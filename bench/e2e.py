@@ -63,6 +63,7 @@ to --json. --deadline (default 470 s) skips the runs that would start after it a
 run that passes it (the table says so); FlashQLA's column runs last for that reason.
 """
 import argparse
+import collections
 import functools
 import importlib
 import json
@@ -316,6 +317,24 @@ def attention_share(prof, steps, cuda):
     return attn / steps / 1e3, total / steps / 1e3, attn / total
 
 
+def attention_kernels(prof, steps, top=14):
+    """[(kernel name, ms per step, launches per step)] inside the attention ranges, largest first: where an
+    implementation's attention time goes in the model (the kernels each range's ops launched)."""
+    CPU = torch.autograd.DeviceType.CPU
+    ms, count = collections.Counter(), collections.Counter()
+
+    def walk(e):
+        for k in e.kernels:
+            ms[k.name] += k.duration / 1e3 / steps
+            count[k.name] += 1 / steps
+        for c in e.cpu_children:
+            walk(c)
+    for e in prof.events():
+        if e.device_type == CPU and e.name in (LABEL_FWD, LABEL_BWD):
+            walk(e)
+    return [(name[:110], round(t, 4), round(count[name], 2)) for name, t in ms.most_common(top)]
+
+
 # ------------------------------------------------------------------------------------------
 # one training run
 
@@ -393,6 +412,12 @@ def train(model, loss_fn, init, batches, a, device, op, deadline):
             share = attention_share(prof, a.profile_steps, cuda)
         except Exception as e:   # the run's other numbers stand without it
             print(f"  (no attention share: the profile did not parse: {type(e).__name__}: {e})")
+    kernels = []
+    if prof is not None and cuda:
+        try:
+            kernels = attention_kernels(prof, a.profile_steps)
+        except Exception as e:
+            print(f"  (no attention kernel table: {type(e).__name__}: {e})")
     curve = losses[:done].tolist()
     timed_ok = not cut and t_timed is not None and a.timed_steps > 0
     tok_s = a.batch * a.seq * a.timed_steps / t_timed if timed_ok else None
@@ -400,7 +425,7 @@ def train(model, loss_fn, init, batches, a, device, op, deadline):
                 step_ms=(t_timed / a.timed_steps * 1e3) if timed_ok else None,
                 first3_s=t_first3, run_s=time.perf_counter() - t_start,
                 peak_gib=torch.cuda.max_memory_allocated(device) / 2 ** 30 if cuda else None,
-                attn_ms=share[0], kernels_ms=share[1], attn_share=share[2])
+                attn_ms=share[0], kernels_ms=share[1], attn_share=share[2], attn_kernels=kernels)
 
 
 def _install_profiling(op):
@@ -778,6 +803,8 @@ def main(argv=None):
                   f"{(r['tok_s'] or 0):.0f} tok/s, step {(r['step_ms'] or 0):.1f} ms, "
                   f"peak {(r['peak_gib'] or 0):.2f} GiB, loss {r['losses'][0]:.3f} → {r['losses'][-1]:.3f}, "
                   f"attention {(r['attn_ms'] or 0):.1f} of {(r['kernels_ms'] or 0):.1f} ms a step", flush=True)
+            for kname, ms, n in r.get("attn_kernels") or []:
+                print(f"      {ms:8.3f} ms x{n:<5g} {kname}")
             os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
             with open(a.json, "w") as f:
                 json.dump(data, f)
