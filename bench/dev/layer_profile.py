@@ -1,7 +1,8 @@
 """rewy's attention call as FLA's layers make it (B=2, T=4096, 16 heads of 128, bf16; q/k l2norm, gate and β
 sigmoid in the call, states [V,K], no h0, no final state): GPU-bound fwd+bwd time of the whole call and of the
 core op alone (inputs already normalized / activated), then the per-kernel table of the whole call.
-    REWY_LIBRARY=build/cuda-on/librewy.so PYTHONPATH=python python3 bench/dev/layer_profile.py [gdn,delta,kda]"""
+    REWY_LIBRARY=build/cuda-on/librewy.so PYTHONPATH=python python3 bench/dev/layer_profile.py [gdn,delta,kda] [B]
+(B = 4 is the e2e models' batch)"""
 import sys
 import torch
 import torch.nn.functional as F
@@ -9,7 +10,7 @@ from torch.profiler import profile, ProfilerActivity
 import rewy
 from rewy import ops
 
-B, T, H, D = 2, 4096, 16, 128
+B, T, H, D = int(sys.argv[2]) if len(sys.argv) > 2 else 2, 4096, 16, 128
 dev = torch.device("cuda")
 
 
@@ -73,7 +74,7 @@ for op in (sys.argv[1] if len(sys.argv) > 1 else "gdn,delta,kda").split(","):
     step = lambda: fw().backward(do)
     c = core(op, x)
     cstep = lambda: c().backward(do)
-    print(f"{op} (2,4096,16): whole call fwd {gpu_ms(lambda: fw()):.3f} ms, fwd+bwd {gpu_ms(step):.3f} ms; "
+    print(f"{op} ({B},{T},{H}): whole call fwd {gpu_ms(lambda: fw()):.3f} ms, fwd+bwd {gpu_ms(step):.3f} ms; "
           f"core op fwd {gpu_ms(lambda: c()):.3f} ms, fwd+bwd {gpu_ms(cstep):.3f} ms", flush=True)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(5):

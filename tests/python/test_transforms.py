@@ -24,7 +24,8 @@ def fp64(x, dy, eps):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(2, 37, 3, 128), (1, 5, 2, 1), (3, 7, 1, 100), (1, 2, 1, 257), (0, 4, 2, 8)])
+@pytest.mark.parametrize("shape", [(2, 37, 3, 128), (1, 5, 2, 1), (3, 7, 1, 100), (1, 2, 1, 257), (0, 4, 2, 8),
+                                   (1, 33, 1, 64), (1, 3, 1, 1024), (2, 5, 3, 24)])
 def test_l2norm_matches_fp64(device, dtype, shape):
     g = torch.Generator().manual_seed(sum(shape))
     x = torch.randn(shape, generator=g).to(device, dtype)
@@ -43,6 +44,26 @@ def test_l2norm_matches_fp64(device, dtype, shape):
     xt = x.clone().requires_grad_()
     ops.l2norm_reference(xt).backward(dy)
     assert rel(xr.grad.cpu(), xt.grad.double().cpu()) <= TOL[dtype] * 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_l2norm_misaligned_and_in_place(device, dtype):
+    """CUDA's 16-byte vector kernel takes aligned rows whose length is a multiple of the vector; a tensor one
+    element into its storage takes the plain kernel. Both give the fp64 result; in place gives the same bits."""
+    from rewy import _core
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(1 + 9 * 128, generator=g).to(device, dtype)
+    for x in (base[1:].view(9, 128), base[:-1].view(9, 128)):   # misaligned, aligned
+        y64, _ = fp64(x.cpu(), torch.zeros(9, 128), 1e-6)
+        y, rstd = torch.empty_like(x), torch.empty(9, device=device)
+        _core.l2norm(x, rstd, None, y, 1e-6)
+        assert rel(y.cpu(), y64) <= TOL[dtype]
+        z = x.clone()   # aligned: in place and out of place take the same kernel, so the same bits
+        yz = torch.empty_like(z)
+        _core.l2norm(z, None, None, yz, 1e-6)
+        _core.l2norm(z, None, None, z, 1e-6)
+        assert torch.equal(z, yz)
 
 
 def test_l2norm_fp64_gradcheck():
