@@ -247,6 +247,9 @@ def install(impl, op):
         return None
     if impl == "rewy":
         return rewy.patch_fla(ops=(op,))
+    if impl == "rewy-a":   # policy A: the forward saves the chunk states, the backward recomputes nothing
+        from rewy.fla_patch import _FLA_FUNCTIONS
+        return rewy.patch_fla(ops=(op,), functions={op: functools.partial(_FLA_FUNCTIONS[op][2], disable_recompute=True)})
     if impl == "flashqla":
         return rewy.patch_fla(ops=("gdn",), functions={"gdn": flashqla_gdn()})
     raise ValueError(f"unknown implementation {impl!r}")
@@ -644,7 +647,8 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.splitlines()[1:]))
     ap.add_argument("--models", default="gdn,delta,kda", help="comma list of gdn, delta, kda")
-    ap.add_argument("--impls", default="fla,rewy", help="comma list of fla, rewy, fla-again (fla first: it is the reference; fla-again: FLA once more, "
+    ap.add_argument("--impls", default="fla,rewy", help="comma list of fla, rewy, rewy-a, fla-again (fla first: it is the reference; rewy-a: rewy with policy A, "
+                    "disable_recompute=True; fla-again: FLA once more, "
                          "the noise floor of the agreement)")
     ap.add_argument("--flashqla", choices=("auto", "on", "off"), default="auto",
                     help="a FlashQLA column for GDN: auto = when flash_qla imports")
@@ -688,8 +692,8 @@ def parse_args(argv=None):
     for m in a.models:
         if m not in MODELS:
             ap.error(f"--models: unknown model {m!r} (gdn, delta, kda)")
-    if not a.impls or a.impls[0] != "fla" or any(i not in ("fla", "rewy", "fla-again") for i in a.impls):
-        ap.error("--impls: fla first, then rewy and/or fla-again (FlashQLA is --flashqla)")
+    if not a.impls or a.impls[0] != "fla" or any(i not in ("fla", "rewy", "rewy-a", "fla-again") for i in a.impls):
+        ap.error("--impls: fla first, then any of rewy, rewy-a, fla-again (FlashQLA is --flashqla)")
     if a.steps < a.timed_steps + a.profile_steps + 3:
         ap.error("--steps must exceed --timed-steps + --profile-steps + 3 (compile and warm-up)")
     if a.hidden % a.heads:
