@@ -13,19 +13,21 @@
  *
  * Forward:  chunk_plan → gates (G, A, C_q; factors) → state_scan (S_c, R, ht) → output (o); on small grids
  *           the fused-output scan starts beside the gates stage and waits per chunk (state_scan_beside_kkt)
- * Backward: gates (policy R: C_q only, G and A are saved, and W for the W chain; factors) → [policy R: state_scan
+ * Backward: gates (policy R: C_q, and for vector gates G, A is saved; W for the W chain; factors) → [policy R: state_scan
  *           (S_c, R), in one launch with:] bwd_state_scan (S̄⁺, P or R̄, dh0) [→ P from R̄ after the W chain]
  *           → pullback (dq, dk, dv, dβ, dg | db, dw)
- * Policy R (§8) recomputes C_q, S_c and R in the backward from the saved G and A; policy A saves them.
+ * Policy R (§8) recomputes C_q, S_c and R in the backward from the saved A (and the saved scalar gate table,
+ * or the vector gates' G, recomputed with C_q from g: the fp32 [NC*HV][BT][Kp] table is as large as g itself,
+ * which the caller keeps for the backward anyway); policy A saves them.
  * Every kernel runs on cfg.stream; nothing synchronizes the host; all scratch comes from the caller's
  * workspace or saved buffer. Layouts (each region 256-B aligned; ⟨⟩: the operator's regions):
  *
- * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ | A fp32 [NC*HV][BT][BT]
+ * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ (vector gates: policy A only) | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q cq_t [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
- * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved) | ⟨W, U⟩ (over S_c, R under
+ * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved), vector gates' ⟨gate table⟩ | ⟨W, U⟩ (over S_c, R under
  *          policy R: the forward that reads W, U fuses the output and stores neither) | with W, U: int
  *          ready flags [NC*HV] (the scan beside kkt); at least 256 B
- * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
+ * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R, vector gates' ⟨gate table⟩ | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
  *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩ | policy R: ⟨W (the reverse scan's W chain)⟩
  *
  * The operators' regions are in the file-top comments of cuda_backend.cu and vec_backend.cu, next to
@@ -48,7 +50,8 @@ template <class P> P *at(const void *base, size_t off) { return (P *)((char *)ba
 
 /* The operator's own regions, in bytes (0: absent). */
 struct OpRegions {
-    size_t gate; /* saved, after coff: scalar GB fp32 [NC*HV][2][BT] / vector Gc fp32 [NC*HV][BT][Kp] */
+    size_t gate; /* scalar GB fp32 [NC*HV][2][BT], saved after coff / vector Gc fp32 [NC*HV][BT][Kp], saved
+                  * there under policy A, else in each workspace (the backward's gates stage recomputes it) */
     size_t head; /* at the start of both workspaces, a multiple of 256: vector factors / none */
     size_t Wbar; /* bwd ws: W̄ scratch of the WY pullback */
     size_t acc;  /* bwd ws: GVA q̄, k̄ accumulators when HV > H */
@@ -58,9 +61,10 @@ struct OpRegions {
 
 struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     size_t ctab, coff, G, A, Cq, Sc, R, saved;    /* saved offsets */
-    size_t fCq, fSc, fR, fW, fU, fRdy, fwd;        /* fwd workspace */
-    size_t bCq, bSc, bR, Sbar, PR, Wbar, acc, bW, bwd; /* bwd workspace */
+    size_t fCq, fSc, fR, fG, fW, fU, fRdy, fwd;    /* fwd workspace */
+    size_t bCq, bSc, bR, bG, Sbar, PR, Wbar, acc, bW, bwd; /* bwd workspace */
     bool has_wu, has_bw;                               /* the layouts hold fwd W, U / bwd W */
+    bool ws_gate;                                      /* the gate table in the workspaces (fG, bG), not saved (G) */
 };
 
 /* The caller's pointers whose alignment decides choices (the wgmma scans' 16-byte rows); NULL in a size query,
@@ -112,6 +116,7 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
     const size_t st = chh * c->K * c->V * sizeof(state_t), rv = chh * L.BT * c->V * sizeof(rp_t);
     const bool polA = c->policy == REWY_POLICY_A;
+    L.ws_gate = Op::vector_gates && !polA;
     size_t o = 0;
     auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R) { /* saved under policy A, else both workspaces */
         Cq = o; o += al(sizeof(cq_t) * chh * nn);
@@ -120,12 +125,15 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     };
     L.ctab = o; o += al(sizeof(ChunkInfo) * L.NC);
     L.coff = o; o += al(sizeof(int) * (L.N + 1));
-    L.G = o; o += al(r.gate);
+    L.G = o;
+    if (!L.ws_gate) o += al(r.gate);
     L.A = o; o += al(sizeof(float) * chh * nn);
     if (polA) cq_sc_r(L.Cq, L.Sc, L.R);
     L.saved = o;
     o = r.head;
     if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR);
+    L.fG = o;
+    if (L.ws_gate) o += al(r.gate);
     /* W, U: where the forward takes them it fuses the output, and under policy R it then writes no S_c or R,
      * so they go over those regions (as far as they reach) */
     const size_t wu_at = polA ? o : L.fSc;
@@ -138,6 +146,8 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
     if (!polA) cq_sc_r(L.bCq, L.bSc, L.bR);
+    L.bG = o;
+    if (L.ws_gate) o += al(r.gate);
     L.Sbar = o; o += al(st);
     L.PR = o; o += al(rv);
     L.Wbar = o; o += al(r.Wbar);
@@ -190,7 +200,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
     const Prob p = make_prob(c, L, a->saved, pl);
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A;
-    float *Gc = at<float>(a->saved, L.G);
+    float *Gc = L.ws_gate ? at<float>(a->workspace, L.fG) : at<float>(a->saved, L.G);
     float *A = at<float>(a->saved, L.A);
     cq_t *Cq = polA ? at<cq_t>(a->saved, L.Cq) : at<cq_t>(a->workspace, L.fCq);
     REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
@@ -235,7 +245,9 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_te
     p.zero_h0 = a->h0 == nullptr;
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A, wy = c->bwd_algo == REWY_BWD_WY;
-    const float *Gc = at<const float>(a->saved, L.G);
+    /* the gate table: saved, or recomputed into the workspace by the gates stage below (with C_q) */
+    float *Gw = L.ws_gate ? at<float>(a->workspace, L.bG) : nullptr;
+    const float *Gc = L.ws_gate ? Gw : at<const float>(a->saved, L.G);
     const float *A = at<const float>(a->saved, L.A);
     const cq_t *Cq;
     const state_t *Sc;
@@ -267,7 +279,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_te
             wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
             wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
             wu.A = A;
-            REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq, Gc, &sg, s, wu));
+            REWY_TRY(Op::gates(p, a, L, Gw, nullptr, cq, Gc, &sg, s, wu));
             REWY_TRY(launch_chain_pair(p, bvc, a->q, a->k, sg.GB, wu.W, cq, a->h0, sc, r, a->do_, a->dht, a->dh0,
                                        Sbar, PR, s));
             if (!wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));
@@ -276,7 +288,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_te
                 wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
                 wu.A = A;
             }
-            REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s, wu));
+            REWY_TRY(Op::gates(p, a, L, Gw, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s, wu));
             REWY_TRY(launch_scan_pair(p, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), a->h0, sc, r, a->do_, a->dht,
                                       a->dh0, Sbar, PR, wy, s, wu.W));
             if (wu.W && !wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));

@@ -5,12 +5,14 @@
  *
  * Forward:  chunk_plan → vec_intra (Gc, A, C_q) → vec_factors (E, F, Q_g, Λ) → state_scan in its
  *           vector mode (S_c, R, ht) → output (o)
- * Backward: [policy R: vec_intra (C_q)] → vec_factors → [policy R: state_scan (S_c, R)]
+ * Backward: [policy R: vec_intra (Gc, C_q)] → vec_factors → [policy R: state_scan (S_c, R)]
  *           → bwd_state_scan, vector mode (S̄⁺, P or R̄, dh0) → vec_pullback (dq, dk, dv, dg, dβ | db, dw)
  *           [→ GVA sum of dq, dk]
  * The vector regions of the layouts (backend_common.cuh; each 256-B aligned):
  *
- * saved gate table: Gc fp32 [NC*HV][BT][Kp] (per-feature G; vec_intra writes it)
+ * gate table:       Gc fp32 [NC*HV][BT][Kp] (per-feature G; vec_intra writes it): saved under policy A; under
+ *                   policy R a region of each workspace, written by the forward's vec_intra and again by the
+ *                   backward's (with C_q), so the saved buffer does not hold a second g-sized fp32 table
  * workspace head:   the factors, at the start of both workspaces (vec_factors writes them, forward and backward;
  *                   vec_intra's fast path instead, wherever it runs: vec_factors is then not launched):
  *                   E, F, Q_g factor_t [NC*HV][BT][Kp] each | lam fp32 [NC*HV][Kp] | GB fp32 [NC*HV][2][BT]
