@@ -221,6 +221,27 @@ REWY_API rewy_status rewy_l2norm_forward(rewy_backend backend, rewy_dtype dtype,
 REWY_API rewy_status rewy_l2norm_backward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim,
                                           const void *y, const void *rstd, const void *dy, void *dx, void *stream);
 
+/* FLA's in-kernel gate (use_gate_in_kernel with A_log and no lower_bound) as a pass of its own, for the
+ * log gate g of rewy_forward (the Python functions call it; FLA fuses it). Over `rows` rows of `heads` ×
+ * `dim` contiguous elements ([B·T][HV][K] for KDA and GDN2; dim = 1 for GDN's [B·T][HV]):
+ *     y = −exp(A_log[h]) · softplus(x),   x = g + dt_bias[h][k]   (softplus(x) = x where x > 20, as torch's)
+ * computed in fp32: g in dtype (fp32, bf16 or fp16), A_log fp32 [heads], dt_bias fp32 [heads][dim] or NULL
+ * (no bias), y fp32. The backward recomputes x from g and takes dy = ∂L/∂y (fp32):
+ *     dg = dy · (−exp(A_log[h])) · σ(x)                    (rounded to dtype)
+ *     dA_log[h] = Σ_{rows, k} dy · y,   ddt_bias[h][k] = Σ_rows dy · (−exp(A_log[h])) · σ(x)
+ * each sum in fp32, in an order fixed by the shape (bitwise repeatable). dA_log and ddt_bias may be NULL
+ * (not wanted); dg may not alias dy. The backward needs a scratch of rewy_gate_workspace_size bytes
+ * (16-byte aligned; partial sums over fixed slices of the rows). backend and stream as in rewy_config;
+ * rows = 0 gives dA_log = ddt_bias = 0. REWY_F64 is not accepted (REWY_ERR_BAD_DTYPE). */
+REWY_API rewy_status rewy_gate_forward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int heads, int dim,
+                                       const void *g, const float *A_log, const float *dt_bias, float *y,
+                                       void *stream);
+REWY_API rewy_status rewy_gate_workspace_size(int64_t rows, int heads, int dim, size_t *bytes);
+REWY_API rewy_status rewy_gate_backward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int heads, int dim,
+                                        const void *g, const float *A_log, const float *dt_bias, const float *dy,
+                                        void *dg, float *dA_log, float *ddt_bias, void *workspace,
+                                        size_t workspace_bytes, void *stream);
+
 REWY_API const char *rewy_strerror(rewy_status s);
 REWY_API const char *rewy_version(void);
 /* Nonzero when the CUDA backend was compiled into this library. */

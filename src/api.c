@@ -10,6 +10,8 @@
 
 #include "rewy.h"
 #include "backend.h"
+#include "dtype.h"
+#include "gates.h"
 
 #define REWY_MAX_DIM 256
 
@@ -304,4 +306,68 @@ rewy_status rewy_l2norm_backward(rewy_backend backend, rewy_dtype dtype, int64_t
     if (!dy && rows > 0) return REWY_ERR_NULL_POINTER;
     /* (the backend reads rstd in the backward; one table entry serves both directions) */
     return l2norm_call(backend, dtype, rows, dim, 0.0f, y, (void *)(uintptr_t)rstd, dy, dx, stream);
+}
+
+/* rewy_gate_*: the shape (rows ≥ 0, heads and dim ≥ 1, the fp32 tables' bytes within size_t, which keeps
+ * every element offset below 2^63) and the element type. */
+static rewy_status gate_shape(rewy_dtype dtype, int64_t rows, int heads, int dim) {
+    if (dtype != REWY_F32 && dtype != REWY_BF16 && dtype != REWY_F16) return REWY_ERR_BAD_DTYPE;
+    if (rows < 0 || heads < 1 || dim < 1) return REWY_ERR_BAD_SHAPE;
+    const size_t cols = rewy_sz_mul((size_t)heads, (size_t)dim);
+    if (rewy_sz_mul(rewy_sz_mul((size_t)rows, cols), sizeof(float)) == SIZE_MAX ||
+        rewy_sz_mul(rewy_sz_mul(cols, (size_t)REWY_GATE_MAX_SLICES), 2 * sizeof(float)) == SIZE_MAX)
+        return REWY_ERR_BAD_SHAPE;
+    return REWY_OK;
+}
+
+static const rewy_backend_ops *gate_backend(rewy_backend backend, rewy_status *s) {
+    *s = REWY_OK;
+    if (backend != REWY_BACKEND_CPU && backend != REWY_BACKEND_CUDA) *s = REWY_ERR_BAD_ENUM;
+#ifndef REWY_WITH_CUDA
+    else if (backend == REWY_BACKEND_CUDA) *s = REWY_ERR_BACKEND;
+#endif
+    if (*s) return NULL;
+    rewy_config c;
+    memset(&c, 0, sizeof c);
+    c.backend = backend;
+    return ops_of(&c);
+}
+
+rewy_status rewy_gate_workspace_size(int64_t rows, int heads, int dim, size_t *bytes) {
+    if (!bytes) return REWY_ERR_NULL_POINTER;
+    rewy_status s = gate_shape(REWY_F32, rows, heads, dim);
+    if (s) return s;
+    *bytes = 2 * sizeof(float) * (size_t)rewy_gate_slices(rows) * (size_t)heads * (size_t)dim;
+    return REWY_OK;
+}
+
+rewy_status rewy_gate_forward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int heads, int dim,
+                              const void *g, const float *A_log, const float *dt_bias, float *y, void *stream) {
+    rewy_status s;
+    const rewy_backend_ops *ops = gate_backend(backend, &s);
+    if (s || (s = gate_shape(dtype, rows, heads, dim))) return s;
+    if (rows == 0) return REWY_OK;
+    if (!g || !A_log || !y) return REWY_ERR_NULL_POINTER;
+    if (misaligned(g, rewy_dtype_size(dtype)) || misaligned(A_log, 4) || misaligned(dt_bias, 4) || misaligned(y, 4))
+        return REWY_ERR_MISALIGNED;
+    return ops->gate(dtype, rows, heads, dim, g, A_log, dt_bias, y, NULL, NULL, NULL, NULL, NULL, stream);
+}
+
+rewy_status rewy_gate_backward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int heads, int dim,
+                               const void *g, const float *A_log, const float *dt_bias, const float *dy, void *dg,
+                               float *dA_log, float *ddt_bias, void *workspace, size_t workspace_bytes,
+                               void *stream) {
+    rewy_status s;
+    const rewy_backend_ops *ops = gate_backend(backend, &s);
+    if (s || (s = gate_shape(dtype, rows, heads, dim))) return s;
+    size_t need;
+    rewy_gate_workspace_size(rows, heads, dim, &need);
+    if (!A_log || !workspace || (rows > 0 && (!g || !dy || !dg))) return REWY_ERR_NULL_POINTER;
+    const size_t el = rewy_dtype_size(dtype);
+    if (misaligned(g, el) || misaligned(dg, el) || misaligned(A_log, 4) || misaligned(dt_bias, 4) ||
+        misaligned(dy, 4) || misaligned(dA_log, 4) || misaligned(ddt_bias, 4) || misaligned(workspace, 16))
+        return REWY_ERR_MISALIGNED;
+    if (workspace_bytes < need) return REWY_ERR_WORKSPACE;
+    return ops->gate(dtype, rows, heads, dim, g, A_log, dt_bias, NULL, dy, dg, dA_log, ddt_bias, (float *)workspace,
+                     stream);
 }

@@ -33,7 +33,13 @@ typedef struct rewy_backend_ops {
      * (x → out = y, and r into rstd unless NULL), else the backward (x = y, rstd = r, dy → out = dx). */
     rewy_status (*l2norm)(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, void *rstd,
                           const void *dy, void *out, void *stream);
+    /* rewy_gate_forward (ws == NULL: g → y) / _backward (g, dy → dg and the sums, partials in ws) on
+     * validated arguments; the forward only with rows > 0, the backward with any rows ≥ 0 (dy, dg NULL at 0) */
+    rewy_status (*gate)(rewy_dtype dtype, int64_t rows, int heads, int dim, const void *g, const float *A_log,
+                        const float *dt_bias, float *y, const float *dy, void *dg, float *dA_log, float *ddt_bias,
+                        float *ws, void *stream);
 } rewy_backend_ops;
+
 
 const rewy_backend_ops *rewy_cpu_backend_ops(void);
 const rewy_backend_ops *rewy_cuda_backend_ops(void); /* built in with REWY_WITH_CUDA only */

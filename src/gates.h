@@ -18,6 +18,8 @@
 #ifndef REWY_GATES_H
 #define REWY_GATES_H
 
+#include <stdint.h>
+
 /* L, natural log. */
 #define REWY_GATE_FLOOR 30.0f
 
@@ -26,6 +28,17 @@
 #else
 #define REWY_GATE_FN static inline
 #endif
+
+/* rewy_gate_backward's row slices (rewy_gate_workspace_size): partial sums per slice of about 128 rows, at
+ * most 128 slices, so that both backends sum in an order fixed by the shape, whatever the thread count.
+ * The scratch holds two [slices][heads·dim] fp32 tables (Σ dg and Σ dy·y per column). */
+#define REWY_GATE_MAX_SLICES 128
+REWY_GATE_FN int64_t rewy_gate_slices(int64_t rows) {
+    const int64_t s = (rows + 127) / 128;
+    return s < 1 ? 1 : s > REWY_GATE_MAX_SLICES ? REWY_GATE_MAX_SLICES : s;
+}
+/* the rows of slice i of n: [rows·i/n, rows·(i+1)/n) */
+REWY_GATE_FN int64_t rewy_gate_slice_start(int64_t rows, int64_t i, int64_t n) { return rows / n * i + (rows % n) * i / n; }
 
 /* The log gate that enters the cumsum G. */
 REWY_GATE_FN float rewy_gate_floor(float g) { return g < -REWY_GATE_FLOOR ? -REWY_GATE_FLOOR : g; }

@@ -25,7 +25,7 @@ the C++ Function.apply without its Python wrapper, and reads the CUDA stream wit
 torch Stream object.
 """
 import ctypes
-from ctypes import addressof, byref, c_float, c_int32
+from ctypes import addressof, byref, c_float, c_int32, c_size_t
 from typing import Optional
 
 import torch
@@ -80,6 +80,45 @@ def l2norm(x, rstd, dy, out, eps):
     if status != _lib.OK:
         raise _lib.error(status, f"{name}: rows {rows}, dim {dim}, eps {eps}, {x.dtype} on {x.device}",
                          device_failure=status == _lib.ERR_BACKEND and cuda)
+
+
+_GATE_WS = {}   # (rows, heads, dim) -> rewy_gate_workspace_size
+
+
+def gate(g, A_log, dt_bias, dy=None):
+    """rewy_gate_forward (dy None: y = −exp(A_log)·softplus(g + dt_bias), fp32) or _backward (dg in g's
+    dtype, dA_log, ddt_bias (None without dt_bias), fp32) of g [rows, heads, dim] (the last two
+    dimensions of g as the library reads them); A_log fp32 [heads], dt_bias fp32 [heads·dim] or None,
+    dy fp32; all contiguous, on g's device."""
+    cuda = g.is_cuda
+    heads, dim = g.shape[-2], g.shape[-1]
+    rows = g.numel() // (heads * dim) if heads * dim else 0
+    be, dt, stream = _lib.BACKEND_CUDA if cuda else _lib.BACKEND_CPU, DTYPES[g.dtype], _cuda_stream(g) if cuda else None
+    L = _lib.lib()
+    if dy is None:
+        y = torch.empty(g.shape, dtype=torch.float32, device=g.device)
+        status = L.rewy_gate_forward(be, dt, rows, heads, dim, g.data_ptr(), A_log.data_ptr(), _ptr(dt_bias),
+                                     y.data_ptr(), stream)
+        out, name = y, "rewy_gate_forward"
+    else:
+        key = (rows, heads, dim)
+        n = _GATE_WS.get(key)
+        if n is None:
+            size = c_size_t(0)
+            status, n = L.rewy_gate_workspace_size(rows, heads, dim, byref(size)), size.value
+            if status != _lib.OK:
+                raise _lib.error(status, f"rewy_gate_workspace_size: rows {rows}, heads {heads}, dim {dim}")
+            _remember(_GATE_WS, key, n)
+        ws = torch.empty(n, dtype=torch.uint8, device=g.device)
+        dg, dA = torch.empty_like(g), torch.empty(heads, dtype=torch.float32, device=g.device)
+        ddt = None if dt_bias is None else torch.empty(heads * dim, dtype=torch.float32, device=g.device)
+        status = L.rewy_gate_backward(be, dt, rows, heads, dim, g.data_ptr(), A_log.data_ptr(), _ptr(dt_bias),
+                                      dy.data_ptr(), dg.data_ptr(), dA.data_ptr(), _ptr(ddt), ws.data_ptr(), n, stream)
+        out, name = (dg, dA, ddt), "rewy_gate_backward"
+    if status != _lib.OK:
+        raise _lib.error(status, f"{name}: rows {rows}, heads {heads}, dim {dim}, {g.dtype} on {g.device}",
+                         device_failure=status == _lib.ERR_BACKEND and cuda)
+    return out
 
 
 def zero_scale(scale):

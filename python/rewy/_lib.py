@@ -122,6 +122,11 @@ def _load():
     lib.rewy_l2norm_forward.argtypes = [c_int, c_int, ctypes.c_int64, c_int, ctypes.c_float] + [c_void_p] * 4
     lib.rewy_l2norm_backward.argtypes = [c_int, c_int, ctypes.c_int64, c_int] + [c_void_p] * 5
     lib.rewy_l2norm_forward.restype = lib.rewy_l2norm_backward.restype = st
+    i64 = ctypes.c_int64
+    lib.rewy_gate_forward.argtypes = [c_int, c_int, i64, c_int, c_int] + [c_void_p] * 5
+    lib.rewy_gate_backward.argtypes = [c_int, c_int, i64, c_int, c_int] + [c_void_p] * 8 + [c_size_t, c_void_p]
+    lib.rewy_gate_workspace_size.argtypes = [i64, c_int, c_int, POINTER(c_size_t)]
+    lib.rewy_gate_forward.restype = lib.rewy_gate_backward.restype = lib.rewy_gate_workspace_size.restype = st
     lib.rewy_pullback_flops.argtypes, lib.rewy_pullback_flops.restype = [c_int, c_int, c_int, c_int], c_double
     lib.rewy_strerror.argtypes, lib.rewy_strerror.restype = [c_int], c_char_p
     lib.rewy_version.argtypes, lib.rewy_version.restype = [], c_char_p

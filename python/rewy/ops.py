@@ -26,7 +26,6 @@ rewy-only keyword arguments, accepted by all four functions:
 """
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 
 from . import _core, _lib
 from ._core import DTYPES, state_shape
@@ -105,15 +104,41 @@ def gate(g, A_log=None, dt_bias=None, lower_bound=None):
     return -A_log.to(x.dtype).exp().view(per_head) * F.softplus(x)
 
 
-def _gate_recomputed(g, A_log, dt_bias, lower_bound):
-    """gate() whose backward recomputes its fp32 temporaries from the raw g instead of keeping them:
-    for KDA and GDN2 the gate is [B,T,HV,K], and the sum, softplus and product kept two fp32 copies
-    of it per layer (about 2.8 GiB in FLA's 0.55B KDA model at B=4, T=4096). The recompute is the
-    same four elementwise passes again. Eager calls only (torch.compile and torch.func take gate())."""
-    if (g.dim() < 4 or not torch.is_grad_enabled()   # GDN's [B,T,HV] gate: small, not worth the recompute's host cost
-            or not any(t is not None and t.requires_grad for t in (g, A_log, dt_bias))):
+class _Gate(torch.autograd.Function):
+    """gate() without lower_bound, through the library (rewy_gate_forward / _backward): one pass each way,
+    from the raw g, which it keeps (no fp32 copy of the [B,T,HV,K] gate: the core op keeps the one it
+    reads). In PyTorch the same gate took about twenty elementwise and reduction passes over fp32 copies
+    (1.1 ms a layer call in FLA's 0.55B KDA model, B = 4, T = 4096, H200)."""
+
+    @staticmethod
+    def forward(ctx, g, A_log, dt_bias):
+        heads = g.shape[2]
+        g3 = g.contiguous().view(-1, heads, g[0, 0, 0].numel() if g.dim() > 3 else 1)
+        A = A_log.detach().float().contiguous()
+        bias = None if dt_bias is None else dt_bias.detach().float().contiguous()
+        ctx.save_for_backward(g3, A, bias)
+        # the shapes and dtypes of their gradients (A_log [HV]; dt_bias [HV] or [HV·K], any view of it)
+        ctx.like = [(t.shape, t.dtype) for t in (A_log, dt_bias) if t is not None]
+        return _core.gate(g3, A, bias).view(g.shape)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        g3, A, bias = ctx.saved_tensors
+        dg, dA, ddt = _core.gate(g3, A, bias, dy.float().contiguous().view(g3.shape))
+        (a_shape, a_dtype), *bias_like = ctx.like
+        return (dg.view(dy.shape), dA.view(a_shape).to(a_dtype),
+                None if ddt is None else ddt.view(bias_like[0][0]).to(bias_like[0][1]))
+
+
+def _gate_fused(g, A_log, dt_bias, lower_bound):
+    """gate() for eager calls: through the library where it applies (the softplus form with A_log, g in
+    fp32/bf16/fp16 on a backend the library has, A_log and dt_bias of the expected sizes; _Gate), else
+    gate() itself. torch.compile and torch.func take gate()."""
+    if (lower_bound is not None or A_log is None or g.dtype not in (torch.float32, torch.bfloat16, torch.float16)
+            or g.device.type not in ("cpu", "cuda") or g.numel() == 0):
         return gate(g, A_log, dt_bias, lower_bound)
-    return torch.utils.checkpoint.checkpoint(gate, g, A_log, dt_bias, lower_bound, use_reentrant=False)
+    return _Gate.apply(g, A_log, dt_bias)
 
 
 def beta_activation(beta, allow_neg_eigval):
@@ -339,7 +364,7 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
     state_dtype = torch.float64 if fp64 else torch.float32   # of gates and states (rewy.h)
     if g is not None:
         if use_gate_in_kernel:
-            g = gate(g, A_log, dt_bias, lower_bound) if via_ops else _gate_recomputed(g, A_log, dt_bias, lower_bound)
+            g = gate(g, A_log, dt_bias, lower_bound) if via_ops else _gate_fused(g, A_log, dt_bias, lower_bound)
         g = _to(g, state_dtype)
     if beta is not None:
         if use_beta_sigmoid_in_kernel:

@@ -149,6 +149,9 @@ rewy_status rewy_cpu_backward(const rewy_bwd_params *p);
 /* rewy_backend_ops.l2norm (src/cpu/l2norm.c) */
 rewy_status rewy_cpu_l2norm(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, void *rstd,
                             const void *dy, void *out, void *stream);
+rewy_status rewy_cpu_gate(rewy_dtype dtype, int64_t rows, int heads, int dim, const void *g, const float *A_log,
+                          const float *dt_bias, float *y, const float *dy, void *dg, float *dA_log, float *ddt_bias,
+                          float *ws, void *stream);
 
 /* REWY_F64 (f64.c): the exact fp64 recurrence instead of the chunk kernels; the saved
  * buffer is the header alone. Called by the entry points above. */

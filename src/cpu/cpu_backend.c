@@ -45,6 +45,6 @@ static rewy_status cpu_check_saved(const rewy_bwd_params *p, char *msg, size_t l
 
 const rewy_backend_ops *rewy_cpu_backend_ops(void) {
     static const rewy_backend_ops ops = {cpu_sizes, rewy_cpu_forward, rewy_cpu_backward, cpu_check_saved,
-                                          rewy_cpu_l2norm};
+                                          rewy_cpu_l2norm, rewy_cpu_gate};
     return &ops;
 }

@@ -153,7 +153,7 @@ static rewy_status cuda_check_saved(const rewy_bwd_params *, char *, size_t) { r
 
 extern "C" const rewy_backend_ops *rewy_cuda_backend_ops(void) {
     static const rewy_backend_ops ops = {cuda_sizes, cuda_forward, cuda_backward, cuda_check_saved,
-                                          rewy_cuda_l2norm};
+                                          rewy_cuda_l2norm, rewy_cuda_gate};
     return &ops;
 }
 

@@ -29,4 +29,7 @@ cudaError_t launch_record_check(const rewy_saved_record &want, const rewy_saved_
 /* rewy_backend_ops.l2norm (l2norm.cu) */
 rewy_status rewy_cuda_l2norm(rewy_dtype dtype, int64_t rows, int dim, float eps, const void *x, void *rstd,
                              const void *dy, void *out, void *stream);
+rewy_status rewy_cuda_gate(rewy_dtype dtype, int64_t rows, int heads, int dim, const void *g, const float *A_log,
+                           const float *dt_bias, float *y, const float *dy, void *dg, float *dA_log, float *ddt_bias,
+                           float *ws, void *stream);
 #endif

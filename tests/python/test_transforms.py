@@ -121,8 +121,8 @@ def test_l2norm_keeps_y_not_x(device):
 
 def test_gate_keeps_no_fp32_temporaries():
     """With the gate in the call (KDA: g [B,T,HV,K]), the autograd graph keeps the raw gate input and the core op's
-    fp32 gate, not the fp32 temporaries of the activation (recomputed in the backward), and the gradients are
-    those of the plain formula."""
+    fp32 gate, not fp32 temporaries of the activation (rewy_gate_backward recomputes from the raw g), and the
+    gradients are those of the plain formula (the sums over tokens in another order: to fp32 rounding)."""
     torch.manual_seed(0)
     B, T, H, K = 1, 40, 2, 16
     q, k, v = (torch.randn(B, T, H, K, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
@@ -148,4 +148,56 @@ def test_gate_keeps_no_fp32_temporaries():
     o2, _ = ops.chunk_kda(q, k, v, gp, beta)
     o2.float().sum().backward()
     for a, b in zip(got, (g.grad, A_log.grad, dt_bias.grad)):
-        assert torch.equal(a, b)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert rel(a.float(), b.double()) <= (8e-3 if a.dtype == torch.bfloat16 else 1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 37, 3, 16), (1, 300, 2, 128), (2, 50, 4), (1, 7, 3, 5), (1, 1, 1, 1)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_gate_library_matches_fp64(device, dtype, shape, bias):
+    """rewy_gate_forward / _backward (the eager gate of use_gate_in_kernel) against the formula in fp64: y, the
+    raw g's gradient and the sums for A_log and dt_bias; rows around the slices (rewy_gate_slices), GDN's
+    [B,T,HV] gate, widths that take the CUDA scalar kernel (5 columns), softplus past its threshold."""
+    gen = torch.Generator().manual_seed(sum(shape) + bias)
+    HV = shape[2]
+    K = shape[3] if len(shape) > 3 else 1
+    g = (torch.randn(shape, generator=gen) * 4 - 2)
+    g.view(-1)[::11] += 22.0   # softplus(x) = x there
+    g = g.to(device, dtype).requires_grad_()
+    A_log = torch.rand(HV, generator=gen).mul(15).add(1).log().to(device).requires_grad_()
+    dt_bias = torch.randn(HV * K if len(shape) > 3 else HV, generator=gen).to(device).requires_grad_() if bias else None
+    dy = torch.randn(shape, generator=gen).to(device)
+    y = ops._gate_fused(g, A_log, dt_bias, None)
+    assert y.dtype == torch.float32 and y.shape == g.shape
+    y.backward(dy)
+    # fp64 reference on the same rounded inputs
+    g64 = g.detach().double().cpu().requires_grad_()
+    A64 = A_log.detach().double().cpu().requires_grad_()
+    b64 = dt_bias.detach().double().cpu().requires_grad_() if bias else None
+    y64 = ops.gate(g64, A64, b64)
+    y64.backward(dy.double().cpu())
+    assert rel(y.detach().cpu(), y64.detach()) <= 1e-6
+    assert rel(g.grad.cpu(), g64.grad) <= TOL[dtype]
+    assert rel(A_log.grad.cpu(), A64.grad) <= 1e-5
+    if bias:
+        assert rel(dt_bias.grad.cpu(), b64.grad) <= 1e-5
+    # bitwise repeat
+    g2 = g.detach().clone().requires_grad_()
+    A2 = A_log.detach().clone().requires_grad_()
+    ops._gate_fused(g2, A2, None if dt_bias is None else dt_bias.detach(), None).backward(dy)
+    assert torch.equal(g2.grad, g.grad) and torch.equal(A2.grad, A_log.grad)
+
+
+def test_gate_library_errors():
+    lib = _lib.lib()
+    n = ctypes.c_size_t(0)
+    assert lib.rewy_gate_workspace_size(10, 2, 3, ctypes.byref(n)) == _lib.OK and n.value == 2 * 4 * 6
+    assert lib.rewy_gate_workspace_size(-1, 2, 3, ctypes.byref(n)) == _lib.ERR_BAD_SHAPE
+    buf = (ctypes.c_float * 64)()
+    p = ctypes.addressof(buf)
+    assert lib.rewy_gate_forward(_lib.BACKEND_CPU, _lib.F64, 2, 2, 2, p, p, None, p, None) == _lib.ERR_BAD_DTYPE
+    assert lib.rewy_gate_forward(_lib.BACKEND_CPU, _lib.F32, 2, 2, 2, None, p, None, p, None) == _lib.ERR_NULL_POINTER
+    assert lib.rewy_gate_backward(_lib.BACKEND_CPU, _lib.F32, 2, 2, 2, p, p, None, p, p + 128, None, None, p, 4,
+                                  None) == _lib.ERR_WORKSPACE
