@@ -3,7 +3,8 @@
 
 Suite (B,T,H) = (1,2048,4) (1,8192,16) (4,4096,16) (8,2048,32) (2,16384,8) (16,1024,16), K = V = 128, bf16,
 all four operators (--ops). Inputs as in docs/MATH.md §10: feature-normalized Gaussian q/k,
-Gaussian v, g = logsigmoid(x)/16 (per channel for KDA/GDN2), beta (GDN2: b, w) in [0.1, 0.9],
+Gaussian v, g = logsigmoid(x)/16 (per channel for KDA/GDN2; --gates model: as FLA's layers make them),
+beta (GDN2: b, w) in [0.1, 0.9],
 h0 = 0.1 N(0,1), final state requested. FLA's policy A is its disable_recompute=True (KDA, GDN2).
 
 Boundaries (as the FLA baseline): forward = the call that returns o and ht (rewy: rewy_forward with
@@ -102,6 +103,20 @@ class Rewy:
 
 
 # ------------------------------------------------------------------------------------------ inputs
+def model_gates(shape, H, gen, dev):
+    """Log gates as FLA's layers make them at initialisation: −exp(A_log)·softplus(x + dt_bias), A = e^{A_log} in
+    [1, 16] per head, dt_bias the inverse softplus of dt in [0.001, 0.1] (log-uniform) per channel, x ~ N(0, 1).
+    Far stronger than logsigmoid/16: per-token decays down to about −1.6 (docs/PERF.md, end to end)."""
+    A = 1 + 15 * torch.rand(H, device=dev, generator=gen)
+    dt = torch.exp(math.log(1e-3) + (math.log(0.1) - math.log(1e-3)) * torch.rand(shape[2:], device=dev, generator=gen))
+    dt_bias = dt + torch.log(-torch.expm1(-dt))
+    x = torch.randn(*shape, device=dev, generator=gen)
+    return -A.view((H,) + (1,) * (len(shape) - 3)) * F.softplus(x + dt_bias)
+
+
+GATES = "weak"   # --gates
+
+
 def make_inputs(op, B, T, H, K, V, seed=0):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     dev, bf = "cuda", torch.bfloat16
@@ -115,7 +130,8 @@ def make_inputs(op, B, T, H, K, V, seed=0):
         "b": unif(B, T, H, K) if op == "gdn2" else None,
         "w": unif(B, T, H, V) if op == "gdn2" else None,
         "h0": 0.1 * torch.randn(B, H, K, V, device=dev, generator=gen),
-        "g": (F.logsigmoid(torch.randn(*gshape, device=dev, generator=gen)) / 16) if op != "deltanet" else None,
+        "g": None if op == "deltanet" else model_gates(gshape, H, gen, dev) if GATES == "model"
+             else F.logsigmoid(torch.randn(*gshape, device=dev, generator=gen)) / 16,
     }
     do = torch.randn(B, T, H, V, device=dev, generator=gen).to(bf)
     dht = 0.1 * torch.randn(B, H, K, V, device=dev, generator=gen)
@@ -317,7 +333,11 @@ def main():
                          "(a drift of the GPU or of FLA's launch cost then hits both sides alike); *_il columns")
     ap.add_argument("--graph", action="store_true",
                     help="also time forward and backward R as CUDA-graph replays (both sides; *_graph columns)")
+    ap.add_argument("--gates", choices=("weak", "model"), default="weak",
+                    help="weak: logsigmoid(x)/16 (MATH §10's inputs); model: as FLA's layers make them (model_gates)")
     a = ap.parse_args()
+    global GATES
+    GATES = a.gates
     t_start = time.time()
     K = V = 128
     shapes = SUITE if a.shapes == "all" else [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
