@@ -106,16 +106,13 @@ def gate(g, A_log=None, dt_bias=None, lower_bound=None):
 
 class _Gate(torch.autograd.Function):
     """gate() without lower_bound, through the library (rewy_gate_forward / _backward): one pass each way,
-    from the raw g, which it keeps (no fp32 copy of the [B,T,HV,K] gate: the core op keeps the one it
-    reads). In PyTorch the same gate took about twenty elementwise and reduction passes over fp32 copies
-    (1.1 ms a layer call in FLA's 0.55B KDA model, B = 4, T = 4096, H200)."""
+    from the raw g, which it keeps (no fp32 copy of the [B,T,HV,K] gate). In PyTorch the same gate took
+    about twenty elementwise and reduction passes over fp32 copies (1.1 ms a layer call in FLA's 0.55B
+    KDA model, B = 4, T = 4096, H200). prep: g as [rows, HV, K], A_log and dt_bias in fp32 (_gate_fused)."""
 
     @staticmethod
-    def forward(ctx, g, A_log, dt_bias):
-        heads = g.shape[2]
-        g3 = g.contiguous().view(-1, heads, g[0, 0, 0].numel() if g.dim() > 3 else 1)
-        A = A_log.detach().float().contiguous()
-        bias = None if dt_bias is None else dt_bias.detach().float().contiguous()
+    def forward(ctx, g, A_log, dt_bias, prep):
+        g3, A, bias = prep
         ctx.save_for_backward(g3, A, bias)
         # the shapes and dtypes of their gradients (A_log [HV]; dt_bias [HV] or [HV·K], any view of it)
         ctx.like = [(t.shape, t.dtype) for t in (A_log, dt_bias) if t is not None]
@@ -128,17 +125,36 @@ class _Gate(torch.autograd.Function):
         dg, dA, ddt = _core.gate(g3, A, bias, dy.float().contiguous().view(g3.shape))
         (a_shape, a_dtype), *bias_like = ctx.like
         return (dg.view(dy.shape), dA.view(a_shape).to(a_dtype),
-                None if ddt is None else ddt.view(bias_like[0][0]).to(bias_like[0][1]))
+                None if ddt is None else ddt.view(bias_like[0][0]).to(bias_like[0][1]), None)
 
 
 def _gate_fused(g, A_log, dt_bias, lower_bound):
-    """gate() for eager calls: through the library where it applies (the softplus form with A_log, g in
-    fp32/bf16/fp16 on a backend the library has, A_log and dt_bias of the expected sizes; _Gate), else
-    gate() itself. torch.compile and torch.func take gate()."""
+    """gate() for eager calls: (the gate, a function that forms it again or None). Through the library
+    where it applies (the softplus form with A_log, g in fp32/bf16/fp16 on a backend the library has;
+    _Gate), else gate() itself (no recompute). torch.compile and torch.func take gate()."""
     if (lower_bound is not None or A_log is None or g.dtype not in (torch.float32, torch.bfloat16, torch.float16)
             or g.device.type not in ("cpu", "cuda") or g.numel() == 0):
-        return gate(g, A_log, dt_bias, lower_bound)
-    return _Gate.apply(g, A_log, dt_bias)
+        return gate(g, A_log, dt_bias, lower_bound), None
+    g3 = g.detach().contiguous().view(-1, g.shape[2], g.shape[3] if g.dim() > 3 else 1)
+    A = A_log.detach().float().contiguous()
+    bias = None if dt_bias is None else dt_bias.detach().float().contiguous()
+    return _Gate.apply(g, A_log, dt_bias, (g3, A, bias)), lambda: _core.gate(g3, A, bias).view(g.shape)
+
+
+def _saved_as_recompute(y, recompute):
+    """For the core op's call: where it saves the gate y (the tensor _Gate returned), keep a marker and form
+    y again (recompute()) when the backward unpacks it. The raw g that recompute() reads is kept by _Gate
+    anyway, so a [B,T,HV,K] KDA or GDN2 layer keeps no fp32 gate between its forward and backward (134 MB
+    a layer call at (4,4096,16)), for one more gate pass (0.12 ms there) in its backward. If g is changed
+    in place in between, _Gate's own backward reports it, as autograd does."""
+    marker = object()
+
+    def pack(t):
+        return marker if t.data_ptr() == y.data_ptr() and t.shape == y.shape and t.dtype == y.dtype else t
+
+    def unpack(x):
+        return recompute() if x is marker else x
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 def beta_activation(beta, allow_neg_eigval):
@@ -362,9 +378,11 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
         # runs the library with scale 1, so that K^-1/2 is not rounded to fp32
         q, scale = q * _scale(q.shape[-1], scale), 1.0
     state_dtype = torch.float64 if fp64 else torch.float32   # of gates and states (rewy.h)
+    regate = None   # with the gate in the call: a function that forms it again (_saved_as_recompute)
     if g is not None:
         if use_gate_in_kernel:
-            g = gate(g, A_log, dt_bias, lower_bound) if via_ops else _gate_fused(g, A_log, dt_bias, lower_bound)
+            g, regate = (gate(g, A_log, dt_bias, lower_bound), None) if via_ops else \
+                _gate_fused(g, A_log, dt_bias, lower_bound)
         g = _to(g, state_dtype)
     if beta is not None:
         if use_beta_sigmoid_in_kernel:
@@ -394,6 +412,9 @@ def _delta_rule(name, op, q, k, v, g=None, beta=None, b=None, w=None, *, scale=N
         plan = _core._plan(op, q, v, cu_seqlens, *options)
         if plan[1] is not None and key is not None:   # (a failed size query is reported by the call)
             _core._remember(_CALLS, key, plan)
+    if regate is not None and g.dim() == 4 and torch.is_grad_enabled():   # KDA, GDN2: their gate is [B,T,HV,K]
+        with _saved_as_recompute(g, regate):
+            return _core.eager(plan, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, bool(output_final_state))
     return _core.eager(plan, q, k, v, g, beta, b, w, h0, cu_seqlens, cu_seqlens_cpu, bool(output_final_state))
 
 

@@ -119,10 +119,11 @@ def test_l2norm_keeps_y_not_x(device):
     assert y.data_ptr() in saved and x.data_ptr() not in saved
 
 
-def test_gate_keeps_no_fp32_temporaries():
-    """With the gate in the call (KDA: g [B,T,HV,K]), the autograd graph keeps the raw gate input and the core op's
-    fp32 gate, not fp32 temporaries of the activation (rewy_gate_backward recomputes from the raw g), and the
-    gradients are those of the plain formula (the sums over tokens in another order: to fp32 rounding)."""
+def test_gate_keeps_no_fp32_temporaries(monkeypatch):
+    """With the gate in the call (KDA: g [B,T,HV,K]), the autograd graph keeps the raw gate input and no fp32
+    gate-sized tensor: _Gate keeps the raw g, and the core op a marker where it saves the gate, which its backward
+    forms again from the raw g (ops._saved_as_recompute). The gradients are those of the plain formula (the sums
+    over tokens in another order: to fp32 rounding)."""
     torch.manual_seed(0)
     B, T, H, K = 1, 40, 2, 16
     q, k, v = (torch.randn(B, T, H, K, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
@@ -130,16 +131,29 @@ def test_gate_keeps_no_fp32_temporaries():
     beta = torch.rand(B, T, H, dtype=torch.bfloat16, requires_grad=True)
     A_log = torch.rand(H).log().requires_grad_()
     dt_bias = torch.randn(H * K, requires_grad=True)
-    saved = []
+    saved, core_saved = [], []
 
     def pack(t):
         saved.append((tuple(t.shape), t.dtype))
         return t
 
+    real = ops._saved_as_recompute
+
+    def spy(y, recompute):   # what the core op's hooks keep: tensors as (shape, dtype), the marker as "marker"
+        hooks = real(y, recompute)
+        inner = hooks.pack_hook
+
+        def pack_core(t):
+            x = inner(t)
+            core_saved.append((tuple(t.shape), t.dtype) if isinstance(x, torch.Tensor) else "marker")
+            return x
+        hooks.pack_hook = pack_core
+        return hooks
+    monkeypatch.setattr(ops, "_saved_as_recompute", spy)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         o, _ = ops.chunk_kda(q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True)
-    fp32_gates = [s for s in saved if s == ((B, T, H, K), torch.float32)]
-    assert len(fp32_gates) == 1, saved   # the core op's input g'; the activation's temporaries are not kept
+    assert ((B * T, H, K), torch.bfloat16) in saved and core_saved.count("marker") == 1, (saved, core_saved)
+    assert not [s for s in saved + core_saved if s == ((B, T, H, K), torch.float32)], (saved, core_saved)
     o.float().sum().backward()
     got = [t.grad.clone() for t in (g, A_log, dt_bias)]
     for t in (g, A_log, dt_bias):
@@ -169,7 +183,7 @@ def test_gate_library_matches_fp64(device, dtype, shape, bias):
     A_log = torch.rand(HV, generator=gen).mul(15).add(1).log().to(device).requires_grad_()
     dt_bias = torch.randn(HV * K if len(shape) > 3 else HV, generator=gen).to(device).requires_grad_() if bias else None
     dy = torch.randn(shape, generator=gen).to(device)
-    y = ops._gate_fused(g, A_log, dt_bias, None)
+    y = ops._gate_fused(g, A_log, dt_bias, None)[0]
     assert y.dtype == torch.float32 and y.shape == g.shape
     y.backward(dy)
     # fp64 reference on the same rounded inputs
@@ -186,7 +200,7 @@ def test_gate_library_matches_fp64(device, dtype, shape, bias):
     # bitwise repeat
     g2 = g.detach().clone().requires_grad_()
     A2 = A_log.detach().clone().requires_grad_()
-    ops._gate_fused(g2, A2, None if dt_bias is None else dt_bias.detach(), None).backward(dy)
+    ops._gate_fused(g2, A2, None if dt_bias is None else dt_bias.detach(), None)[0].backward(dy)
     assert torch.equal(g2.grad, g.grad) and torch.equal(A2.grad, A_log.grad)
 
 
@@ -201,3 +215,34 @@ def test_gate_library_errors():
     assert lib.rewy_gate_forward(_lib.BACKEND_CPU, _lib.F32, 2, 2, 2, None, p, None, p, None) == _lib.ERR_NULL_POINTER
     assert lib.rewy_gate_backward(_lib.BACKEND_CPU, _lib.F32, 2, 2, 2, p, p, None, p, p + 128, None, None, p, 4,
                                   None) == _lib.ERR_WORKSPACE
+
+
+def test_gate_recompute_is_exact_and_guarded():
+    """The core op's backward with the gate formed again gives the very gradients of the call that keeps it, and an
+    in-place change of the raw g between forward and backward is an error, as autograd makes it."""
+    torch.manual_seed(1)
+    B, T, H, K = 1, 70, 2, 8
+    mk = lambda *s: torch.randn(*s, dtype=torch.bfloat16)
+    q, k, v, g0 = mk(B, T, H, K), mk(B, T, H, K), mk(B, T, H, K), mk(B, T, H, K)
+    beta = torch.rand(B, T, H, dtype=torch.bfloat16)
+    A_log, dt_bias = torch.rand(H).log(), torch.randn(H * K)
+    grads = []
+    for keep in (False, True):
+        g = g0.clone().requires_grad_()
+        qq = q.clone().requires_grad_()
+        if keep:   # the gate as a plain input: the core op saves it
+            with torch.no_grad():
+                gp = ops._gate_fused(g, A_log, dt_bias, None)[0]
+            gp.requires_grad_()
+            o, _ = ops.chunk_kda(qq, k, v, gp, beta)
+        else:
+            o, _ = ops.chunk_kda(qq, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True)
+        o.float().square().sum().backward()
+        grads.append(qq.grad)
+    assert torch.equal(grads[0], grads[1])
+    g = g0.clone().requires_grad_()
+    o, _ = ops.chunk_kda(q, k, v, g, beta, A_log=A_log, dt_bias=dt_bias, use_gate_in_kernel=True)
+    with torch.no_grad():
+        g.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        o.float().sum().backward()
