@@ -248,8 +248,7 @@ def install(impl, op):
     if impl == "rewy":
         return rewy.patch_fla(ops=(op,))
     if impl == "rewy-a":   # policy A: the forward saves the chunk states, the backward recomputes nothing
-        from rewy.fla_patch import _FLA_FUNCTIONS
-        return rewy.patch_fla(ops=(op,), functions={op: functools.partial(_FLA_FUNCTIONS[op][2], disable_recompute=True)})
+        return rewy.patch_fla(ops=(op,), options={"disable_recompute": True})
     if impl == "flashqla":
         return rewy.patch_fla(ops=("gdn",), functions={"gdn": flashqla_gdn()})
     raise ValueError(f"unknown implementation {impl!r}")

@@ -18,6 +18,7 @@ package, and undo() restores those too. Modules outside fla are left alone.
 This is the one change a user makes instead of editing imports: rewy's functions take FLA's
 signatures and options (python/README.md lists them), so the layers run unchanged.
 """
+import functools
 import importlib
 import sys
 
@@ -84,7 +85,18 @@ class FlaPatch:
         return f"<rewy FlaPatch {state}: {len(self.replaced)} references replaced, skipped {self.skipped}>"
 
 
-def patch_fla(ops=None, functions=None):
+_OPTIONS = ("disable_recompute", "backward", "chunk_size")   # rewy's keywords that patch_fla may set
+
+
+def _with_options(fn, options):
+    """fn with rewy keyword defaults (a keyword the caller passes wins)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return fn(*args, **{**options, **kwargs})
+    return call
+
+
+def patch_fla(ops=None, functions=None, options=None):
     """Replace FLA's chunk functions by rewy's in the loaded fla modules; returns a FlaPatch
     (call it, or use it as a context manager, to undo).
 
@@ -93,10 +105,17 @@ def patch_fla(ops=None, functions=None):
         the result's .skipped. An operator named explicitly must exist.
     functions: optional {operator: function} to install instead of rewy's (the same
         signature as FLA's), e.g. another implementation to compare, or a wrapper.
+    options: optional rewy keywords for every rewy function installed, any of
+        disable_recompute (True: policy A, the chunk states saved, no recompute in the backward,
+        more memory), backward ("rewy" or "wy") and chunk_size; e.g. options={"disable_recompute": True}.
 
     Raises ImportError when FLA (the package fla) cannot be imported, ValueError for an
     unknown operator name.
     """
+    options = dict(options or {})
+    for name in options:
+        if name not in _OPTIONS:
+            raise ValueError(f"patch_fla: options takes {', '.join(_OPTIONS)} (got {name!r})")
     explicit = ops is not None
     ops = tuple(_FLA_FUNCTIONS) if ops is None else ((ops,) if isinstance(ops, str) else tuple(ops))
     functions = dict(functions or {})
@@ -113,7 +132,7 @@ def patch_fla(ops=None, functions=None):
     pairs, skipped = [], {}
     for op in ops:
         package, names, ours = _FLA_FUNCTIONS[op]
-        ours = functions.get(op, ours)
+        ours = functions[op] if op in functions else _with_options(ours, options) if options else ours
         try:
             pkg = importlib.import_module(package)
         except ImportError as e:

@@ -188,3 +188,19 @@ def test_patch_real_fla():
     for mod, m in mods.items():
         assert getattr(m, layers[mod]) is before[mod], mod
         assert getattr(m, layers[mod]).__module__.startswith("fla.ops."), mod
+
+
+def test_options(fake_fla):
+    """options sets rewy's keywords on every installed function (a caller's own keyword wins); other names are refused."""
+    with pytest.raises(ValueError, match="options takes disable_recompute, backward, chunk_size"):
+        rewy.patch_fla(ops="gdn", options={"state_v_first": True})
+    x = make_inputs("gdn", B=1, T=40, H=2, K=16, V=16, seed=3)
+    with rewy.patch_fla(ops="gdn", options={"backward": "nope"}):
+        with pytest.raises(ValueError, match="backward must be 'rewy' or 'wy'"):
+            fake_fla.layer.chunk_gated_delta_rule(**x)
+        fake_fla.layer.chunk_gated_delta_rule(**x, backward="wy")   # the caller's keyword wins
+    with rewy.patch_fla(ops="gdn", options={"disable_recompute": True}):
+        o, _ = fake_fla.layer.gdr(**x)
+        assert fake_fla.layer.gdr.__name__ == "chunk_gated_delta_rule"
+    o_ref, _ = rewy.chunk_gated_delta_rule(**x, disable_recompute=True)
+    assert torch.equal(o, o_ref)
