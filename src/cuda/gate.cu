@@ -151,6 +151,7 @@ rewy_status rewy_cuda_gate(rewy_dtype dtype, int64_t rows, int heads, int dim, c
                 return cudaGetLastError();
             }
             const int64_t n = rewy_gate_slices(rows), ncv = (cols + E - 1) / E;
+            if ((ncv + 31) / 32 > INT32_MAX) return cudaErrorInvalidConfiguration;   /* grid.x: reported, not wrapped */
             const dim3 grid((unsigned)((ncv + 31) / 32), (unsigned)n);
             gate_bwd_kernel<T, E><<<grid, 32 * GATE_ROWS, 0, s>>>(rows, cols, dim, (const T *)g, A_log, dt_bias, dy,
                                                                   (T *)dg, ws);
