@@ -4,9 +4,7 @@
 # s20_verify.sh for the build). The oracle matrix, memcheck, the CUDA transform tests (l2norm, gate) also under
 # memcheck and racecheck, rewy's KDA layer call at B = 4, and
 # 500 configurations of the random campaign. Logs under $OUT.
-set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s); el() { echo "$(( $(date +%s) - t0 )) s"; }
-tar xJf .carry/bins.tar.xz; B=build/cuda-on; T=$B/tests/cuda
-export REWY_LIBRARY=$PWD/$B/librewy.so PYTHONPATH=$PWD/python
+source "$(dirname "$0")/carried_bins.sh"
 timeout 120 $T/test_cuda > $OUT/test_cuda.log 2>&1; echo "test_cuda rc=$? $(tail -1 $OUT/test_cuda.log) $(el)"
 grep -E "FAIL" $OUT/test_cuda.log | head -10
 timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 $T/test_cuda --quick > $OUT/memcheck.log 2>&1

@@ -7,9 +7,7 @@
 # (xz -9: its 64 MiB window shares the identical CUDA code of the three files; about 14 MB).
 # Then: the oracle matrix (KDA/GDN2 strong decay and resets now take the blocked kernels), memcheck and racecheck,
 # the CUDA l2norm (y form) and gate tests, the random campaign, rewy's layer call per operator. Logs under $OUT.
-set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s); el() { echo "$(( $(date +%s) - t0 )) s"; }
-tar xJf .carry/bins.tar.xz; B=build/cuda-on; T=$B/tests/cuda
-export REWY_LIBRARY=$PWD/$B/librewy.so PYTHONPATH=$PWD/python
+source "$(dirname "$0")/carried_bins.sh"
 timeout 400 $T/test_cuda > $OUT/test_cuda.log 2>&1; echo "test_cuda rc=$? $(tail -1 $OUT/test_cuda.log) $(el)"
 grep -E "FAIL" $OUT/test_cuda.log | head -20
 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $T/test_cuda --quick > $OUT/memcheck.log 2>&1

@@ -1,0 +1,7 @@
+# carried_bins.sh: sourced by the device scripts that run binaries built here (s20_*.sh): the repository root,
+# $OUT, an elapsed-time helper, the binaries from .carry/bins.tar.xz (librewy.so, test_cuda, test_random) and
+# the environment that points Python at them. B = the build folder, T = its CUDA tests.
+set -u; cd "$(dirname "${BASH_SOURCE[1]}")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
+el() { echo "$(( $(date +%s) - t0 )) s"; }
+tar xJf .carry/bins.tar.xz; B=build/cuda-on; T=$B/tests/cuda
+export REWY_LIBRARY=$PWD/$B/librewy.so PYTHONPATH=$PWD/python
