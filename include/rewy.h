@@ -91,7 +91,8 @@ typedef enum rewy_dtype {
 } rewy_dtype;
 
 /* Saving policy (MATH §8). R: the forward saves A = M⁻¹ per chunk, the backward recomputes
- * W, U, chunk states and R. A: the forward also saves chunk states and R; no recompute. */
+ * W, U, chunk states and R (and, on CUDA, the vector gates' cumulative G). A: the forward also
+ * saves chunk states and R; no recompute. */
 typedef enum rewy_policy {
     REWY_POLICY_R = 0,
     REWY_POLICY_A = 1
