@@ -68,8 +68,8 @@ typedef struct chunk {
      * of tokens, so each ≤ 1 for gates ≤ 0. */
     float *from_prev_end; /* n×K  e^{G_i − ε_{I−1}}, row i of block I ≥ 1 (block 0's rows unused) */
     float *to_own_end;    /* n×K  e^{ε_J − G_j}, row j of block J (the last block's rows unused) */
-    float *between_ends;  /* INTRA_MAX_BLOCKS²×K  e^{ε_{I−1} − ε_J} at [I·INTRA_MAX_BLOCKS + J], I ≥ J + 2
-                           * (I = J + 1: the factor is 1 and is not stored) */
+    float *between_ends;  /* INTRA_MAX_BLOCKS²×K  e^{ε_{I−1} − ε_J} at [I·INTRA_MAX_BLOCKS + J], I > J
+                           * (1 for I = J + 1: no whole block between) */
     int nblk;             /* blocks in the chunk: ⌈n / INTRA_BLOCK⌉ */
     unsigned diag_pairwise; /* bit I: diagonal block I's own half range is over center_limit, so its
                              * products take pairwise exponents (decays beyond ~5 per token) */

@@ -172,13 +172,13 @@ static void blocked_factors(chunk *c, float limit) {
                 for (int d = 0; d < K; d++) c->to_own_end[j * K + d] = exp_fast(end[d] - c->G[j * K + d]);
         }
     }
-    for (int bi = 2; bi < nb; bi++) /* e^{ε_{I−1} − ε_J}: across the whole blocks between J and I */
-        for (int bj = 0; bj + 2 <= bi; bj++) {
+    for (int bi = 1; bi < nb; bi++) /* e^{ε_{I−1} − ε_J}: across the whole blocks between J and I (none: 1) */
+        for (int bj = 0; bj < bi; bj++) {
             const float *later = c->G + (size_t)(bi * INTRA_BLOCK - 1) * K;
             const float *earlier = c->G + (size_t)((bj + 1) * INTRA_BLOCK - 1) * K;
             float *t = c->between_ends + (size_t)(bi * INTRA_MAX_BLOCKS + bj) * K;
 #pragma omp simd
-            for (int d = 0; d < K; d++) t[d] = exp_fast(later[d] - earlier[d]);
+            for (int d = 0; d < K; d++) t[d] = bj + 1 == bi ? 1.0f : exp_fast(later[d] - earlier[d]);
         }
 }
 
@@ -369,9 +369,9 @@ static inline int blk_end(const chunk *c, int bi) {
     return e < c->n ? e : c->n;
 }
 
-/* e^{ε_{I−1} − ε_J} for blocks J < I, or NULL when J = I − 1 (no whole block between: the factor is 1). */
+/* e^{ε_{I−1} − ε_J} for blocks J < I (1 for J = I − 1: no whole block between). */
 static inline const float *between(const chunk *c, int bi, int bj) {
-    return bj + 1 == bi ? NULL : c->between_ends + (size_t)(bi * INTRA_MAX_BLOCKS + bj) * c->K;
+    return c->between_ends + (size_t)(bi * INTRA_MAX_BLOCKS + bj) * c->K;
 }
 
 /* out (s_I×K) = rows j < s_I of K ⊙ e^{ε_{I−1} − G}: the right operand of block row I, the decay
@@ -384,13 +384,8 @@ static void cols_to_ref(const chunk *c, int bi, float *out) {
         for (int j = bj * INTRA_BLOCK; j < (bj + 1) * INTRA_BLOCK; j++) {
             const float *kj = c->k + (size_t)j * K, *u = c->to_own_end + (size_t)j * K;
             float *o = out + (size_t)j * K;
-            if (t) {
 #pragma omp simd
-                for (int d = 0; d < K; d++) o[d] = kj[d] * u[d] * t[d];
-            } else {
-#pragma omp simd
-                for (int d = 0; d < K; d++) o[d] = kj[d] * u[d];
-            }
+            for (int d = 0; d < K; d++) o[d] = kj[d] * u[d] * t[d];
         }
     }
 }
@@ -404,13 +399,8 @@ static void rows_from_ref(const chunk *c, const float *X, int bj, float *out) {
         const float *t = between(c, i / INTRA_BLOCK, bj);
         const float *xi = X + (size_t)i * K, *f = c->from_prev_end + (size_t)i * K;
         float *o = out + (size_t)(i - e0) * K;
-        if (t) {
 #pragma omp simd
-            for (int d = 0; d < K; d++) o[d] = xi[d] * f[d] * t[d];
-        } else {
-#pragma omp simd
-            for (int d = 0; d < K; d++) o[d] = xi[d] * f[d];
-        }
+        for (int d = 0; d < K; d++) o[d] = xi[d] * f[d] * t[d];
     }
 }
 
