@@ -271,17 +271,31 @@ rewy_status rewy_backward(const rewy_bwd_params *p) {
     return ops_of(&p->cfg)->backward(p);
 }
 
+/* The operations of a transform's backend (l2norm, gate), or NULL with *s saying why: an unknown backend, or
+ * CUDA in a build without it. */
+static const rewy_backend_ops *transform_backend(rewy_backend backend, rewy_status *s) {
+    *s = REWY_OK;
+    if (backend != REWY_BACKEND_CPU && backend != REWY_BACKEND_CUDA) *s = REWY_ERR_BAD_ENUM;
+#ifndef REWY_WITH_CUDA
+    else if (backend == REWY_BACKEND_CUDA) *s = REWY_ERR_BACKEND;
+#endif
+    if (*s) return NULL;
+    rewy_config c;
+    memset(&c, 0, sizeof c);
+    c.backend = backend;
+    return ops_of(&c);
+}
+
 /* rewy_l2norm_forward / _backward: the arguments, then the backend (rows = 0 does nothing).
  * Forward: x → out (y), rstd optional. Backward: x = y, rstd required, dy → out (dx). */
 static rewy_status l2norm_call(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, float eps,
                                const void *x, void *rstd, const void *dy, void *out, void *stream) {
-    if (backend != REWY_BACKEND_CPU && backend != REWY_BACKEND_CUDA) return REWY_ERR_BAD_ENUM;
-#ifndef REWY_WITH_CUDA
-    if (backend == REWY_BACKEND_CUDA) return REWY_ERR_BACKEND;
-#endif
+    rewy_status s;
+    const rewy_backend_ops *ops = transform_backend(backend, &s);
+    if (s) return s;
     if (dtype != REWY_F32 && dtype != REWY_BF16 && dtype != REWY_F16 && !(dtype == REWY_F64 && backend == REWY_BACKEND_CPU))
         return REWY_ERR_BAD_DTYPE;
-    const size_t el = dtype == REWY_F64 ? 8 : dtype == REWY_F32 ? 4 : 2, rl = dtype == REWY_F64 ? 8 : 4;
+    const size_t el = rewy_dtype_size(dtype), rl = dtype == REWY_F64 ? 8 : 4;
     /* rows·dim·el within size_t keeps every element offset below 2^63 too (el ≥ 2) */
     if (rows < 0 || dim < 1 || rewy_sz_mul(rewy_sz_mul((size_t)rows, (size_t)dim), el) == SIZE_MAX)
         return REWY_ERR_BAD_SHAPE;
@@ -290,10 +304,7 @@ static rewy_status l2norm_call(rewy_backend backend, rewy_dtype dtype, int64_t r
     if (!x || !out || (dy && !rstd)) return REWY_ERR_NULL_POINTER;
     if (misaligned(x, el) || misaligned(out, el) || (dy && misaligned(dy, el)) || (rstd && misaligned(rstd, rl)))
         return REWY_ERR_MISALIGNED;
-    rewy_config c;
-    memset(&c, 0, sizeof c);
-    c.backend = backend;
-    return ops_of(&c)->l2norm(dtype, rows, dim, eps, x, rstd, dy, out, stream);
+    return ops->l2norm(dtype, rows, dim, eps, x, rstd, dy, out, stream);
 }
 
 rewy_status rewy_l2norm_forward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int dim, float eps,
@@ -320,19 +331,6 @@ static rewy_status gate_shape(rewy_dtype dtype, int64_t rows, int heads, int dim
     return REWY_OK;
 }
 
-static const rewy_backend_ops *gate_backend(rewy_backend backend, rewy_status *s) {
-    *s = REWY_OK;
-    if (backend != REWY_BACKEND_CPU && backend != REWY_BACKEND_CUDA) *s = REWY_ERR_BAD_ENUM;
-#ifndef REWY_WITH_CUDA
-    else if (backend == REWY_BACKEND_CUDA) *s = REWY_ERR_BACKEND;
-#endif
-    if (*s) return NULL;
-    rewy_config c;
-    memset(&c, 0, sizeof c);
-    c.backend = backend;
-    return ops_of(&c);
-}
-
 rewy_status rewy_gate_workspace_size(int64_t rows, int heads, int dim, size_t *bytes) {
     if (!bytes) return REWY_ERR_NULL_POINTER;
     rewy_status s = gate_shape(REWY_F32, rows, heads, dim);
@@ -344,7 +342,7 @@ rewy_status rewy_gate_workspace_size(int64_t rows, int heads, int dim, size_t *b
 rewy_status rewy_gate_forward(rewy_backend backend, rewy_dtype dtype, int64_t rows, int heads, int dim,
                               const void *g, const float *A_log, const float *dt_bias, float *y, void *stream) {
     rewy_status s;
-    const rewy_backend_ops *ops = gate_backend(backend, &s);
+    const rewy_backend_ops *ops = transform_backend(backend, &s);
     if (s || (s = gate_shape(dtype, rows, heads, dim))) return s;
     if (rows == 0) return REWY_OK;
     if (!g || !A_log || !y) return REWY_ERR_NULL_POINTER;
@@ -358,7 +356,7 @@ rewy_status rewy_gate_backward(rewy_backend backend, rewy_dtype dtype, int64_t r
                                float *dA_log, float *ddt_bias, void *workspace, size_t workspace_bytes,
                                void *stream) {
     rewy_status s;
-    const rewy_backend_ops *ops = gate_backend(backend, &s);
+    const rewy_backend_ops *ops = transform_backend(backend, &s);
     if (s || (s = gate_shape(dtype, rows, heads, dim))) return s;
     size_t need;
     rewy_gate_workspace_size(rows, heads, dim, &need);
