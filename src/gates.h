@@ -18,6 +18,7 @@
 #ifndef REWY_GATES_H
 #define REWY_GATES_H
 
+#include <math.h>
 #include <stdint.h>
 
 /* L, natural log. */
@@ -39,6 +40,15 @@ REWY_GATE_FN int64_t rewy_gate_slices(int64_t rows) {
 }
 /* the rows of slice i of n: [rows·i/n, rows·(i+1)/n) */
 REWY_GATE_FN int64_t rewy_gate_slice_start(int64_t rows, int64_t i, int64_t n) { return rows / n * i + (rows % n) * i / n; }
+
+/* softplus with torch's threshold (x above 20: x), as FLA's gate activation uses it, and its derivative
+ * σ(x) (1 above 20): rewy_gate_forward / _backward on both backends. */
+REWY_GATE_FN float rewy_softplus20(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+REWY_GATE_FN float rewy_softplus20_grad(float x) {
+    if (x > 20.0f) return 1.0f;
+    const float z = expf(x);
+    return z / (z + 1.0f);
+}
 
 /* The log gate that enters the cumsum G. */
 REWY_GATE_FN float rewy_gate_floor(float g) { return g < -REWY_GATE_FLOOR ? -REWY_GATE_FLOOR : g; }

@@ -12,14 +12,6 @@
 #include "gates.h"
 #include "cpu/chunk.h"
 
-/* softplus with torch's threshold (x above 20: x) and its derivative σ(x) (1 above 20) */
-static inline float softplus20(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-static inline float softplus20_grad(float x) {
-    if (x > 20.0f) return 1.0f;
-    const float z = expf(x);
-    return z / (z + 1.0f);
-}
-
 rewy_status rewy_cpu_gate(rewy_dtype dtype, int64_t rows, int heads, int dim, const void *g, const float *A_log,
                           const float *dt_bias, float *y, const float *dy, void *dg, float *dA_log, float *ddt_bias,
                           float *ws, void *stream) {
@@ -28,10 +20,13 @@ rewy_status rewy_cpu_gate(rewy_dtype dtype, int64_t rows, int heads, int dim, co
     if (!ws) {   /* the forward (the backward always has its scratch) */
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < cols; c++) {
-                const size_t e = (size_t)r * (size_t)cols + (size_t)c;
-                const float x = rewy_load(g, dtype, e) + (dt_bias ? dt_bias[c] : 0.0f);
-                y[e] = -expf(A_log[c / dim]) * softplus20(x);
+            for (int h = 0; h < heads; h++) {
+                const float negA = -expf(A_log[h]);
+                for (int k = 0; k < dim; k++) {
+                    const int64_t c = (int64_t)h * dim + k;
+                    const size_t e = (size_t)r * (size_t)cols + (size_t)c;
+                    y[e] = negA * rewy_softplus20(rewy_load(g, dtype, e) + (dt_bias ? dt_bias[c] : 0.0f));
+                }
             }
         return REWY_OK;
     }
@@ -42,14 +37,17 @@ rewy_status rewy_cpu_gate(rewy_dtype dtype, int64_t rows, int heads, int dim, co
         float *a = sdg + (size_t)i * (size_t)cols, *b = sdy + (size_t)i * (size_t)cols;
         for (int64_t c = 0; c < cols; c++) a[c] = b[c] = 0.0f;
         for (int64_t r = rewy_gate_slice_start(rows, i, n); r < rewy_gate_slice_start(rows, i + 1, n); r++)
-            for (int64_t c = 0; c < cols; c++) {
-                const size_t e = (size_t)r * (size_t)cols + (size_t)c;
-                const float negA = -expf(A_log[c / dim]);
-                const float x = rewy_load(g, dtype, e) + (dt_bias ? dt_bias[c] : 0.0f);
-                const float d = dy[e] * negA * softplus20_grad(x);
-                rewy_store(dg, dtype, e, d);
-                a[c] += d;
-                b[c] += dy[e] * (negA * softplus20(x));
+            for (int h = 0; h < heads; h++) {
+                const float negA = -expf(A_log[h]);
+                for (int k = 0; k < dim; k++) {
+                    const int64_t c = (int64_t)h * dim + k;
+                    const size_t e = (size_t)r * (size_t)cols + (size_t)c;
+                    const float x = rewy_load(g, dtype, e) + (dt_bias ? dt_bias[c] : 0.0f);
+                    const float d = dy[e] * negA * rewy_softplus20_grad(x);
+                    rewy_store(dg, dtype, e, d);
+                    a[c] += d;
+                    b[c] += dy[e] * (negA * rewy_softplus20(x));
+                }
             }
     }
     for (int h = 0; h < heads; h++) {

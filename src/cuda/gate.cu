@@ -27,13 +27,6 @@ template <class T, int E> struct alignas(sizeof(T) * E) GateVec {
     T e[E];
 };
 
-__device__ __forceinline__ float softplus20(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-__device__ __forceinline__ float softplus20_grad(float x) {
-    if (x > 20.0f) return 1.0f;
-    const float z = expf(x);
-    return z / (z + 1.0f);
-}
-
 template <class T, int E>
 __global__ void __launch_bounds__(GATE_THREADS)
     gate_fwd_kernel(int64_t nvec, int64_t cols, int dim, const T *g, const float *A_log, const float *dt_bias, float *y) {
@@ -44,7 +37,7 @@ __global__ void __launch_bounds__(GATE_THREADS)
 #pragma unroll
         for (int j = 0; j < E; j++) {
             const float xb = ld(&x.e[j]) + (dt_bias ? dt_bias[c0 + j] : 0.0f);
-            out.e[j] = -expf(A_log[(c0 + j) / dim]) * softplus20(xb);
+            out.e[j] = -expf(A_log[(c0 + j) / dim]) * rewy_softplus20(xb);
         }
         *reinterpret_cast<GateVec<float, E> *>(y + e0) = out;
     }
@@ -74,10 +67,10 @@ __global__ void __launch_bounds__(32 * GATE_ROWS)
 #pragma unroll
         for (int j = 0; j < E; j++) {
             const float xb = ld(&x.e[j]) + bias[j];
-            const float gd = d.e[j] * negA[j] * softplus20_grad(xb);
+            const float gd = d.e[j] * negA[j] * rewy_softplus20_grad(xb);
             st(&out.e[j], gd);
             s1[j] += gd;
-            s2[j] += d.e[j] * (negA[j] * softplus20(xb));
+            s2[j] += d.e[j] * (negA[j] * rewy_softplus20(xb));
         }
         *reinterpret_cast<GateVec<T, E> *>(dg + e0) = out;
     }
