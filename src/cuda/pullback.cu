@@ -12,6 +12,11 @@
  *   T1 = Γ K, T2 = Γᵀ(β⊙K), T3 = Γ_H K, T4 = Γ_Hᵀ Q
  *   dq = scale (γ Xo + T3)
  *   dk = −βγ Xp + β T1 + T2 + T4 + e^{G_n−G} Xf
+ * This general kernel takes Γ_H's diagonal (h_ii, decay e^0 = 1) out of T3, T4: it adds scale·h_ii k_i to dq
+ * and scale·h_ii q_i to dk directly, and nothing to Ḡ, where its two terms ⟨Q, T3⟩ and −⟨k, T4⟩ cancel
+ * exactly. Through two tf32 products with fp32 q, k they left a residual of ~1e-5 (tf32's 2^-11 of
+ * h_ii⟨q, k⟩) in every ḡ of the chunk, larger than the whole ḡ where the states before a chunk's last
+ * write are near 0 (issue 25's campaign). The fast kernel's bf16 operands make both products exact.
  *   dv = β P,  dβ = ⟨k, −γ Xp + T1⟩ + ⟨P, v⟩                 (exact at β = 0)
  *   Ḡ  = ⟨k, −βγ Xp + β T1 − T2 − T4 − e^{G_n−G} Xf⟩ + ⟨Q, γ Xo + T3⟩,
  *   Ḡ_{n} += γ_n ⟨S̄⁺, S_c⟩ + Σ_j e^{G_n−G_j} ⟨k_j, Xf_j⟩,   dg = reverse cumsum of Ḡ in the chunk.
@@ -77,7 +82,7 @@ __host__ __device__ inline PbLayout pb_layout(int elem_bytes, int wy, int Kp) {
     L.bk = (elem_bytes == 2 && !wy) ? 64 : 32;
     L.ldk2 = L.bk + 4;
     L.ldkt = L.bk + 8;
-    /* fp32: Dm, Hm [64][LDN]; Pt, Rt [64][PLDV]; Kbt + 4 accumulators [64][ldk2]; G/β, eF, γ, rdb, rdg, red */
+    /* fp32: Dm, Hm [64][LDN]; Pt, Rt [64][PLDV]; Kbt + 4 accumulators [64][ldk2]; G/β, eF, γ, rdb, rdg, red, hd */
     const int nf = 2 * MAXBT * LDN + 2 * MAXBT * PLDV + 5 * MAXBT * L.ldk2 + 8 * MAXBT;
     L.off_T = nf * 4;
     /* input type: Ot, Vt [64][PLDVT]; Kt, Qt [64][ldkt] */
@@ -119,6 +124,7 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
     float *rdb = eFr + MAXBT;
     float *rdg = rdb + MAXBT;
     float *red = rdg + MAXBT;          /* [64] */
+    float *hd = red + MAXBT;           /* [64] H_q's diagonal */
     T *Ot = reinterpret_cast<T *>(reinterpret_cast<char *>(sm) + L.off_T); /* [64][PLDVT] */
     T *Vt = Ot + MAXBT * PLDVT;
     T *Kt = Vt + MAXBT * PLDVT;                                            /* [64][ldkt] */
@@ -230,12 +236,14 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
             bgemm<PB_NW>(BT, BT, BT, Tm, LDN, 1, As, 1, LDN, [&](int i, int j, float cc) { Dm[i * LDN + j] = -cc; });
             __syncthreads();
         }
-        /* masks and decay: Γ = D ⊙ e^{G_i−G_j} (strict), Γ_H = H_q ⊙ e^{G_i−G_j} (inclusive) */
+        /* masks and decay: Γ = D ⊙ e^{G_i−G_j} (strict), Γ_H = H_q ⊙ e^{G_i−G_j} (strict here; its diagonal, decay
+         * e^0 = 1, kept apart in hd: see the header) */
         for (int e = tid; e < BT * BT; e += blockDim.x) {
             const int i = e / BT, j = e - i * BT;
-            const float f = (i < n && j <= i) ? expf(Gs[i] - Gs[j]) : 0.f;
+            const float f = (i < n && j < i) ? expf(Gs[i] - Gs[j]) : 0.f;
             const float d = Dm[i * LDN + j];
             Dm[i * LDN + j] = j < i ? (wy ? d : -d) * f : 0.f;
+            if (j == i) hd[i] = i < n ? Hm[i * LDN + i] : 0.f;
             Hm[i * LDN + j] *= f;
         }
         __syncthreads();
@@ -333,7 +341,9 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
                         const int j = part * per + jj, d = k0 + j;
                         if (d >= p.K) break;
                         const int o = row * ldk2 + j;
-                        float dqv = dQa[o], dkv = dKa[o];
+                        /* Γ_H's diagonal: q̄ += scale·h_ii k_i, k̄ += scale·h_ii q_i, nothing to Ḡ */
+                        const float hq = sc * hd[row];
+                        float dqv = dQa[o] + hq * ldf(Kt + row * ldkt + j), dkv = dKa[o] + hq * ldf(Qt + row * ldkt + j);
                         sdb += dBa[o];
                         sdg += dGa[o];
                         if (p.G == 1) {

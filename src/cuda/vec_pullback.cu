@@ -9,6 +9,10 @@
  *   ek = Ē⊙γ  = Ē_dir⊙γ + α⊙(D (K⊙ζ))
  *   yk = Ȳ⊘γ  = F̄⊙e^{G_n−G} + ζ⊙(Dᵀ(b⊙K⊙α)) + ζ⊙(H_qᵀ(Q⊙α))
  *   qk = Q̄_g⊙γ = (Ō S_cᵀ)⊙γ + α⊙(H_q (K⊙ζ))
+ * H_q's diagonal h_ii (factor γ_i/γ_i = 1) stays out of these products: it adds scale·h_ii k_i to q̄ and
+ * h_ii Q_i to k̄ directly and nothing to Ḡ, where its two terms (in qk⊙Q and yk⊙k) cancel exactly. Through
+ * the two tf32 products, with K⊙ζ and Q⊙α rounded differently, they left ~1e-5 in every ḡ of the chunk
+ * (pullback.cu's header has the case).
  * (α = e^{G−c}, ζ = e^{c−G}, midpoint center c per chunk and feature. When the chunk's half range
  * exceeds vec_centered's limit, this general kernel takes exact pairwise exponents; the fast kernel
  * below takes the blocked form of MATH §6, as the CPU's INTRA_BLOCKED.)
@@ -41,7 +45,7 @@ __device__ __forceinline__ float vp_quad_sum(float x) {
 
 /* shared memory, in floats */
 struct VpLayout {
-    int Dm, Hm, As, Pv, Rv, Ov, Bv, Scs, Sbs, acc3, kab, mid, stv, keyv, rdb, red, total;
+    int Dm, Hm, As, Pv, Rv, Ov, Bv, Scs, Sbs, acc3, kab, mid, stv, keyv, rdb, hd, red, total;
 };
 __host__ __device__ inline VpLayout vp_layout(int Kp, int wy) {
     VpLayout L;
@@ -61,6 +65,7 @@ __host__ __device__ inline VpLayout vp_layout(int Kp, int wy) {
     L.stv = o; o += VKB;
     L.keyv = o; o += VKB;
     L.rdb = o; o += MAXBT;
+    L.hd = o; o += MAXBT;                /* H_q's diagonal */
     L.red = o; o += 32;
     L.total = o;
     return L;
@@ -84,6 +89,7 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
     float *ek = sm + L.acc3, *yk = ek + MAXBT * VLDK, *qk = yk + MAXBT * VLDK;
     float *Ka = sm + L.kab, *Kb = Ka + MAXBT * VLDK;
     float *mid = sm + L.mid, *stv = sm + L.stv, *keyv = sm + L.keyv, *rdb = sm + L.rdb, *red = sm + L.red;
+    float *hd = sm + L.hd;
     float *Zs = ek, *Es = yk, *Tm = ek; /* WY aliases (used before pass B) */
     float *Ab = Ka;
 
@@ -195,12 +201,13 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
         bgemm<VP_NW>(BT, BT, BT, Tm, LDN, 1, As, 1, LDN, [&](int i, int j, float cc) { Dm[i * LDN + j] = -cc; });
     }
     __syncthreads();
-    /* masks: D strict (ReWY: D = −𝓛_<(P Rᵀ); WY: 𝓛_<(M̄)), H_q inclusive */
+    /* masks: D strict (ReWY: D = −𝓛_<(P Rᵀ); WY: 𝓛_<(M̄)), H_q strict with its diagonal apart in hd (see the header) */
     for (int e = tid; e < MAXBT * MAXBT; e += blockDim.x) {
         const int i = e / MAXBT, j = e - i * MAXBT;
         const float d = Dm[i * LDN + j];
         Dm[i * LDN + j] = (i < n && j < i) ? (wy ? d : -d) : 0.f;
-        if (!(i < n && j <= i)) Hm[i * LDN + j] = 0.f;
+        if (j == i) hd[i] = i < n ? Hm[i * LDN + i] : 0.f;
+        if (!(i < n && j < i)) Hm[i * LDN + j] = 0.f;
     }
 
     /* ---- pass B, over 32-feature slabs ---- */
@@ -339,7 +346,8 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
                     const float kv = ld<T>(kc + row * rsk + d), bv = vg_erase<T>(p, beta, b, tok, hv, d);
                     const float qs = sc * ld<T>(qc + row * rsk + d);
                     const float e_ = ek[o], y = yk[o], qq = qk[o];
-                    const float dqv = sc * qq, dkv = e_ * bv + y, dbv = e_ * kv;
+                    /* H_q's diagonal: q̄ += scale·h_ii k_i, k̄ += h_ii Q_i, nothing to Ḡ */
+                    const float dqv = sc * (qq + hd[row] * kv), dkv = e_ * bv + y + hd[row] * qs, dbv = e_ * kv;
                     if (db) st<T>(db + (tok * p.HV + hv) * p.K + d, dbv);
                     sdb += dbv;
                     float Gb = e_ * bv * kv - y * kv + qq * qs;
