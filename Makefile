@@ -75,7 +75,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random e2e
+.PHONY: all lib run test emu-recurrent test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random e2e
 
 all: lib $(BUILD)/rewy
 
@@ -156,7 +156,20 @@ check-cli: $(BUILD)/rewy
 bench: all
 	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --reps 11 --max-seconds 40
 
-test: test-c check-cli check-exports test-install test-asan test-fuzz cuda-compile test-python
+test: test-c emu-recurrent check-cli check-exports test-install test-asan test-fuzz cuda-compile test-python
+
+# The CUDA token recurrence (src/cuda/recurrent.cu, the plan's path for K < 16) emulated on the host against the fp64
+# oracle through the accuracy harness: its per-column arithmetic is the kernels' own (recurrent_step.h), so a
+# machine without a GPU checks the math and the algorithm's indexing (tests/cuda/emu_recurrent.cpp).
+CXX ?= c++
+$(BUILD)/tests/cuda/emu_recurrent: tests/cuda/emu_recurrent.cpp src/cuda/recurrent_step.h $(BUILD)/librewy_check.a \
+                                   $(BUILD)/librewy.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 $(WARN) -O2 -g -fopenmp -Iinclude -Isrc -Itests $< $(BUILD)/librewy_check.a $(BUILD)/librewy.a \
+	  $(LDLIBS) -o $@
+
+emu-recurrent: $(BUILD)/tests/cuda/emu_recurrent
+	$<
 
 # librewy.so exports exactly the functions that rewy.h declares REWY_API: no internals (hidden
 # visibility), none missing

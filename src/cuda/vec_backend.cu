@@ -89,10 +89,10 @@ struct VectorGates {
 
 } // namespace
 
-/* no vector region depends on the plan's choices (VectorGates::regions): the sizes take none */
-size_t rewy_cuda_vec_saved_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::saved, Plan()); }
-size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::fwd, Plan()); }
-size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::bwd, Plan()); }
+/* no vector region depends on the plan's choices (VectorGates::regions); the layout does on Plan::recurrent */
+size_t rewy_cuda_vec_saved_size(const rewy_config *cfg, const Plan &pl) { return layout_bytes<VectorGates>(cfg, &Layout::saved, pl); }
+size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg, const Plan &pl) { return layout_bytes<VectorGates>(cfg, &Layout::fwd, pl); }
+size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg, const Plan &pl) { return layout_bytes<VectorGates>(cfg, &Layout::bwd, pl); }
 
 rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *a, const rewy_test_force *force) {
     return host::forward<VectorGates>(a, force);
