@@ -15,7 +15,9 @@
  * fwd ws W, U:      bf16 [NC*HV][BT][K], [NC*HV][BT][V] (the two-product forward chain) for bf16, chunk 64,
  *                   K and V of 64 or 128; bwd ws (policy R) W alike (the reverse scan's W chain)
  * bwd ws W̄:         fp32 [NC*HV][BT][Kp] (WY scratch) only for K > 128 or fp32 (else in shared memory)
- * bwd ws GVA:       HV > H: q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp] */
+ * bwd ws GVA:       HV > H: q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp]
+ * K < 16 (Plan::recurrent), every operator: the plain fp32 token recurrence (recurrent.cu) and its own layout
+ * (backend_common.cuh, recurrent_layout) instead of all of the above. */
 #include "cuda_backend.h"
 #include "rewy_test.h"
 #include "backend_common.cuh"

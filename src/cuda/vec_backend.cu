@@ -17,7 +17,8 @@
  *                   vec_intra's fast path instead, wherever it runs: vec_factors is then not launched):
  *                   E, F, Q_g factor_t [NC*HV][BT][Kp] each | lam fp32 [NC*HV][Kp] | GB fp32 [NC*HV][2][BT]
  * bwd ws W̄:         fp32 [NC*HV][BT][Kp] (WY scratch, sized whatever bwd_algo: the backward may switch)
- * bwd ws GVA:       HV > H: q̄, k̄ partials fp32 2×[NC*HV][BT][Kp] */
+ * bwd ws GVA:       HV > H: q̄, k̄ partials fp32 2×[NC*HV][BT][Kp]
+ * K < 16 (Plan::recurrent): the token recurrence instead (recurrent.cu; backend_common.cuh's forward and backward). */
 #include "vec_kernels.cuh"
 #include "backend_common.cuh"
 
