@@ -75,7 +75,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random e2e
+.PHONY: all lib run test emu-recurrent test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random e2e
 
 all: lib $(BUILD)/rewy
 
@@ -156,7 +156,20 @@ check-cli: $(BUILD)/rewy
 bench: all
 	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --reps 11 --max-seconds 40
 
-test: test-c check-cli check-exports test-install test-asan test-fuzz cuda-compile test-python
+test: test-c emu-recurrent check-cli check-exports test-install test-asan test-fuzz cuda-compile test-python
+
+# The CUDA token recurrence (src/cuda/recurrent.cu, the plan's path for K < 16) emulated on the host against the fp64
+# oracle through the accuracy harness: its per-column arithmetic is the kernels' own (recurrent_step.h), so a
+# machine without a GPU checks the math and the algorithm's indexing (tests/cuda/emu_recurrent.cpp).
+CXX ?= c++
+$(BUILD)/tests/cuda/emu_recurrent: tests/cuda/emu_recurrent.cpp src/cuda/recurrent_step.h $(BUILD)/librewy_check.a \
+                                   $(BUILD)/librewy.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 $(WARN) -O2 -g -fopenmp -Iinclude -Isrc -Itests $< $(BUILD)/librewy_check.a $(BUILD)/librewy.a \
+	  $(LDLIBS) -o $@
+
+emu-recurrent: $(BUILD)/tests/cuda/emu_recurrent
+	$<
 
 # librewy.so exports exactly the functions that rewy.h declares REWY_API: no internals (hidden
 # visibility), none missing
@@ -243,14 +256,17 @@ test-cuda:
 	@# chain with P formed afterwards (REWY_CUDA_SCAN_WF=0: P in the chain); the fused-output scan with W and U at 16
 	@# columns starts beside kkt_inverse and waits on its ready flags (REWY_CUDA_SCAN_BESIDE=0: after it); policy R's
 	@# register chains (chain_scan.cu) run on the test shapes only where told (REWY_CUDA_CHAIN=1: 64-column blocks,
-	@# =2: the 128-column blocks the default takes on larger grids)
+	@# =2: the 128-column blocks the default takes on larger grids); the plain fp32 token recurrence (recurrent.cu), the
+	@# plan's path for K < 16, runs the whole matrix where told (REWY_CUDA_RECURRENT=1: at every K, a cross-check)
 	@set -eo pipefail; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; \
-	  for e in REWY_CUDA_CHAIN=1 REWY_CUDA_CHAIN=2 REWY_CUDA_SCAN_WF=0 REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_WU=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BESIDE=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32 REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 \
+	  for e in REWY_CUDA_RECURRENT=1 REWY_CUDA_CHAIN=1 REWY_CUDA_CHAIN=2 REWY_CUDA_SCAN_WF=0 REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_WU=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BESIDE=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32 REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0"; do \
 	    echo "== $$t, $$e"; env $$e $$t | tail -1; done; \
 	  echo "== $$t --quick under compute-sanitizer memcheck, racecheck"; \
 	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
+	  REWY_CUDA_RECURRENT=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
+	  REWY_CUDA_RECURRENT=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=2 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \

@@ -26,6 +26,7 @@ static inline rewy_test_force env_force(void) {
     f.chain = env_force_int("REWY_CUDA_CHAIN");
     f.scan_wg = env_force_int("REWY_CUDA_SCAN_WG");
     f.scan_wg2 = env_force_int("REWY_CUDA_SCAN_WG2");
+    f.recurrent = env_force_int("REWY_CUDA_RECURRENT");
     return f;
 }
 

@@ -34,7 +34,14 @@
  * ScalarGates::regions and VectorGates::regions / factor_plan, which size them.
  *
  * NC = number of chunks: exact from cu_seqlens_host when given, else ⌈T/BT⌉ + num_seqs (varlen)
- * or B·⌈T/BT⌉ (common.cuh geometry). */
+ * or B·⌈T/BT⌉ (common.cuh geometry).
+ *
+ * K < 16 (Plan::recurrent): the plain fp32 token recurrence instead of every stage above (recurrent.cu), for all
+ * four operators, with its own small layout (recurrent_layout), the same under both policies (the checkpoints are
+ * what policy A would save and policy R recompute from) and for both pullbacks (bwd_algo changes nothing there):
+ * saved:   ChunkInfo[NC] | int coff[N+1] | checkpoints fp32 [NC][HV][K][V] (the state before each chunk)
+ * fwd ws:  256 B (unused)
+ * bwd ws:  token states fp32 [N·HV][BT][K][V] (one chunk per block) | HV > H: q̄, k̄ partials fp32 2×[B·T][HV][K] */
 #ifndef REWY_CUDA_BACKEND_COMMON_CUH
 #define REWY_CUDA_BACKEND_COMMON_CUH
 
@@ -61,6 +68,7 @@ struct OpRegions {
 
 struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     size_t ctab, coff, G, A, Cq, Sc, R, saved;    /* saved offsets */
+    size_t ckpt, rstates, racc;                    /* the recurrence's (Plan::recurrent): saved checkpoints; bwd ws */
     size_t fCq, fSc, fR, fG, fW, fU, fRdy, fwd;    /* fwd workspace */
     size_t bCq, bSc, bR, bG, Sbar, PR, Wbar, acc, bW, bwd; /* bwd workspace */
     bool has_wu, has_bw;                               /* the layouts hold fwd W, U / bwd W */
@@ -92,6 +100,8 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     }
     pl.sms = sms; pl.smem_sm = (size_t)per_sm; pl.smem_rsv = (size_t)rsv; pl.smem_optin = (size_t)optin;
     pl.wgmma = wgmma_binary_ok(); /* each query of a kernel's attributes costs host time: once per call */
+    pl.recurrent = plan_recurrent(c, pl.force);
+    if (pl.recurrent) return pl; /* none of the chunk path's choices applies */
     const bool vec = c->op == REWY_OP_KDA || c->op == REWY_OP_GDN2;
     const rewy_dtype dt = c->dtype;
     pl.scan_bv = plan_scan_bv(p);
@@ -108,7 +118,28 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     return pl;
 }
 
+/* The recurrence's layout (Plan::recurrent; the file-top comment), whatever the operator and the policy. */
+inline Layout recurrent_layout(const rewy_config *c) {
+    Layout L = {};
+    const Geometry g = geometry(c);
+    L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
+    const size_t K = (size_t)c->K, V = (size_t)c->V, HV = (size_t)g.HV;
+    size_t o = 0;
+    L.ctab = o; o += al(sizeof(ChunkInfo) * L.NC);
+    L.coff = o; o += al(sizeof(int) * (L.N + 1));
+    L.ckpt = o; o += al(sizeof(float) * (size_t)L.NC * HV * K * V);
+    L.saved = o;
+    L.fwd = 256; /* never 0: the API requires a workspace pointer */
+    o = 0;
+    L.rstates = o; o += al(rec_states_bytes((size_t)L.N, HV, (size_t)L.BT, K, V));
+    L.racc = o;
+    if (g.HV > c->H) o += al(rec_acc_bytes((size_t)c->B * c->T, HV, K));
+    L.bwd = o;
+    return L;
+}
+
 template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
+    if (pl.recurrent) return recurrent_layout(c);
     Layout L = {};
     const Geometry g = geometry(c);
     const OpRegions r = Op::regions(c, g, pl);
@@ -189,6 +220,48 @@ struct ScanGates {
 
 #define REWY_TRY(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) return REWY_ERR_BACKEND; } while (0)
 
+/* The recurrence's arguments (recurrent.cuh) common to its forward and backward. */
+inline RecArgs rec_args(const rewy_config *c, const Layout &L, const Prob &p, const void *saved) {
+    RecArgs r = {};
+    r.op = c->op;
+    r.N = p.N; r.T = c->T; r.H = c->H; r.HV = p.HV; r.K = c->K; r.V = c->V; r.BT = p.BT; r.G = p.G;
+    r.svf = p.svf;
+    r.scale = p.scale;
+    r.cu = c->cu_seqlens;
+    r.coff = at<const int>(saved, L.coff);
+    r.ckpt = at<float>(saved, L.ckpt);
+    return r;
+}
+
+/* K < 16 (Plan::recurrent): chunk_plan (the checkpoints' chunk offsets), then the recurrence; o, ht, checkpoints. */
+inline rewy_status recurrent_forward(const rewy_fwd_params *a, const Layout &L, const Prob &p) {
+    const rewy_config *c = &a->cfg;
+    cudaStream_t s = (cudaStream_t)c->stream;
+    REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
+    RecArgs r = rec_args(c, L, p, a->saved);
+    r.q = a->q; r.k = a->k; r.v = a->v; r.beta = a->beta; r.b = a->b; r.w = a->w; r.g = a->g; r.h0 = a->h0;
+    r.o = a->o; r.ht = a->ht;
+    REWY_TRY(launch_recurrent_forward(r, c->dtype, s));
+    return REWY_OK;
+}
+
+/* K < 16: the recurrence's reverse mode from the forward's checkpoints (both policies, both pullbacks). */
+inline rewy_status recurrent_backward(const rewy_bwd_params *a, const Layout &L, const Prob &p) {
+    const rewy_config *c = &a->cfg;
+    cudaStream_t s = (cudaStream_t)c->stream;
+    RecArgs r = rec_args(c, L, p, a->saved);
+    r.q = a->q; r.k = a->k; r.v = a->v; r.beta = a->beta; r.b = a->b; r.w = a->w; r.g = a->g; r.h0 = a->h0;
+    r.do_ = a->do_; r.dht = a->dht; r.dh0 = a->dh0;
+    r.states = at<float>(a->workspace, L.rstates);
+    r.dq = a->dq; r.dk = a->dk; r.dv = a->dv; r.dbeta = a->dbeta; r.db = a->db; r.dw = a->dw; r.dg = a->dg;
+    if (p.G > 1) {
+        r.accq = at<float>(a->workspace, L.racc);
+        r.acck = r.accq + (size_t)c->B * c->T * p.HV * c->K;
+    }
+    REWY_TRY(launch_recurrent_backward(r, c->dtype, s));
+    return REWY_OK;
+}
+
 /* force: the test-only override (rewy_test.h); NULL in the library's calls */
 template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_test_force *force = nullptr) {
     const rewy_config *c = &a->cfg;
@@ -198,6 +271,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
     const Plan pl = make_plan(c, force, ptr);
     const Layout L = plan<Op>(c, pl);
     const Prob p = make_prob(c, L, a->saved, pl);
+    if (pl.recurrent) return recurrent_forward(a, L, p);
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A;
     float *Gc = L.ws_gate ? at<float>(a->workspace, L.fG) : at<float>(a->saved, L.G);
@@ -243,6 +317,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_te
     const Layout L = plan<Op>(c, pl);
     Prob p = make_prob(c, L, a->saved, pl);
     p.zero_h0 = a->h0 == nullptr;
+    if (pl.recurrent) return recurrent_backward(a, L, p);
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A, wy = c->bwd_algo == REWY_BWD_WY;
     /* the gate table: saved, or recomputed into the workspace by the gates stage below (with C_q) */

@@ -52,6 +52,8 @@ struct Plan {
     size_t smem_optin;             /* the largest dynamic shared memory per block (opt-in), */
     int wgmma;                     /* and whether the library's wgmma code runs on it (wgmma_binary_ok) */
     rewy_test_force force;
+    int recurrent;                 /* the plain fp32 token recurrence (recurrent.cu) instead of the chunk path: K < 16
+                                    * (plan_recurrent); then none of the choices below is taken (all 0) */
     int scan_bv;                   /* the scans' value tile, 16, 32 or 64 (plan_scan_bv) */
     int scan_8w, pair_8w;          /* 64-column scans / the scan pair as 8-warp blocks where two fit (plan_scan_8w) */
     int scan_wg, bwd_scan_wg;      /* the wgmma forward / reverse scans (state_scan_wg_ok, bwd_state_scan_wg_ok) */

@@ -15,7 +15,9 @@
  * fwd ws W, U:      bf16 [NC*HV][BT][K], [NC*HV][BT][V] (the two-product forward chain) for bf16, chunk 64,
  *                   K and V of 64 or 128; bwd ws (policy R) W alike (the reverse scan's W chain)
  * bwd ws W̄:         fp32 [NC*HV][BT][Kp] (WY scratch) only for K > 128 or fp32 (else in shared memory)
- * bwd ws GVA:       HV > H: q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp] */
+ * bwd ws GVA:       HV > H: q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp]
+ * K < 16 (Plan::recurrent), every operator: the plain fp32 token recurrence (recurrent.cu) and its own layout
+ * (backend_common.cuh, recurrent_layout) instead of all of the above. */
 #include "cuda_backend.h"
 #include "rewy_test.h"
 #include "backend_common.cuh"
@@ -77,24 +79,29 @@ struct ScalarGates {
 /* The saved buffer: the operator's layout (backend_common.cuh), then the record the backward checks
  * (backend.h) in its own 256-B region, so the record is on the device like everything else saved.
  * The sizes under one plan (make_plan; force: the test-only override of rewy_test.h, NULL in the library's
- * calls). The saved regions depend on no choice of the plan, the workspaces do (ScalarGates::regions). */
+ * calls). The saved regions depend on one choice of the plan, Plan::recurrent (K < 16: the recurrence's own
+ * layout), the workspaces on more (ScalarGates::regions). */
 static rewy_sizes op_sizes(const rewy_config *cfg, const rewy_test_force *force) {
     rewy_sizes z;
+    const Plan pl = make_plan(cfg, force);
     if (cfg->op == REWY_OP_KDA || cfg->op == REWY_OP_GDN2) {
-        z.saved = rewy_cuda_vec_saved_size(cfg);
-        z.fwd = rewy_cuda_vec_fwd_workspace_size(cfg);
-        z.bwd = rewy_cuda_vec_bwd_workspace_size(cfg);
+        z.saved = rewy_cuda_vec_saved_size(cfg, pl);
+        z.fwd = rewy_cuda_vec_fwd_workspace_size(cfg, pl);
+        z.bwd = rewy_cuda_vec_bwd_workspace_size(cfg, pl);
     } else {
-        const Layout L = plan<ScalarGates>(cfg, make_plan(cfg, force));
+        const Layout L = plan<ScalarGates>(cfg, pl);
         z.saved = L.saved; z.fwd = L.fwd; z.bwd = L.bwd;
     }
     z.saved = al(z.saved) + al(sizeof(rewy_saved_record));
     return z;
 }
-/* The record's place, after the saved regions: no plan needed (the saved layout depends on none of its choices). */
-static rewy_saved_record *record_at(const void *saved, const rewy_config *cfg) {
+/* The record's place, after the saved regions. Of the plan's choices only Plan::recurrent changes the saved layout,
+ * and plan_recurrent needs no device query: the full plan is not made here. */
+static rewy_saved_record *record_at(const void *saved, const rewy_config *cfg, const rewy_test_force *force) {
     const bool vec = cfg->op == REWY_OP_KDA || cfg->op == REWY_OP_GDN2;
-    return at<rewy_saved_record>(saved, al(vec ? rewy_cuda_vec_saved_size(cfg) : plan<ScalarGates>(cfg, Plan()).saved));
+    Plan pl = {};
+    pl.recurrent = plan_recurrent(cfg, force ? *force : rewy_test_force_none());
+    return at<rewy_saved_record>(saved, al(vec ? rewy_cuda_vec_saved_size(cfg, pl) : plan<ScalarGates>(cfg, pl).saved));
 }
 static rewy_saved_record record_of(const rewy_config *cfg, const void *h0) {
     return rewy_saved_record_of(cfg, cfg->cu_seqlens_host, h0 != nullptr, "rewyGPU");
@@ -132,14 +139,14 @@ static rewy_status forward_with(const rewy_fwd_params *a, const rewy_test_force 
     const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
     rewy_status s = vec ? rewy_cuda_vec_forward(a, force) : host::forward<ScalarGates>(a, force);
     if (s) return s;
-    if (launch_record_write(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg), (cudaStream_t)a->cfg.stream))
+    if (launch_record_write(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg, force), (cudaStream_t)a->cfg.stream))
         return REWY_ERR_BACKEND;
     return REWY_OK;
 }
 
 static rewy_status backward_with(const rewy_bwd_params *a, const rewy_test_force *force) {
     /* the check runs first on the stream: on a mismatch nothing after it runs */
-    if (launch_record_check(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg), (cudaStream_t)a->cfg.stream))
+    if (launch_record_check(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg, force), (cudaStream_t)a->cfg.stream))
         return REWY_ERR_BACKEND;
     const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
     return vec ? rewy_cuda_vec_backward(a, force) : host::backward<ScalarGates>(a, force);
@@ -187,6 +194,7 @@ extern "C" rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_tes
     out->scan_bv = pl.scan_bv; out->scan_8w = pl.scan_8w; out->pair_8w = pl.pair_8w; out->scan_wg = pl.scan_wg;
     out->bwd_scan_wg = pl.bwd_scan_wg; out->scan_wg2 = pl.scan_wg2; out->fuse_output = pl.fuse_output;
     out->scan_wu = pl.scan_wu; out->beside_kkt = pl.beside_kkt; out->bwd_w = pl.bwd_w; out->chain_bvc = pl.chain_bvc;
+    out->recurrent = pl.recurrent;
     return REWY_OK;
 }
 

@@ -5,6 +5,7 @@
 #define REWY_CUDA_KERNELS_CUH
 
 #include "common.cuh"
+#include "recurrent.cuh" /* K < 16: the token recurrence (Plan::recurrent) */
 
 namespace rewy_cuda {
 

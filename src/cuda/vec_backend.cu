@@ -17,7 +17,8 @@
  *                   vec_intra's fast path instead, wherever it runs: vec_factors is then not launched):
  *                   E, F, Q_g factor_t [NC*HV][BT][Kp] each | lam fp32 [NC*HV][Kp] | GB fp32 [NC*HV][2][BT]
  * bwd ws W̄:         fp32 [NC*HV][BT][Kp] (WY scratch, sized whatever bwd_algo: the backward may switch)
- * bwd ws GVA:       HV > H: q̄, k̄ partials fp32 2×[NC*HV][BT][Kp] */
+ * bwd ws GVA:       HV > H: q̄, k̄ partials fp32 2×[NC*HV][BT][Kp]
+ * K < 16 (Plan::recurrent): the token recurrence instead (recurrent.cu; backend_common.cuh's forward and backward). */
 #include "vec_kernels.cuh"
 #include "backend_common.cuh"
 
@@ -89,10 +90,10 @@ struct VectorGates {
 
 } // namespace
 
-/* no vector region depends on the plan's choices (VectorGates::regions): the sizes take none */
-size_t rewy_cuda_vec_saved_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::saved, Plan()); }
-size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::fwd, Plan()); }
-size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg) { return layout_bytes<VectorGates>(cfg, &Layout::bwd, Plan()); }
+/* no vector region depends on the plan's choices (VectorGates::regions); the layout does on Plan::recurrent */
+size_t rewy_cuda_vec_saved_size(const rewy_config *cfg, const Plan &pl) { return layout_bytes<VectorGates>(cfg, &Layout::saved, pl); }
+size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg, const Plan &pl) { return layout_bytes<VectorGates>(cfg, &Layout::fwd, pl); }
+size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg, const Plan &pl) { return layout_bytes<VectorGates>(cfg, &Layout::bwd, pl); }
 
 rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *a, const rewy_test_force *force) {
     return host::forward<VectorGates>(a, force);

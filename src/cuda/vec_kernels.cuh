@@ -104,10 +104,10 @@ cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, con
 
 /* vec_backend.cu: the five backend entry points for KDA / GDN2 (same contract as cuda_backend.h).
  * cuda_backend.cu dispatches to them. force: the test-only override of the plan (rewy_test.h); NULL: none.
- * The sizes do not depend on the plan's choices for vector gates. */
-size_t rewy_cuda_vec_saved_size(const rewy_config *cfg);
-size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg);
-size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg);
+ * The sizes depend on one choice of the plan for vector gates: Plan::recurrent (K < 16: the recurrence's layout). */
+size_t rewy_cuda_vec_saved_size(const rewy_config *cfg, const rewy_cuda::Plan &pl);
+size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg, const rewy_cuda::Plan &pl);
+size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg, const rewy_cuda::Plan &pl);
 rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *p, const rewy_test_force *force = nullptr);
 rewy_status rewy_cuda_vec_backward(const rewy_bwd_params *p, const rewy_test_force *force = nullptr);
 

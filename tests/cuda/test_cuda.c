@@ -10,6 +10,8 @@
  *     previous inputs' results, and pass the oracle.
  *  3. KDA and GDN2 (the vector-gate kernels): the same matrix for them (strong decay, −1000 resets
  *     through the pairwise path, GVA, varlen, both policies, both pullbacks).
+ *  4. K < 16 (the plain fp32 token recurrence, src/cuda/recurrent.cu): K = 1..15 in every dtype, odd V, V = 1 and 256,
+ *     varlen with GVA, state_v_first, −inf resets (cases_small_k), appended to both matrices.
  *  Each matrix ends with extreme gates and scale (−inf resets, huge finite gates, mixed −1000/−0.1,
  *  scale 1e30 and 1e-30; a floored gate's ḡ must be exactly 0), and a NaN gate must propagate
  *  (cases.h: cases_extreme, nan_gate_checks).
@@ -71,12 +73,38 @@ static void quick_cases(case_list *l, rewy_op op) {
     c.state_v_first = 1; add(l, c);
 }
 
+/* K < 16: the plain fp32 token recurrence (src/cuda/recurrent.cu; the chunk path's bf16 intermediates failed MATH §10
+ * there, issue 25): K = 1, 2, 3, 4, 8, 15 in each element type, odd V (a partial warp), V = 1 and 256 (8 warps),
+ * packed varlen with grouped value heads and chunk 16 (the checkpoint spacing), state_v_first without h0 or ht, −inf
+ * resets, zero β, scale 1e30. Appended last (after the extreme cases), so every earlier case keeps its seed. */
+static void cases_small_k(case_list *l, rewy_op op, int quick) {
+    static const int Ks[6] = {1, 2, 3, 4, 8, 15};
+    static const rewy_dtype dts[3] = {REWY_BF16, REWY_F16, REWY_F32};
+    rewy_case c;
+    for (int i = 0; i < (quick ? 2 : 6); i++) {
+        c = base(op); c.T = 150; c.K = Ks[i]; c.V = i % 2 ? 37 : 64; c.dtype = dts[i % 3]; add(l, c);
+    }
+    c = base(op); set_seqs(&c, varlen, 5); c.K = 3; c.V = 33; c.H = 1; c.HV = 4; c.chunk_size = 16;
+    if (has_gates(op)) c.gates = REWY_GATES_RESET;
+    add(l, c);
+    if (quick) return;
+    c = base(op); c.T = 150; c.K = 4; c.V = 100; c.HV = 4; c.dtype = REWY_F32; c.chunk_size = 32; c.state_v_first = 1;
+    c.use_h0 = 0; c.no_ht = 1;
+    if (has_gates(op)) c.gates = REWY_GATES_NEG_INF;
+    add(l, c);
+    c = base(op); c.T = 70; c.K = 2; c.V = 256; c.betas = REWY_BETAS_ZERO; if (has_gates(op)) c.gates = REWY_GATES_STRONG; add(l, c);
+    c = base(op); c.T = 200; c.K = 5; c.V = 1; c.dtype = REWY_F32; c.scale = 1e30f; if (has_gates(op)) c.gates = REWY_GATES_HUGE;
+    add(l, c);
+}
+
 static void full_matrix(case_list *l) {
     core_cases(l, REWY_OP_DELTANET);
     core_cases(l, REWY_OP_GDN);
     /* extreme gates and scale (cases.h), last so the cases above keep their seeds */
     cases_extreme(l, REWY_OP_DELTANET);
     cases_extreme(l, REWY_OP_GDN);
+    cases_small_k(l, REWY_OP_DELTANET, 0);
+    cases_small_k(l, REWY_OP_GDN, 0);
 }
 
 /* --quick: −inf resets in fp32 varlen with GVA, and scale 1e30 with strong gates at chunk 16. */
@@ -90,6 +118,7 @@ static void quick_matrix(case_list *l) {
     quick_cases(l, REWY_OP_GDN);
     rewy_case c = base(REWY_OP_DELTANET); c.T = 20; c.K = 16; c.V = 24; c.dtype = REWY_F16; c.chunk_size = 16; add(l, c);
     quick_extreme(l, REWY_OP_GDN);
+    cases_small_k(l, REWY_OP_GDN, 1);
 }
 
 /* ------------------------------------------------------------------ the forced choices reach the plan */
@@ -103,10 +132,17 @@ static void test_forced_plan(test_counts *tc) {
     memset(&c, 0, sizeof c);
     c.op = REWY_OP_GDN; c.backend = REWY_BACKEND_CUDA; c.dtype = REWY_BF16;
     c.B = 2; c.T = 256; c.H = 2; c.K = 64; c.V = 64;
-    rewy_test_plan p, p128;
+    rewy_test_plan p, p128, p4;
     CHECK(tc, rewy_test_get_plan(&c, &f, &p) == REWY_OK, "plan: rewy_test_get_plan failed");
     c.V = 128;
     CHECK(tc, rewy_test_get_plan(&c, &f, &p128) == REWY_OK, "plan: rewy_test_get_plan (V = 128) failed");
+    c.V = 64; c.K = 4;
+    CHECK(tc, rewy_test_get_plan(&c, &f, &p4) == REWY_OK, "plan: rewy_test_get_plan (K = 4) failed");
+    /* K < 16 takes the token recurrence unless told (REWY_CUDA_RECURRENT=0/1 forces it off or on at any K) */
+    CHECK(tc, p4.recurrent == (f.recurrent != 0) && p.recurrent == (f.recurrent == 1) &&
+              p128.recurrent == (f.recurrent == 1),
+          "plan: the recurrence at K = 4 / 64: %d / %d (REWY_CUDA_RECURRENT %d)", p4.recurrent, p.recurrent, f.recurrent);
+    if (f.recurrent == 1) return; /* no chunk-path choice is taken then */
     printf("plan (K = V = 64): %d SMs, wgmma %d, scan_bv %d, 8w %d, wg %d/%d, wg2 %d, fused output %d, W/U %d, "
            "beside %d, W chain %d, chains %d\n", p.sms, p.wgmma, p.scan_bv, p.scan_8w, p.scan_wg, p.bwd_scan_wg,
            p.scan_wg2, p.fuse_output, p.scan_wu, p.beside_kkt, p.bwd_w, p.chain_bvc);
@@ -359,6 +395,7 @@ static void vec_matrix(case_list *l, int quick) {
         if (quick) quick_extreme(l, ops[i]);
         else cases_extreme(l, ops[i]);
     }
+    for (int i = 0; i < 2; i++) cases_small_k(l, ops[i], quick); /* K < 16: the token recurrence */
 }
 
 static void test_vector_gates(test_counts *tc, int quick) {
