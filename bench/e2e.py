@@ -519,7 +519,8 @@ def plot(data, png):
     fig, axes = plt.subplots(2, len(results), figsize=(5 * len(results), 6), squeeze=False,
                              gridspec_kw=dict(height_ratios=[3, 1]), sharex="col")
     styles = {"fla": dict(lw=1.6, color="tab:blue"), "rewy": dict(lw=1.0, ls="--", color="tab:red"),
-              "flashqla": dict(lw=1.0, ls=":", color="tab:green")}
+              "flashqla": dict(lw=1.0, ls=":", color="tab:green"), "rewy-a": dict(lw=1.0, ls="-.", color="tab:orange"),
+              "fla-again": dict(lw=1.0, ls=":", color="tab:gray"), "fla-noise": dict(lw=1.0, ls=":", color="tab:purple")}
     for col, (name, runs) in enumerate(results.items()):
         top, bottom = axes[0][col], axes[1][col]
         ref = runs.get("fla", {}).get("losses")
