@@ -304,7 +304,8 @@ static double rel_err_f32(const unsigned char *x, const double *ref, size_t n) {
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-static void test_graph(test_counts *tc) {
+/* K = 64 takes the chunk kernels, K = 4 the token recurrence (recurrent.cu) */
+static void test_graph(test_counts *tc, int K) {
     static const int lens[5] = {1, 15, 64, 65, 300};
     gbuf b;
     memset(&b, 0, sizeof b);
@@ -312,7 +313,7 @@ static void test_graph(test_counts *tc) {
     for (int i = 0; i < 5; i++) cu_h[i + 1] = cu_h[i] + lens[i];
     rewy_config *c = &b.cfg;
     c->op = REWY_OP_GDN; c->backend = REWY_BACKEND_CUDA; c->dtype = REWY_BF16;
-    c->B = 1; c->T = cu_h[5]; c->H = 2; c->HV = 4; c->K = 64; c->V = 48; c->chunk_size = 64;
+    c->B = 1; c->T = cu_h[5]; c->H = 2; c->HV = 4; c->K = K; c->V = 48; c->chunk_size = 64;
     c->num_seqs = 5; c->cu_seqlens_host = cu_h; c->policy = REWY_POLICY_R; c->bwd_algo = REWY_BWD_REWY;
     cudaStream_t st;
     CHECK(tc, cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess, "graph: stream");
@@ -384,8 +385,8 @@ static void test_graph(test_counts *tc) {
         double e_dg = rel_err_f32(x, dg, b.ng); x += b.ng * 4;
         double e_ht = rel_err_f32(x, ht, b.ns); x += b.ns * 4;
         double e_dh0 = rel_err_f32(x, dh0, b.ns);
-        printf("  graph replay seed %d: o %.2e ht %.2e dq %.2e dk %.2e dv %.2e dh0 %.2e dg %.2e dbeta %.2e\n",
-               (int)seed, e_o, e_ht, e_dq, e_dk, e_dv, e_dh0, e_dg, e_db);
+        printf("  graph replay K = %d seed %d: o %.2e ht %.2e dq %.2e dk %.2e dv %.2e dh0 %.2e dg %.2e dbeta %.2e\n",
+               K, (int)seed, e_o, e_ht, e_dq, e_dk, e_dv, e_dh0, e_dg, e_db);
         CHECK(tc, e_o <= 8e-3 && e_ht <= 8e-3 && e_dq <= 8e-3 && e_dk <= 8e-3 && e_dv <= 8e-3 && e_dh0 <= 8e-3 &&
                   e_dg <= 2e-2 && e_db <= 2e-2, "graph: replay (seed %d) fails the oracle", (int)seed);
         free(o); free(ht); free(dq); free(dk); free(dv); free(dg); free(db); free(dh0);
@@ -467,7 +468,10 @@ int main(int argc, char **argv) {
     printf("test_cuda: %d cases x 2 policies x {WY, ReWY}, %.1f s\n", l.n,
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     const char *ng = getenv("REWY_TEST_NO_GRAPH");
-    if (scalar && !(ng && ng[0] == '1')) test_graph(&tc);
+    if (scalar && !(ng && ng[0] == '1')) {
+        test_graph(&tc, 64);
+        test_graph(&tc, 4);
+    }
     test_vector_gates(&tc, quick);
     nan_gate_checks(&tc, REWY_BACKEND_CUDA, device_mem()); /* a NaN gate propagates (cases.h) */
     return test_finish(&tc);
