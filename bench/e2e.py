@@ -59,6 +59,9 @@ implementations. FLA run twice unperturbed is bit-identical on
 this stack (fla-again), so it cannot show how far training carries such a difference. Where
 fla-noise ran, a window passes (2) if it is within 1% or within NOISE_FACTOR (2) times the
 noise run's own worst window: the curve moved no further than bf16 noise moves FLA's.
+Where rewy ran under both policies, the table also prints how far those two curves part: R and A
+compute the same gradients and differ only in the rounding of the chunk states (recomputed, or kept
+from the forward), so that is the same kind of floor, measured without a perturbation.
 
 Time. All of it (three models, FLA and rewy, FLA's Triton compile and autotune) is meant to fit
 8 minutes on an H200. FLA's first steps compile and autotune every Triton kernel of a model
@@ -505,6 +508,14 @@ def print_table(results, min_steps):
             print(f"{name:6} {impl:9} {f(r.get('tok_s'), '9.0f')} {f(ratio, '6.3f')} {f(r.get('peak_gib'), '8.2f')} "
                   f"{f(r.get('attn_share'), '6.1%')} {f(r.get('attn_ms'), '8.2f')} {fin:10.4f} {f(mx, '10.2e')}  "
                   f"{verdict}{'  [cut at step %d]' % r['steps_done'] if r.get('cut') else ''}")
+        # rewy's two policies compute the same gradients and differ only in rounding (policy A keeps the
+        # forward's chunk states, R recomputes them): how far their curves part is a second noise floor
+        ra, rb = runs.get("rewy"), runs.get("rewy-a")
+        if ra and rb and ra.get("losses") and rb.get("losses"):
+            _, j = judge(ra["losses"], rb["losses"])
+            runs["rewy-a"]["vs_rewy"] = j
+            print(f"{name:6} rewy vs rewy-a (same gradients, other roundings): step 1 {j['step1_rel']:.2e}, "
+                  f"worst 20-step window {j['worst_window_rel']:.2e}")
 
 
 def plot(data, png):

@@ -90,6 +90,8 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     p.G = g.HV / c->H; p.N = g.N; p.NC = g.NC; p.Kp = g.Kp;
     Plan &pl = p.plan;
     pl.force = force ? *force : rewy_test_force_none();
+    pl.recurrent = plan_recurrent(c, pl.force);
+    if (pl.recurrent) return pl; /* none of the chunk path's choices applies, and no device query is needed */
     int dev = 0, sms = 0, per_sm = 0, rsv = 0, optin = 0;
     if (cudaGetDevice(&dev) == cudaSuccess) {
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 0;
@@ -100,8 +102,6 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     }
     pl.sms = sms; pl.smem_sm = (size_t)per_sm; pl.smem_rsv = (size_t)rsv; pl.smem_optin = (size_t)optin;
     pl.wgmma = wgmma_binary_ok(); /* each query of a kernel's attributes costs host time: once per call */
-    pl.recurrent = plan_recurrent(c, pl.force);
-    if (pl.recurrent) return pl; /* none of the chunk path's choices applies */
     const bool vec = c->op == REWY_OP_KDA || c->op == REWY_OP_GDN2;
     const rewy_dtype dt = c->dtype;
     pl.scan_bv = plan_scan_bv(p);
@@ -221,16 +221,19 @@ struct ScanGates {
 
 #define REWY_TRY(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) return REWY_ERR_BACKEND; } while (0)
 
-/* The recurrence's arguments (recurrent.cuh) common to its forward and backward. */
-inline RecArgs rec_args(const rewy_config *c, const Layout &L, const Prob &p, const void *saved) {
+/* The recurrence's arguments (recurrent.cuh) common to its forward and backward: the shape, the saved checkpoints
+ * and the inputs (a: rewy_fwd_params or rewy_bwd_params, which name them alike). */
+template <class Params> inline RecArgs rec_args(const Params *a, const Layout &L, const Prob &p) {
+    const rewy_config *c = &a->cfg;
     RecArgs r = {};
     r.op = c->op;
     r.N = p.N; r.T = c->T; r.H = c->H; r.HV = p.HV; r.K = c->K; r.V = c->V; r.BT = p.BT; r.G = p.G;
     r.svf = p.svf;
     r.scale = p.scale;
     r.cu = c->cu_seqlens;
-    r.coff = at<const int>(saved, L.coff);
-    r.ckpt = at<float>(saved, L.ckpt);
+    r.coff = at<const int>(a->saved, L.coff);
+    r.ckpt = at<float>(a->saved, L.ckpt);
+    r.q = a->q; r.k = a->k; r.v = a->v; r.beta = a->beta; r.b = a->b; r.w = a->w; r.g = a->g; r.h0 = a->h0;
     return r;
 }
 
@@ -239,8 +242,7 @@ inline rewy_status recurrent_forward(const rewy_fwd_params *a, const Layout &L, 
     const rewy_config *c = &a->cfg;
     cudaStream_t s = (cudaStream_t)c->stream;
     REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
-    RecArgs r = rec_args(c, L, p, a->saved);
-    r.q = a->q; r.k = a->k; r.v = a->v; r.beta = a->beta; r.b = a->b; r.w = a->w; r.g = a->g; r.h0 = a->h0;
+    RecArgs r = rec_args(a, L, p);
     r.o = a->o; r.ht = a->ht;
     REWY_TRY(launch_recurrent_forward(r, c->dtype, s));
     return REWY_OK;
@@ -250,8 +252,7 @@ inline rewy_status recurrent_forward(const rewy_fwd_params *a, const Layout &L, 
 inline rewy_status recurrent_backward(const rewy_bwd_params *a, const Layout &L, const Prob &p) {
     const rewy_config *c = &a->cfg;
     cudaStream_t s = (cudaStream_t)c->stream;
-    RecArgs r = rec_args(c, L, p, a->saved);
-    r.q = a->q; r.k = a->k; r.v = a->v; r.beta = a->beta; r.b = a->b; r.w = a->w; r.g = a->g; r.h0 = a->h0;
+    RecArgs r = rec_args(a, L, p);
     r.do_ = a->do_; r.dht = a->dht; r.dh0 = a->dh0;
     r.states = at<float>(a->workspace, L.rstates);
     r.dq = a->dq; r.dk = a->dk; r.dv = a->dv; r.dbeta = a->dbeta; r.db = a->db; r.dw = a->dw; r.dg = a->dg;

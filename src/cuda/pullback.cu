@@ -12,14 +12,14 @@
  *   T1 = Γ K, T2 = Γᵀ(β⊙K), T3 = Γ_H K, T4 = Γ_Hᵀ Q
  *   dq = scale (γ Xo + T3)
  *   dk = −βγ Xp + β T1 + T2 + T4 + e^{G_n−G} Xf
+ *   dv = β P,  dβ = ⟨k, −γ Xp + T1⟩ + ⟨P, v⟩                 (exact at β = 0)
+ *   Ḡ  = ⟨k, −βγ Xp + β T1 − T2 − T4 − e^{G_n−G} Xf⟩ + ⟨Q, γ Xo + T3⟩,
+ *   Ḡ_{n} += γ_n ⟨S̄⁺, S_c⟩ + Σ_j e^{G_n−G_j} ⟨k_j, Xf_j⟩,   dg = reverse cumsum of Ḡ in the chunk.
  * This general kernel takes Γ_H's diagonal (h_ii, decay e^0 = 1) out of T3, T4: it adds scale·h_ii k_i to dq
  * and scale·h_ii q_i to dk directly, and nothing to Ḡ, where its two terms ⟨Q, T3⟩ and −⟨k, T4⟩ cancel
  * exactly. Through two tf32 products with fp32 q, k they left a residual of ~1e-5 (tf32's 2^-11 of
  * h_ii⟨q, k⟩) in every ḡ of the chunk, larger than the whole ḡ where the states before a chunk's last
  * write are near 0 (issue 25's campaign). The fast kernel's bf16 operands make both products exact.
- *   dv = β P,  dβ = ⟨k, −γ Xp + T1⟩ + ⟨P, v⟩                 (exact at β = 0)
- *   Ḡ  = ⟨k, −βγ Xp + β T1 − T2 − T4 − e^{G_n−G} Xf⟩ + ⟨Q, γ Xo + T3⟩,
- *   Ḡ_{n} += γ_n ⟨S̄⁺, S_c⟩ + Σ_j e^{G_n−G_j} ⟨k_j, Xf_j⟩,   dg = reverse cumsum of Ḡ in the chunk.
  * Tiles: V in 64-column slabs; K in 64-column slabs (32 for WY and for fp32 inputs, to fit shared
  * memory). Every product runs on the tensor cores (tf32) and its epilogue adds its terms straight
  * into four [64][bk] accumulators (k̄, q̄, and per-element β̄ and Ḡ terms), so no product result is

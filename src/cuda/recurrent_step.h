@@ -22,6 +22,7 @@
 
 #include <math.h>
 #include "gates.h"
+#include "rewy.h" /* rewy_op */
 
 #ifdef __CUDACC__
 #define REC_HD __host__ __device__ __forceinline__
@@ -131,7 +132,7 @@ REC_UNROLL
 /* One token's gradients from the column sums: part holds nw partial sums (one per warp, in warp order), each
  * RecSlots::count() floats, summed in that order. io reads the token's key k(i), erase gate b(i) (β for DeltaNet,
  * GDN, KDA) and log gate g(i) (GDN: its scalar; never asked for DeltaNet), and takes the results: dq(i, ·) =
- * scale·A, dk(i, ·) = B + b ⊙ ē for every operator; by operator (rewy_op values 0..3): GDN2 db(i, ·) = ē ⊙ k and
+ * scale·A, dk(i, ·) = B + b ⊙ ē for every operator; by operator (rewy_op): GDN2 db(i, ·) = ē ⊙ k and
  * dg(i, ·); KDA dg(i, ·) and dbeta(·); GDN dg(0, Σ_i ḡ_i) and dbeta(·); DeltaNet dbeta(·). β̄ = Σ_K b̄ + Σ_V w̄
  * (MATH §5), in that order. A gate below the floor gets ḡ = 0 (rewy_gate_floor_grad; GDN: its one gate). */
 template <class IO> REC_HD void rec_finalize(int K, int op, int nw, const float *part, float scale, const IO &io) {
@@ -150,11 +151,11 @@ template <class IO> REC_HD void rec_finalize(int K, int op, int nw, const float 
         const float bbar = ebar * ki, gb = sum(sl.gbar(i));
         bsum += bbar;
         gsum += gb;
-        if (op == 3) io.db(i, bbar);                               /* GDN2 */
-        if (op >= 2) io.dg(i, rewy_gate_floor_grad(io.g(i), gb));  /* KDA, GDN2 */
+        if (op == REWY_OP_GDN2) io.db(i, bbar);
+        if (op == REWY_OP_KDA || op == REWY_OP_GDN2) io.dg(i, rewy_gate_floor_grad(io.g(i), gb));
     }
-    if (op == 1) io.dg(0, rewy_gate_floor_grad(io.g(0), gsum));   /* GDN: ḡ = Σ_K */
-    if (op != 3) io.dbeta(bsum + sum(sl.wsum()));                 /* DeltaNet, GDN, KDA */
+    if (op == REWY_OP_GDN) io.dg(0, rewy_gate_floor_grad(io.g(0), gsum)); /* ḡ = Σ_K */
+    if (op != REWY_OP_GDN2) io.dbeta(bsum + sum(sl.wsum()));              /* DeltaNet, GDN, KDA */
 }
 
 } // namespace rewy_cuda
