@@ -6,7 +6,8 @@
  *   make CUDA=1 BUILD=build/cuda-on build/cuda-on/bench/dev/variant_time
  *   REWY_CUDA_CHAIN=3 build/cuda-on/bench/dev/variant_time gdn 4 4096 16
  * Prints the median of 20 timed calls each way (CUDA events around one call) and the mean of 20 calls back to
- * back with one sync (GPU-bound). */
+ * back with one sync (GPU-bound). A fifth argument `once` runs one forward and one backward and nothing else (for ncu's
+ * per-kernel times: bench/dev/s22_candidates.sh). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -102,7 +103,7 @@ int main(int argc, char **argv) {
     const int B = argc > 2 ? atoi(argv[2]) : 4, T = argc > 3 ? atoi(argv[3]) : 4096, H = argc > 4 ? atoi(argv[4]) : 16;
     const int K = 128, V = 128;
     if (B < 1 || T < 1 || H < 1) {
-        fprintf(stderr, "usage: variant_time [gdn|delta] [B T H]\n");
+        fprintf(stderr, "usage: variant_time [gdn|delta] [B T H [once]]\n");
         return 2;
     }
     rewy_config c;
@@ -162,6 +163,12 @@ int main(int argc, char **argv) {
            gdn ? "GDN" : "DeltaNet", B, T, H, pl.scan_bv, pl.scan_8w, pl.scan_wg, pl.bwd_scan_wg, pl.fuse_output,
            pl.scan_wu, pl.beside_kkt, pl.bwd_w, pl.chain_bvc, pl.chain_ns, saved_b / 1048576.0, fwd_b / 1048576.0,
            bwd_b / 1048576.0);
+    if (argc > 5 && strcmp(argv[5], "once") == 0) {
+        RK(forced_forward(&f));
+        RK(forced_backward(&b));
+        CK(cudaDeviceSynchronize());
+        return 0;
+    }
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
