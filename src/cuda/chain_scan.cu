@@ -25,10 +25,9 @@ using bf16 = __nv_bfloat16;
  * rows 16-B aligned, and the eight rows of one 8 × 8 block of stmatrix in distinct banks */
 constexpr int STG_LD = 48;
 
-/* Shared memory of a chain block, bytes: NS stages (two: the next chunk's copies run beside this chunk's math;
- * one: they run after it, beside the math of the other block on the SM) of the larger of the two chains' tile
- * sets, then the warps' staging tiles */
-template <int KS, int BVC, int NS = 2> struct ChainLayout {
+/* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets, then the warps'
+ * staging tiles */
+template <int KS, int BVC> struct ChainLayout {
     static constexpr int LDK = KS + 8, LDV = BVC + 8;
     static constexpr int KT = MAXBT * LDK * 2;  /* a [64][KS] bf16 tile (K, Q, W) */
     static constexpr int VT = MAXBT * LDV * 2;  /* a [64][BVC] bf16 tile (U, Ō) */
@@ -38,7 +37,7 @@ template <int KS, int BVC, int NS = 2> struct ChainLayout {
     static constexpr int oK = 0, oW = KT, oX = 2 * KT, oGB = 2 * KT + VT, oQ = oGB + GBB, oC = oQ + KT;
     static constexpr int STAGE = oC + CT;
     /* each warp's staging tile: KS rows (S_c, S̄⁺; R, R̄ use 64) */
-    static constexpr int STG = KS * STG_LD, oSTG = NS * STAGE;
+    static constexpr int STG = KS * STG_LD, oSTG = 2 * STAGE;
     static constexpr int TOTAL = oSTG + (BVC / 16) * STG;
 };
 
@@ -173,12 +172,12 @@ __device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf
 #endif
 }
 
-template <int KS, int BVC, int VV, int NS>
+template <int KS, int BVC, int VV>
 __global__ void __launch_bounds__(BVC * 2)
 chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const cq_t *Cq, const float *h0,
                   state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int nb,
                   bool lean) {
-    using L = ChainLayout<KS, BVC, NS>;
+    using L = ChainLayout<KS, BVC>;
     constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
     constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
     constexpr int NTH = BVC * 2;  /* threads: one warp per 16 value columns */
@@ -250,13 +249,13 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
     ChunkInfo cn = p.ctab[rev ? c_end - 1 : c_begin];
     issue(rev ? c_end - 1 : c_begin, 0, cn);
     for (int it = 0; it < nch; it++) {
-        const int c = rev ? c_end - 1 - it : c_begin + it, b = NS == 2 ? it & 1 : 0;
+        const int c = rev ? c_end - 1 - it : c_begin + it, b = it & 1;
         const ChunkInfo ci = cn;
         const int n = ci.n;
         const size_t ch = (size_t)c * p.HV + hv;
         cp_async_wait_group<0>();
         __syncthreads(); /* chunk c's tiles are in; every warp is done with the other stage (the step before) */
-        if (NS == 2 && it + 1 < nch) {
+        if (it + 1 < nch) {
             cn = p.ctab[rev ? c - 1 : c + 1];
             issue(rev ? c - 1 : c + 1, b ^ 1, cn);
         }
@@ -332,11 +331,6 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             }, Qs, L::LDK);
             chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a, -1.f); }, Ws, L::LDK);
         }
-        if (NS == 1 && it + 1 < nch) { /* one stage: every warp is done with it, then the next chunk's copies */
-            __syncthreads();
-            cn = p.ctab[rev ? c - 1 : c + 1];
-            issue(rev ? c - 1 : c + 1, 0, cn);
-        }
     }
     if (rev && dh0) {
 #pragma unroll
@@ -361,10 +355,6 @@ int chain_scan_bvc(const Prob &p, rewy_dtype dt, bool vec) {
     if (force == 0 || sms == 0) return 0;
     int bvc = 0;
     if (force == 1) bvc = 2 * sh * (p.V / 64) <= sms ? 64 : p.V == 128 && 2 * sh <= sms ? 128 : 0;
-    else if (force == 3) { /* single-stage 64-column blocks, two per SM (chain_scan_ns) */
-        const size_t one = (p.Kp == 64 ? ChainLayout<64, 64, 1>::TOTAL : ChainLayout<128, 64, 1>::TOTAL) + p.plan.smem_rsv;
-        return sh * (p.V / 64) <= sms && 2 * one <= p.plan.smem_sm && p.V % 64 == 0 ? 64 : 0;
-    }
     else if (force == 2) bvc = p.V == 128 && 2 * sh <= sms ? 128 : 0; /* the default's 8-warp blocks, on the tests' shapes */
     else bvc = p.V == 128 && 2 * sh <= sms && scan_bv(p) == 64 ? 128 : 0;
     /* two stages of tiles must fit the device's shared memory (A100: 163 KB) */
@@ -372,10 +362,6 @@ int chain_scan_bvc(const Prob &p, rewy_dtype dt, bool vec) {
                                    : (bvc == 64 ? ChainLayout<128, 64>::TOTAL : ChainLayout<128, 128>::TOTAL);
     return bvc > 0 && need <= p.plan.smem_optin ? bvc : 0;
 }
-
-/* The chains' stages per block (Plan::chain_ns, after chain_bvc): 1 where force.chain = 3 took single-stage 64-column
- * blocks (two per SM: the copies of one block run beside the other's math), else 2. */
-int chain_scan_ns(const Prob &p) { return p.plan.force.chain == 3 && p.plan.chain_bvc == 64 ? 1 : 2; }
 
 cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,
                               const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_, const float *dht,
@@ -385,26 +371,18 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
     const bool lean = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)do_) & 15) == 0;
     auto go = [&](auto ks, auto bv) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value;
+        constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
-        auto fire = [&](auto vv, auto ns) {
-            constexpr int VV = decltype(vv)::value, NS = decltype(ns)::value;
-            constexpr size_t sm = ChainLayout<KS, BVC, NS>::TOTAL;
-            cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, NS>>(sm);
-            if (e == cudaSuccess && NS == 1) e = prefer_shared((const void *)chain_pair_kernel<KS, BVC, VV, NS>);
+        auto fire = [&](auto vv) {
+            constexpr int VV = decltype(vv)::value;
+            cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV>>(sm);
             if (e != cudaSuccess) return e;
-            chain_pair_kernel<KS, BVC, VV, NS><<<2 * nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, W, Cq,
-                                                                          h0, Sc, R, (const bf16 *)do_, dht, dh0, Sbar,
-                                                                          PR, nb, lean);
+            chain_pair_kernel<KS, BVC, VV><<<2 * nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, W, Cq, h0,
+                                                                      Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR, nb, lean);
             return cudaGetLastError();
         };
-        using N1 = std::integral_constant<int, 1>;
-        using N2 = std::integral_constant<int, 2>;
-        if constexpr (BVC == 128) return fire(std::integral_constant<int, 128>{}, N2{});
-        else {
-            if (p.plan.chain_ns == 1)
-                return p.V == 64 ? fire(std::integral_constant<int, 64>{}, N1{}) : fire(std::integral_constant<int, 128>{}, N1{});
-            return p.V == 64 ? fire(std::integral_constant<int, 64>{}, N2{}) : fire(std::integral_constant<int, 128>{}, N2{});
-        }
+        if constexpr (BVC == 128) return fire(std::integral_constant<int, 128>{});
+        else return p.V == 64 ? fire(std::integral_constant<int, 64>{}) : fire(std::integral_constant<int, 128>{});
     };
     using K64 = std::integral_constant<int, 64>;
     using K128 = std::integral_constant<int, 128>;

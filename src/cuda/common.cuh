@@ -63,7 +63,6 @@ struct Plan {
     int beside_kkt;                /* starting beside kkt_inverse (state_scan_beside_kkt) */
     int bwd_w;                     /* policy R's reverse scan runs the W chain (bwd_scan_uses_w) */
     int chain_bvc;                 /* policy R's register chains: value columns per block, 0: not (chain_scan_bvc) */
-    int chain_ns;                  /* their tile stages per block: 2, or 1 for two blocks per SM (chain_scan_ns) */
 };
 
 struct Prob {

@@ -25,8 +25,7 @@ typedef struct rewy_test_force {
     int scan_wu;     /* that scan reads W, U from kkt_inverse (where K, V allow): 0 off (A (Z − E S) instead) */
     int scan_beside; /* that scan starts beside kkt_inverse (sm_90, 16-column tiles): 0 off */
     int scan_wf;     /* policy R's reverse scan at 16 columns runs the W chain: 0 off (P in the chain) */
-    int chain;       /* policy R's register chains: 0 never, 1 wherever they fit, 2 128-column blocks where V = 128 fits,
-                      * 3 single-stage 64-column blocks, two per SM, where those fit */
+    int chain;       /* policy R's register chains: 0 never, 1 wherever they fit, 2 128-column blocks where V = 128 fits */
     int scan_wg;     /* the wgmma scans (sm_90a binary, bf16 fast path): 1 on, 0 off */
     int scan_wg2;    /* the wgmma scans at 64 columns as two warpgroups per block (V % 128 = 0): 0 off */
     int recurrent;   /* the plain fp32 token recurrence (recurrent.cu; the plan's choice for K < 16): 1 on at any K,
@@ -45,7 +44,6 @@ typedef struct rewy_test_plan {
     int sms, wgmma;
     size_t smem_optin;
     int scan_bv, scan_8w, pair_8w, scan_wg, bwd_scan_wg, scan_wg2, fuse_output, scan_wu, beside_kkt, bwd_w, chain_bvc;
-    int chain_ns;
     int recurrent; /* the token recurrence instead of the chunk path (then the chunk path's choices above are 0) */
 } rewy_test_plan;
 rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_test_force *f, rewy_test_plan *out);
