@@ -4,7 +4,7 @@
  * log-uniform in [0.001, 0.1]): the C-level measurement of a plan variant before it becomes the default (issue 24).
  * Nothing is checked here; test_cuda runs the same forced choices against the fp64 oracle.
  *   make CUDA=1 BUILD=build/cuda-on build/cuda-on/bench/dev/variant_time
- *   REWY_CUDA_CHAIN=3 build/cuda-on/bench/dev/variant_time gdn 4 4096 16
+ *   REWY_CUDA_CHAIN=2 build/cuda-on/bench/dev/variant_time gdn 4 4096 16
  * Prints the median of 20 timed calls each way (CUDA events around one call) and the mean of 20 calls back to
  * back with one sync (GPU-bound). A fifth argument `once` runs one forward and one backward and nothing else (for ncu's
  * per-kernel times: bench/dev/s22_candidates.sh). */
@@ -159,9 +159,9 @@ int main(int argc, char **argv) {
     const rewy_test_force fo = env_force();
     RK(rewy_test_get_plan(&c, &fo, &pl));
     printf("%s B=%d T=%d H=%d K=V=128 bf16, policy R: scan_bv %d 8w %d wg %d/%d fuse_output %d wu %d beside %d "
-           "bwd_w %d chain %d (stages %d); saved %.1f MiB, ws fwd %.1f / bwd %.1f MiB\n",
+           "bwd_w %d chain %d; saved %.1f MiB, ws fwd %.1f / bwd %.1f MiB\n",
            gdn ? "GDN" : "DeltaNet", B, T, H, pl.scan_bv, pl.scan_8w, pl.scan_wg, pl.bwd_scan_wg, pl.fuse_output,
-           pl.scan_wu, pl.beside_kkt, pl.bwd_w, pl.chain_bvc, pl.chain_ns, saved_b / 1048576.0, fwd_b / 1048576.0,
+           pl.scan_wu, pl.beside_kkt, pl.bwd_w, pl.chain_bvc, saved_b / 1048576.0, fwd_b / 1048576.0,
            bwd_b / 1048576.0);
     if (argc > 5 && strcmp(argv[5], "once") == 0) {
         RK(forced_forward(&f));
