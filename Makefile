@@ -323,6 +323,11 @@ $(BUILD)/tests/cuda/%: tests/cuda/%.c $(BUILD)/librewy_check.a $(BUILD)/librewy.
 	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< $(BUILD)/librewy_check.a \
 	  $(BUILD)/librewy.a $(LDLIBS) -o $@
 
+# bench/dev's C tools (variant_time: a plan variant's device time), linked like the device tests
+$(BUILD)/bench/dev/%: bench/dev/%.c $(BUILD)/librewy.a $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -DREWY_WITH_CUDA $(CFLAGS) -Itests -I$(CUDA_HOME)/include $< $(BUILD)/librewy.a $(LDLIBS) -lm -o $@
+
 # ---- Fuzzing (issue 25): libFuzzer over the C API on the CPU backend under ASan + UBSan
 # (tests/fuzz/fuzz_api.c; seeds in tests/fuzz/corpus). make test-fuzz (in make test): FUZZ_RUNS
 # executions from a fixed seed; make fuzz: FUZZ_SECONDS of fuzzing, the corpus kept in

@@ -488,8 +488,8 @@ __host__ __device__ constexpr VfLayout vf_layout(int KS, bool wy, unsigned db) {
     L.Gb = L.Kz;
     o = o > a_end ? o : a_end;
     L.Gs = o; o += L.gt;
-    /* mid, stv [KS]; keyp [4][KS]; segs [512]; rowg, rdb [64]; redb [4][64]; red [32] */
-    L.sf = o; o += 4 * (6 * KS + VF_THREADS + 2 * MAXBT + 4 * MAXBT + 32);
+    /* mid, stv [KS]; keyp [4][KS]; segs [512]; rowg, rdb, hd [64]; redb [4][64]; red [32] */
+    L.sf = o; o += 4 * (6 * KS + VF_THREADS + 3 * MAXBT + 4 * MAXBT + 32);
     L.total = o;
     return L;
 }
@@ -553,7 +553,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     float *Gs = reinterpret_cast<float *>(smc + L.Gs); /* [64][KS+4] G of the chunk (rows ≥ n, features ≥ Kp zero) */
     float *mid = reinterpret_cast<float *>(smc + L.sf), *stv = mid + KS, *keyp = stv + KS;
     float *segs = keyp + 4 * KS, *rowg = segs + VF_THREADS, *rdb = rowg + MAXBT, *redb = rdb + MAXBT;
-    float *red = redb + 4 * MAXBT;
+    float *red = redb + 4 * MAXBT, *hd = red + 32; /* hd [64]: H_q's diagonal */
     float *cblk = segs; /* [VF_NB][KS] block centers (blocked path); segs is written only by the final cumsum */
 
     const int rt = warp & 3, cq = warp >> 2;  /* this warp's row tile and column quarter */
@@ -803,10 +803,12 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
         Qa[d * LN + j] = qa;
     }
     __syncthreads(); /* the staged K, Q, b are dead: Dm … Ht go over them */
-    /* D = −𝓛_<(Dh) (ReWY: Dh = P Rᵀ; WY: Dh = AᵀĀAᵀ = −M̄), H_q = 𝓛_≤(Ō Rᵀ), each with its transpose */
+    /* D = −𝓛_<(Dh) (ReWY: Dh = P Rᵀ; WY: Dh = AᵀĀAᵀ = −M̄), H_q = 𝓛_<(Ō Rᵀ), each with its transpose; H_q's
+     * diagonal apart in hd (vec_pullback_kernel's header: it joins q̄, k̄ in the epilogue, never Ḡ) */
     pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) {
         const float d = (i < n && j < i) ? -Dh[s][e] : 0.f;
-        const float hq = (i < n && j <= i) ? Hh[s][e] : 0.f;
+        const float hq = (i < n && j < i) ? Hh[s][e] : 0.f;
+        if (j == i) hd[i] = i < n ? Hh[s][e] : 0.f;
         Dm[i * LN + j] = d;
         Dt[j * LN + i] = d;
         Hm[i * LN + j] = hq;
@@ -970,7 +972,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     }
     __syncthreads(); /* the Ḡ tile goes over Kz */
 
-    /* ---- chain rule to the inputs, from the registers: q̄ = scale·qk, k̄ = ek⊙b + yk, b̄ = ek⊙k,
+    /* ---- chain rule to the inputs, from the registers: q̄ = scale·(qk + h_ii k), k̄ = ek⊙b + yk + h_ii Q, b̄ = ek⊙k,
      * Ḡ = ek⊙b⊙k − yk⊙k + qk⊙Q; after this Eh holds b̄, Fh k̄, Qh q̄ ---- */
     float sb[2] = {0.f, 0.f};
     pf_each<NSK>(i0, jk, Eh, [&](int i, int j, int s, int e) {
@@ -983,8 +985,8 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
             sb[e >> 1] += dbv;
             gb = ek * bb * kk - yk * kk + qk * qs;
             Eh[s][e] = dbv;
-            Fh[s][e] = ek * bb + yk;
-            Qh[s][e] = sc * qk;
+            Fh[s][e] = ek * bb + yk + hd[i] * qs;
+            Qh[s][e] = sc * (qk + hd[i] * kk);
         }
         Gbt[i * LDG + j] = gb;
     });
