@@ -2,7 +2,13 @@
  * dht, no h0: ḡ at 1.24-1.32 of MATH §10's 2e-2 on the CUDA backend, 1e-6 on the CPU one) and its neighbours: the
  * same case under each variation, then 40 seeds of the case and of its variations, printing ḡ's err/tol (worst of WY
  * and ReWY) and the other gradients' worst err/tol. Session 22's probe of where the ḡ error comes from.
- *   build/cuda-on/bench/dev/dg_probe */
+ *   build/cuda-on/bench/dev/dg_probe   (link: as test_random, this file in place of test_random.c's main)
+ * The cause was found on the CPU first (session 22, a throwaway copy of the tree, not kept): its `mm` rounding both
+ * operands to k mantissa bits, and chunk_backward rounding S̄⁺ (or R) to 7 bits (bf16) before its products, all on
+ * request. Configuration 610 with the CPU backend, ḡ err/tol (then the worst over 40 other seeds): exact 0.000;
+ * tf32 products (10 bits) 0.096 (0.097); S̄⁺ bf16 1.007 (0.337); R bf16 0.383 (0.509); both 1.367 (0.462); S̄⁺ bf16
+ * only in F̄ = R S̄⁺ᵀ 1.018, only in R̄ = C_qᵀŌ + F S̄⁺ 0.030; S̄⁺ at 10 bits 0.090. docs/DESIGN.md, "S̄⁺ in bf16 and
+ * ḡ's conditioning". */
 #define main test_random_main
 #include "../../tests/cuda/test_random.c"
 #undef main
