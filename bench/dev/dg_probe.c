@@ -2,7 +2,11 @@
  * dht, no h0: ḡ at 1.24-1.32 of MATH §10's 2e-2 on the CUDA backend, 1e-6 on the CPU one) and its neighbours: the
  * same case under each variation, then 40 seeds of the case and of its variations, printing ḡ's err/tol (worst of WY
  * and ReWY) and the other gradients' worst err/tol. Session 22's probe of where the ḡ error comes from.
- *   build/cuda-on/bench/dev/dg_probe   (link: as test_random, this file in place of test_random.c's main)
+ * Build (after make CUDA=1 BUILD=build/cuda-on lib build/cuda-on/librewy_check.a; not the bench/dev pattern rule, which
+ * links librewy.a alone):
+ *   cc -std=c11 -O2 -Iinclude -Isrc -Itests -Itests/cuda -I/usr/local/cuda/include -DREWY_WITH_CUDA bench/dev/dg_probe.c \
+ *      build/cuda-on/librewy_check.a build/cuda-on/librewy.a -lm -fopenmp -L/usr/local/cuda/lib64 -lcudart_static \
+ *      -ldl -lrt -lpthread -lstdc++ -o build/cuda-on/bench/dev/dg_probe
  * The cause was found on the CPU first (session 22, a throwaway copy of the tree, not kept): its `mm` rounding both
  * operands to k mantissa bits, and chunk_backward rounding S̄⁺ (or R) to 7 bits (bf16) before its products, all on
  * request. Configuration 610 with the CPU backend, ḡ err/tol (then the worst over 40 other seeds): exact 0.000;

@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     const int B = argc > 2 ? atoi(argv[2]) : 4, T = argc > 3 ? atoi(argv[3]) : 4096, H = argc > 4 ? atoi(argv[4]) : 16;
     const int K = 128, V = 128;
     if (B < 1 || T < 1 || H < 1) {
-        fprintf(stderr, "usage: variant_time [gdn|delta] [B T H [once]]\n");
+        fprintf(stderr, "usage: variant_time [gdn|delta] [B T H [once|time [A]]]\n");
         return 2;
     }
     rewy_config c;
@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
     c.backend = REWY_BACKEND_CUDA;
     c.dtype = REWY_BF16;
     c.B = B; c.T = T; c.H = H; c.HV = H; c.K = K; c.V = V;
-    c.policy = REWY_POLICY_R;
+    c.policy = argc > 6 && strcmp(argv[6], "A") == 0 ? REWY_POLICY_A : REWY_POLICY_R;
     c.bwd_algo = REWY_BWD_REWY;
     const size_t tok = (size_t)B * T, nqk = tok * H * K, nv = tok * H * V, ns = (size_t)B * H * K * V;
 
@@ -158,9 +158,9 @@ int main(int argc, char **argv) {
     rewy_test_plan pl;
     const rewy_test_force fo = env_force();
     RK(rewy_test_get_plan(&c, &fo, &pl));
-    printf("%s B=%d T=%d H=%d K=V=128 bf16, policy R: scan_bv %d 8w %d wg %d/%d fuse_output %d wu %d beside %d "
+    printf("%s B=%d T=%d H=%d K=V=128 bf16, policy %c: scan_bv %d 8w %d wg %d/%d fuse_output %d wu %d beside %d "
            "bwd_w %d chain %d; saved %.1f MiB, ws fwd %.1f / bwd %.1f MiB\n",
-           gdn ? "GDN" : "DeltaNet", B, T, H, pl.scan_bv, pl.scan_8w, pl.scan_wg, pl.bwd_scan_wg, pl.fuse_output,
+           gdn ? "GDN" : "DeltaNet", B, T, H, c.policy == REWY_POLICY_A ? 'A' : 'R', pl.scan_bv, pl.scan_8w, pl.scan_wg, pl.bwd_scan_wg, pl.fuse_output,
            pl.scan_wu, pl.beside_kkt, pl.bwd_w, pl.chain_bvc, saved_b / 1048576.0, fwd_b / 1048576.0,
            bwd_b / 1048576.0);
     if (argc > 5 && strcmp(argv[5], "once") == 0) {
