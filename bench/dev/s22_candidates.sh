@@ -27,12 +27,6 @@ for op in gdn delta; do
 done 2>&1 | tee $OUT/variants.log
 # per-kernel device time (ncu, one forward and one backward each, clocks and caches left alone): GDN (4,4096,16)
 for v in "" REWY_CUDA_CHAIN=3 REWY_CUDA_SCAN_OUT=0; do
-  echo "[ncu gdn ${v:-default}]"
-  env $v timeout 90 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-    $V gdn 4 4096 16 once 2>/dev/null | python3 -c "
-import csv,sys
-rows=[r for r in csv.reader(l for l in sys.stdin if l.startswith('\"'))]
-h=rows[0]; n=h.index('Kernel Name'); m=h.index('Metric Value')
-for r in rows[1:]: print('%9.1f us  %s'%(float(r[m].replace(',',''))/1e3, r[n][:100]))"
+  echo "[ncu gdn ${v:-default}]"; ( [ -n "$v" ] && export $v; kernel_table $V gdn 4 4096 16 )
 done 2>&1 | tee $OUT/kernels.log
 echo "total $(el)"

@@ -19,13 +19,7 @@ for op in gdn delta; do
   done
 done 2>&1 | tee $OUT/variants.log
 for v in "" REWY_CUDA_PB_P=0; do
-  echo "[ncu gdn ${v:-default}]"
-  env $v timeout 90 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-    $V gdn 4 4096 16 once 2>/dev/null | python3 -c "
-import csv,sys
-rows=[r for r in csv.reader(l for l in sys.stdin if l.startswith('\"'))]
-h=rows[0]; n=h.index('Kernel Name'); m=h.index('Metric Value')
-for r in rows[1:]: print('%9.1f us  %s'%(float(r[m].replace(',',''))/1e3, r[n][:100]))"
+  echo "[ncu gdn ${v:-default}]"; ( [ -n "$v" ] && export $v; kernel_table $V gdn 4 4096 16 )
 done 2>&1 | tee $OUT/kernels.log
 echo "timing done $(el)"
 { timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $T/test_cuda --quick 2>&1 | grep -E "ERROR SUMMARY" | tail -1
