@@ -549,7 +549,8 @@ def plot(data, png):
         bottom.set_ylabel("loss − FLA's")
         bottom.set_xlabel("step")
     m = data["meta"]
-    fig.suptitle(f"rewy vs FLA, end to end: {m.get('gpu', '')}, B={m['batch']} T={m['seq']}, "
+    # two lines: one model's column (5 inches) is narrower than the whole title
+    fig.suptitle(f"rewy vs FLA, end to end: {m.get('gpu', '')}\nB={m['batch']} T={m['seq']}, "
                  f"hidden {m['hidden']}, {m['layers']} layers, commit {m.get('commit', '?')[:9]}", fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
