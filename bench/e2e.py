@@ -667,6 +667,19 @@ def git_commit():
         return "unknown"
 
 
+def library_id():
+    """The rewy library the runs load: its path and SHA-256. A device's copy of the tree may name another commit than
+    the one its library was built from (session 22's JSON said aeb6778 for a build of 61bf01a's kernels)."""
+    import hashlib
+    try:
+        import rewy._lib as rl
+        path = rl.lib().path
+        with open(path, "rb") as f:
+            return dict(path=path, sha256=hashlib.sha256(f.read()).hexdigest())
+    except Exception as e:  # the runs themselves report a missing library
+        return dict(error=str(e))
+
+
 def versions():
     out = {"torch": torch.__version__}
     for mod in ("triton", "transformers", "fla", "flash_qla"):
@@ -786,7 +799,7 @@ def main(argv=None):
     if a.prewarm == "on" or (a.prewarm == "auto" and device.type == "cuda"):
         prewarm(a, impls_of, argv if argv is not None else sys.argv[1:], deadline)
 
-    meta = dict(commit=git_commit(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    meta = dict(commit=git_commit(), library=library_id(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (selftest)",
                 versions=versions(), argv=sys.argv[1:], batch=a.batch, seq=a.seq, hidden=a.hidden, heads=a.heads,
                 layers=a.layers, vocab=a.vocab, steps=a.steps, timed_steps=a.timed_steps,
