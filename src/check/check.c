@@ -752,6 +752,52 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
 /* ---------------------------------------------------------------- a NaN gate */
 
 /* Non-finite elements of x[i0 .. i0 + n) (type t). */
+int rewy_check_dht_sensitivity(const rewy_case *c, double rel[REWY_Q_COUNT]) {
+    for (int q = 0; q < REWY_Q_COUNT; q++) rel[q] = 0.0;
+    dims d;
+    char msg[160];
+    if (!c->use_dht || case_dims(c, &d, msg, sizeof msg)) return 1;
+    pool p = {.mem = NULL};
+    inputs in;
+    if (make_inputs(c, &d, &p, &in)) { pool_free(&p); return 1; }
+    rewy_config cfg;
+    fill_cfg(c, &d, &cfg);
+    rewy_ref_problem rp;
+    memset(&rp, 0, sizeof rp);
+    rp.cfg = cfg;
+    rp.cfg.cu_seqlens = d.nseq ? d.cu : NULL;
+    rp.cfg.cu_seqlens_host = rp.cfg.cu_seqlens;
+    rp.q = in.q64; rp.k = in.k64; rp.v = in.v64; rp.g = in.g64;
+    rp.beta = in.beta64; rp.b = in.b64; rp.w = in.w64; rp.h0 = in.h064;
+    /* the gradients in the rewy_qty order from q̄ on: q̄, k̄, v̄, ḡ, β̄, b̄, w̄, dh0; two sets (exact dht, bf16 dht) */
+    const size_t n[8] = {d.nq, d.nq, d.nv, d.ng, d.nbeta, d.nb, d.nw, c->use_h0 ? d.ns : 0};
+    double *gr[2][8];
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 8; i++) gr[s][i] = n[i] ? host_alloc(&p, n[i] * sizeof(double)) : NULL;
+    double *dht16 = host_alloc(&p, d.ns * sizeof(double));
+    if (p.failed) { pool_free(&p); return 1; }
+    for (size_t i = 0; i < d.ns; i++) { /* bf16 of the fp32 value, nearest even (rewy_store's rounding) */
+        uint16_t h;
+        rewy_store(&h, REWY_BF16, 0, (float)in.dht64[i]);
+        dht16[i] = rewy_load(&h, REWY_BF16, 0);
+    }
+    int rc = 0;
+    for (int s = 0; s < 2 && !rc; s++)
+        rc = rewy_ref_backward(&rp, in.do64, s ? dht16 : in.dht64, gr[s][0], gr[s][1], gr[s][2], gr[s][3], gr[s][4],
+                               gr[s][5], gr[s][6], gr[s][7]);
+    for (int i = 0; i < 8 && !rc; i++) {
+        double dd = 0.0, rr = 0.0;
+        for (size_t e = 0; e < n[i]; e++) {
+            const double x = gr[1][i][e] - gr[0][i][e];
+            dd += x * x;
+            rr += gr[0][i][e] * gr[0][i][e];
+        }
+        rel[REWY_Q_DQ + i] = rr > 0.0 ? sqrt(dd / rr) : 0.0;
+    }
+    pool_free(&p);
+    return rc;
+}
+
 static long count_nonfinite(const void *x, rewy_dtype t, size_t i0, size_t n) {
     long c = 0;
     for (size_t i = i0; i < i0 + n; i++) c += !isfinite(rewy_load(x, t, i));

@@ -148,6 +148,13 @@ typedef struct rewy_check_nan {
 } rewy_check_nan;
 int rewy_check_nan_gate(const rewy_case *c, const rewy_check_mem *mem, int tok, rewy_check_nan *r);
 
+/* The gradients' own sensitivity to the final-state gradient stored in bf16, as the CUDA backend stores every
+ * chunk's S̄⁺ (docs/DESIGN.md, "S̄⁺ in bf16 and ḡ's conditioning"): the fp64 oracle's backward once with the case's
+ * dht and once with dht rounded to bf16, rel[q] = ‖Δ‖ / ‖ref‖ per gradient (0 where it does not apply). A failing
+ * configuration whose sensitivity is near its error is conditioned so, not wrong. Needs use_dht; returns nonzero on
+ * a harness error or without dht. Host only: the oracle. */
+int rewy_check_dht_sensitivity(const rewy_case *c, double rel[REWY_Q_COUNT]);
+
 /* Header line + one line per quantity: rel errors of fwd / WY / ReWY, WY-vs-ReWY, verdict. */
 void rewy_check_print_table(FILE *f, const rewy_case *c, const rewy_check_result *r);
 /* One JSON object (no trailing newline). */

@@ -201,6 +201,13 @@ int main(int argc, char **argv) {
             rewy_check_describe(&c, desc, sizeof desc);
             printf("FAIL configuration %ld: %s (alone: test_random --seed %ld --start %ld --count 1%s)\n", i,
                    desc, seed, i, all_gates ? " --all-gates" : "");
+            /* how much of it the case's own conditioning explains: the exact gradients' change when the final-state
+             * gradient is stored in bf16 (as every chunk's S̄⁺ is), against the tolerance; the verdict stands */
+            double sens[REWY_Q_COUNT];
+            if (c.use_dht && !rewy_check_dht_sensitivity(&c, sens))
+                printf("  conditioning: with dht in bf16 the exact q̄ k̄ v̄ ḡ move by %.2f %.2f %.2f %.2f of their "
+                       "tolerances\n", sens[REWY_Q_DQ] / REWY_CHECK_TOL_MAIN, sens[REWY_Q_DK] / REWY_CHECK_TOL_MAIN,
+                       sens[REWY_Q_DV] / REWY_CHECK_TOL_MAIN, sens[REWY_Q_DG] / REWY_CHECK_TOL_GATE);
         }
         /* a device fault leaves the context unusable: stop instead of failing every later configuration */
         cudaError_t ce = cudaDeviceSynchronize();
