@@ -457,6 +457,18 @@ static void fill_cfg(const rewy_case *c, const dims *d, rewy_config *cfg) {
 }
 
 /* The three size queries a run needs; the first failing one's status. mem's hooks (check.h) where given. */
+/* The oracle's problem: the config on the host's cu_seqlens, and the inputs' fp64 values */
+static rewy_ref_problem ref_problem(const rewy_config *cfg, const dims *d, const inputs *in) {
+    rewy_ref_problem rp;
+    memset(&rp, 0, sizeof rp);
+    rp.cfg = *cfg;
+    rp.cfg.cu_seqlens = d->nseq ? d->cu : NULL;
+    rp.cfg.cu_seqlens_host = rp.cfg.cu_seqlens;
+    rp.q = in->q64; rp.k = in->k64; rp.v = in->v64; rp.g = in->g64;
+    rp.beta = in->beta64; rp.b = in->b64; rp.w = in->w64; rp.h0 = in->h064;
+    return rp;
+}
+
 static rewy_status query_sizes(const rewy_check_mem *mem, const rewy_config *cfg, size_t *saved, size_t *fws,
                                size_t *bws) {
     if (mem && mem->sizes) return mem->sizes(mem->user, cfg, saved, fws, bws);
@@ -602,13 +614,7 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
     /* The oracle: fp64 token recurrence on exactly the rounded inputs. Always produce the
      * final state (even when the library is not asked for it: the gradients need dht only). */
     {
-        rewy_ref_problem rp;
-        memset(&rp, 0, sizeof rp);
-        rp.cfg = cfg;
-        rp.cfg.cu_seqlens = d.nseq ? d.cu : NULL;
-        rp.cfg.cu_seqlens_host = rp.cfg.cu_seqlens;
-        rp.q = in.q64; rp.k = in.k64; rp.v = in.v64; rp.g = in.g64;
-        rp.beta = in.beta64; rp.b = in.b64; rp.w = in.w64; rp.h0 = in.h064;
+        const rewy_ref_problem rp = ref_problem(&cfg, &d, &in);
         double *ht_ref = qb[REWY_Q_HT].ref ? qb[REWY_Q_HT].ref : host_alloc(&p, d.ns * sizeof(double));
         if (!ht_ref || rewy_ref_forward(&rp, qb[REWY_Q_O].ref, ht_ref) ||
             rewy_ref_backward(&rp, in.do64, in.dht64, qb[REWY_Q_DQ].ref, qb[REWY_Q_DK].ref,
@@ -762,13 +768,7 @@ int rewy_check_dht_sensitivity(const rewy_case *c, double rel[REWY_Q_COUNT]) {
     if (make_inputs(c, &d, &p, &in)) { pool_free(&p); return 1; }
     rewy_config cfg;
     fill_cfg(c, &d, &cfg);
-    rewy_ref_problem rp;
-    memset(&rp, 0, sizeof rp);
-    rp.cfg = cfg;
-    rp.cfg.cu_seqlens = d.nseq ? d.cu : NULL;
-    rp.cfg.cu_seqlens_host = rp.cfg.cu_seqlens;
-    rp.q = in.q64; rp.k = in.k64; rp.v = in.v64; rp.g = in.g64;
-    rp.beta = in.beta64; rp.b = in.b64; rp.w = in.w64; rp.h0 = in.h064;
+    const rewy_ref_problem rp = ref_problem(&cfg, &d, &in);
     /* the gradients in the rewy_qty order from q̄ on: q̄, k̄, v̄, ḡ, β̄, b̄, w̄, dh0; two sets (exact dht, bf16 dht) */
     const size_t n[8] = {d.nq, d.nq, d.nv, d.ng, d.nbeta, d.nb, d.nw, c->use_h0 ? d.ns : 0};
     double *gr[2][8];
