@@ -76,6 +76,7 @@ run that passes it (the table says so); FlashQLA's column runs last for that rea
 import argparse
 import collections
 import functools
+import hashlib
 import importlib
 import json
 import math
@@ -670,7 +671,6 @@ def git_commit():
 def library_id():
     """The rewy library the runs load: its path and SHA-256. A device's copy of the tree may name another commit than
     the one its library was built from (session 22's JSON said aeb6778 for a build of 61bf01a's kernels)."""
-    import hashlib
     try:
         import rewy._lib as rl
         path = rl.lib().path

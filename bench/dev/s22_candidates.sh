@@ -1,4 +1,5 @@
 #!/bin/bash
+# A record of session 22: REWY_CUDA_CHAIN=3 lost and is gone (docs/PERF.md, history); the other variants remain.
 # Prepared in session 21 for the next device call: branch s22-candidates = main + vec-fast-hdiag (H_q's diagonal out of
 # the fast vector pullback's tf32 products; test_cuda's cases_tiny_dg) + chain-2sm (REWY_CUDA_CHAIN=3: single-stage
 # 64-column chain blocks, two per SM; bench/dev/variant_time), none of it run on a GPU yet. Build here, then carry:

@@ -1,4 +1,5 @@
 #!/bin/bash
+# A record of session 22: the variant it measured lost and is gone (docs/PERF.md, history); its force no longer exists.
 # Session 22: ReWY's P = Aᵀ R̄ inside the fast pullback (Plan::pb_p, default where it fits) against its own pass
 # (REWY_CUDA_PB_P=0, pullback_p.cu): the oracle matrix both ways and with the 64-column chains, the campaign, the
 # variants' device time at GDN/DeltaNet (4,4096,16) and the per-kernel table, then the sanitizers on the default.

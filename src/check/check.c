@@ -456,7 +456,6 @@ static void fill_cfg(const rewy_case *c, const dims *d, rewy_config *cfg) {
     cfg->state_v_first = c->state_v_first;
 }
 
-/* The three size queries a run needs; the first failing one's status. mem's hooks (check.h) where given. */
 /* The oracle's problem: the config on the host's cu_seqlens, and the inputs' fp64 values */
 static rewy_ref_problem ref_problem(const rewy_config *cfg, const dims *d, const inputs *in) {
     rewy_ref_problem rp;
@@ -469,6 +468,7 @@ static rewy_ref_problem ref_problem(const rewy_config *cfg, const dims *d, const
     return rp;
 }
 
+/* The three size queries a run needs; the first failing one's status. mem's hooks (check.h) where given. */
 static rewy_status query_sizes(const rewy_check_mem *mem, const rewy_config *cfg, size_t *saved, size_t *fws,
                                size_t *bws) {
     if (mem && mem->sizes) return mem->sizes(mem->user, cfg, saved, fws, bws);
@@ -755,9 +755,8 @@ int rewy_check_run(const rewy_case *c, const rewy_check_mem *mem, rewy_check_res
     return 0;
 }
 
-/* ---------------------------------------------------------------- a NaN gate */
+/* ---------------------------------------------------------------- conditioning */
 
-/* Non-finite elements of x[i0 .. i0 + n) (type t). */
 int rewy_check_dht_sensitivity(const rewy_case *c, double rel[REWY_Q_COUNT]) {
     for (int q = 0; q < REWY_Q_COUNT; q++) rel[q] = 0.0;
     dims d;
@@ -775,12 +774,9 @@ int rewy_check_dht_sensitivity(const rewy_case *c, double rel[REWY_Q_COUNT]) {
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < 8; i++) gr[s][i] = n[i] ? host_alloc(&p, n[i] * sizeof(double)) : NULL;
     double *dht16 = host_alloc(&p, d.ns * sizeof(double));
+    void *bf = host_alloc(&p, d.ns * rewy_dtype_size(REWY_BF16));
     if (p.failed) { pool_free(&p); return 1; }
-    for (size_t i = 0; i < d.ns; i++) { /* bf16 of the fp32 value, nearest even (rewy_store's rounding) */
-        uint16_t h;
-        rewy_store(&h, REWY_BF16, 0, (float)in.dht64[i]);
-        dht16[i] = rewy_load(&h, REWY_BF16, 0);
-    }
+    round_to(REWY_BF16, in.dht, d.ns, bf, dht16); /* the fp32 dht as the CUDA backend stores S̄⁺ */
     int rc = 0;
     for (int s = 0; s < 2 && !rc; s++)
         rc = rewy_ref_backward(&rp, in.do64, s ? dht16 : in.dht64, gr[s][0], gr[s][1], gr[s][2], gr[s][3], gr[s][4],
@@ -798,6 +794,9 @@ int rewy_check_dht_sensitivity(const rewy_case *c, double rel[REWY_Q_COUNT]) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- a NaN gate */
+
+/* Non-finite elements of x[i0 .. i0 + n) (type t). */
 static long count_nonfinite(const void *x, rewy_dtype t, size_t i0, size_t n) {
     long c = 0;
     for (size_t i = i0; i < i0 + n; i++) c += !isfinite(rewy_load(x, t, i));
