@@ -110,6 +110,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wg = state_scan_wg_ok(p, dt, ptr.k, ptr.v, vec);
     pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
     pl.scan_wg2 = plan_scan_wg2(p);
+    pl.fwd_chain = chain_forward_bvc(p, dt, vec);
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
@@ -166,13 +167,15 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.fG = o;
     if (L.ws_gate) o += al(r.gate);
     /* W, U: where the forward takes them it fuses the output, and under policy R it then writes no S_c or R,
-     * so they go over those regions (as far as they reach) */
-    const size_t wu_at = polA ? o : L.fSc;
+     * so they go over those regions (as far as they reach). The forward's register chain (the plan's fwd_chain)
+     * writes S_c and R for output.cu: W then follows them, and U goes over R (the chain writes R in its place). */
+    const bool chain = pl.fwd_chain > 0 && r.W > 0;
+    const size_t wu_at = polA || chain ? o : L.fSc;
     L.has_wu = r.W > 0 && r.U > 0;
     L.fW = wu_at;
     L.fU = wu_at + al(r.W);
     L.fRdy = L.fU + al(r.U); /* kkt's ready flags, one int per chunk and value head (state_scan_beside_kkt) */
-    const size_t wu_end = L.fRdy + (L.has_wu ? al(sizeof(int) * chh) : 0);
+    const size_t wu_end = chain ? L.fW + al(r.W) : L.fRdy + (L.has_wu ? al(sizeof(int) * chh) : 0);
     if (wu_end > o) o = wu_end;
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
@@ -280,10 +283,22 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
     cq_t *Cq = polA ? at<cq_t>(a->saved, L.Cq) : at<cq_t>(a->workspace, L.fCq);
     REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
     ScanGates sg;
+    state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
+    rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
+    WuOut wu;
+    if (!Op::vector_gates && pl.fwd_chain > 0 && L.has_wu) {
+        /* the register chain (two products a step, the state in registers) from W, and U over R's region; then the
+         * output in parallel over the chunks */
+        wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
+        wu.U = reinterpret_cast<__nv_bfloat16 *>(R);
+        REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
+        REWY_TRY(launch_chain_forward(p, pl.fwd_chain, a->k, sg.GB, wu.W, a->h0, a->ht, Sc, R, s));
+        REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, nullptr, a->o, s));
+        return REWY_OK;
+    }
     /* the scan computes o itself (scalar gates only: vector gates' operands come from the gates stage), and then
      * runs the two-product chain, with W and U from the gates stage, where the shapes allow */
     const bool fo = !Op::vector_gates && pl.fuse_output;
-    WuOut wu;
     if (fo && L.has_wu && pl.scan_wu) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
@@ -294,8 +309,6 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
         }
     }
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
-    state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
-    rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
     if (fo) {
         /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
         ScanOut so;

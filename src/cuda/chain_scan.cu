@@ -25,9 +25,9 @@ using bf16 = __nv_bfloat16;
  * rows 16-B aligned, and the eight rows of one 8 × 8 block of stmatrix in distinct banks */
 constexpr int STG_LD = 48;
 
-/* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets, then the warps'
- * staging tiles */
-template <int KS, int BVC> struct ChainLayout {
+/* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets (PAIR; the forward
+ * chain alone: K, W, U, G and β), then the warps' staging tiles */
+template <int KS, int BVC, bool PAIR = true> struct ChainLayout {
     static constexpr int LDK = KS + 8, LDV = BVC + 8;
     static constexpr int KT = MAXBT * LDK * 2;  /* a [64][KS] bf16 tile (K, Q, W) */
     static constexpr int VT = MAXBT * LDV * 2;  /* a [64][BVC] bf16 tile (U, Ō) */
@@ -35,7 +35,7 @@ template <int KS, int BVC> struct ChainLayout {
     static constexpr int GBB = 2 * MAXBT * 4;   /* G, β */
     /* offsets in a stage: K, W, X (U or Ō), GB, then the reverse scan's Q, C_q */
     static constexpr int oK = 0, oW = KT, oX = 2 * KT, oGB = 2 * KT + VT, oQ = oGB + GBB, oC = oQ + KT;
-    static constexpr int STAGE = oC + CT;
+    static constexpr int STAGE = PAIR ? oC + CT : oQ;
     /* each warp's staging tile: KS rows (S_c, S̄⁺; R, R̄ use 64) */
     static constexpr int STG = KS * STG_LD, oSTG = 2 * STAGE;
     static constexpr int TOTAL = oSTG + (BVC / 16) * STG;
@@ -172,17 +172,19 @@ __device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf
 #endif
 }
 
-template <int KS, int BVC, int VV>
+/* PAIR: blocks [0, nb) the reverse chain, [nb, 2nb) the forward (policy R's recompute); else every block the forward
+ * chain alone (the forward pass: launch_chain_forward), which also stores the final state ht */
+template <int KS, int BVC, int VV, bool PAIR>
 __global__ void __launch_bounds__(BVC * 2)
 chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const cq_t *Cq, const float *h0,
                   state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int nb,
-                  bool lean) {
-    using L = ChainLayout<KS, BVC>;
+                  bool lean, float *ht) {
+    using L = ChainLayout<KS, BVC, PAIR>;
     constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
     constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
     constexpr int NTH = BVC * 2;  /* threads: one warp per 16 value columns */
     extern __shared__ __align__(16) char smc[];
-    const bool rev = (int)blockIdx.x < nb;
+    const bool rev = PAIR && (int)blockIdx.x < nb;
     const int bid = rev ? blockIdx.x : blockIdx.x - nb;
     const int nvt = ceil_div(p.V, BVC), sh = bid / nvt;
     const int sq = sh / p.HV, hv = sh % p.HV, v0 = (bid % nvt) * BVC, h = hv / p.G;
@@ -215,7 +217,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         if (lean && cj.n == MAXBT) {
             lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oK), k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
             lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + ch * MAXBT * KS, KS);
-            if (rev) {
+            if (PAIR && rev) {
                 lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0,
                                             rsv);
                 lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oQ), q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
@@ -231,7 +233,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                                           k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
         copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oW), L::LDK, MAXBT, KS, W + ch * MAXBT * KS, KS,
                                           MAXBT, 0, KS);
-        if (rev) {
+        if (PAIR && rev) {
             copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
                                                do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
             copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oQ), L::LDK, MAXBT, KS,
@@ -332,11 +334,12 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a, -1.f); }, Ws, L::LDK);
         }
     }
-    if (rev && dh0) {
+    float *const out = rev ? dh0 : ht; /* PAIR's forward blocks get ht = NULL */
+    if (out) {
 #pragma unroll
         for (int s = 0; s < NK; s++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) dh0[sidx(s, e)] = S[s][e];
+            for (int e = 0; e < 4; e++) out[sidx(s, e)] = S[s][e];
     }
 }
 
@@ -375,10 +378,11 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
         auto fire = [&](auto vv) {
             constexpr int VV = decltype(vv)::value;
-            cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV>>(sm);
+            cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, true>>(sm);
             if (e != cudaSuccess) return e;
-            chain_pair_kernel<KS, BVC, VV><<<2 * nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, W, Cq, h0,
-                                                                      Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR, nb, lean);
+            chain_pair_kernel<KS, BVC, VV, true><<<2 * nb, BVC * 2, sm, s>>>(
+                p, (const bf16 *)q, (const bf16 *)k, GB, W, Cq, h0, Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR, nb, lean,
+                nullptr);
             return cudaGetLastError();
         };
         if constexpr (BVC == 128) return fire(std::integral_constant<int, 128>{});
@@ -390,6 +394,51 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
     using B128 = std::integral_constant<int, 128>;
     if (p.Kp == 64) return bvc == 64 ? go(K64{}, B64{}) : go(K64{}, B128{});
     return bvc == 64 ? go(K128{}, B64{}) : go(K128{}, B128{});
+}
+
+/* The forward pass's chain (the plan's fwd_chain: value columns per block, 0: not taken): the forward half above alone,
+ * on blocks of BVC = 16, 32 or 64 columns (one warp per 16), storing S_c, R and ht; output.cu then forms
+ * O = Q_g S_c + C_q R in parallel over the chunks. The widest block whose grid still gives every SM a chain: a
+ * block's K and W tiles serve all its columns, and a chain step is as long at 16 columns as at 64. Where the
+ * shape allows (as the policy-R chains: bf16, chunk 64, K and V of 64 or 128) and the tiles fit; force.fwd_chain
+ * = 1 takes it there, 16, 32 or 64 at that width, 0 never. */
+int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec) {
+    if (vec || !std::is_same<state_t, bf16>::value || !std::is_same<rp_t, bf16>::value) return 0;
+    if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || !u_shape_ok(p.V)) return 0;
+    const int force = p.plan.force.fwd_chain;
+    if (force == 0 || force == REWY_TEST_AUTO) return 0; /* the default: until measured against the fused-output scan */
+    const long sh = (long)p.N * p.HV, sms = p.plan.sms;
+    const int bvc = force == 16 || force == 32 || force == 64 ? force /* the tests' widths */
+                    : sh * (p.V / 64) >= sms ? 64 : sh * (p.V / 32) >= sms ? 32 : 16;
+    const size_t need = p.Kp == 64 ? (bvc == 64 ? ChainLayout<64, 64, false>::TOTAL
+                                      : bvc == 32 ? ChainLayout<64, 32, false>::TOTAL : ChainLayout<64, 16, false>::TOTAL)
+                                   : (bvc == 64 ? ChainLayout<128, 64, false>::TOTAL
+                                      : bvc == 32 ? ChainLayout<128, 32, false>::TOTAL : ChainLayout<128, 16, false>::TOTAL);
+    return need <= p.plan.smem_optin ? bvc : 0;
+}
+
+cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *k, const float *GB, const bf16 *W, const float *h0,
+                                 float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
+    if (bvc != 16 && bvc != 32 && bvc != 64) return cudaErrorInvalidValue;
+    const bool lean = ((uintptr_t)k & 15) == 0;
+    auto go = [&](auto ks, auto bv, auto vv) -> cudaError_t {
+        constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value, VV = decltype(vv)::value;
+        constexpr size_t sm = ChainLayout<KS, BVC, false>::TOTAL;
+        cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false>>(sm);
+        if (e != cudaSuccess) return e;
+        const int nb = p.N * p.HV * ceil_div(p.V, BVC);
+        chain_pair_kernel<KS, BVC, VV, false><<<nb, BVC * 2, sm, s>>>(p, nullptr, (const bf16 *)k, GB, W, nullptr, h0, Sc, R,
+                                                                     nullptr, nullptr, nullptr, nullptr, nullptr, 0, lean, ht);
+        return cudaGetLastError();
+    };
+    auto by_v = [&](auto ks, auto bv) {
+        return p.V == 64 ? go(ks, bv, std::integral_constant<int, 64>{}) : go(ks, bv, std::integral_constant<int, 128>{});
+    };
+    auto by_bv = [&](auto ks) {
+        return bvc == 64 ? by_v(ks, std::integral_constant<int, 64>{})
+               : bvc == 32 ? by_v(ks, std::integral_constant<int, 32>{}) : by_v(ks, std::integral_constant<int, 16>{});
+    };
+    return p.Kp == 64 ? by_bv(std::integral_constant<int, 64>{}) : by_bv(std::integral_constant<int, 128>{});
 }
 
 } // namespace rewy_cuda

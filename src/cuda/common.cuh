@@ -63,6 +63,8 @@ struct Plan {
     int beside_kkt;                /* starting beside kkt_inverse (state_scan_beside_kkt) */
     int bwd_w;                     /* policy R's reverse scan runs the W chain (bwd_scan_uses_w) */
     int chain_bvc;                 /* policy R's register chains: value columns per block, 0: not (chain_scan_bvc) */
+    int fwd_chain;                 /* the forward pass's register chain, then output.cu: value columns per block, 0: not
+                                    * (chain_forward_bvc; taken before fuse_output, which it excludes) */
 };
 
 struct Prob {
@@ -250,8 +252,10 @@ __device__ __forceinline__ __nv_bfloat16 *scan_lo(__nv_bfloat16 *lo) { return SC
  * one warp's mma per k step are too few to hide each other's latency (a scan step is a chain of them) */
 template <int NS> constexpr int SCAN_KI = NS <= 2 ? 2 : 1;
 /* e^x of a scalar-gate decay exponent (G sums, differences): DeltaNet (p.gated = 0, G = 0) takes the exact 1
- * without the exponential, a uniform branch (its scans and kkt spent 4–8 % of their instructions on e^0) */
-__device__ __forceinline__ float gexp(const Prob &p, float x) { return p.gated ? expf(x) : 1.f; }
+ * without the exponential, a uniform branch (its scans and kkt spent 4–8 % of their instructions on e^0).
+ * __expf (ex2.approx of x·log2 e): relative error about |x|·2⁻²⁴ + 2⁻²², under 4e-6 for x ≥ −30 (the gate floor),
+ * far inside MATH §10; the chains' steps are shorter by its ~10 instructions (docs/DESIGN.md, session 23). */
+__device__ __forceinline__ float gexp(const Prob &p, float x) { return p.gated ? __expf(x) : 1.f; }
 /* acc += this warp's 16 × 8·NS tile of A·B, A and B bf16 in shared memory, Kd % 16 == 0:
  *   A(i, k): AT = false: A[i*lda + k] (k contiguous); AT = true: A[k*lda + i] (stored transposed, ldmatrix.trans)
  *   B(k, j): BK = false: Bh[j*ldb + k] (k contiguous); BK = true: Bh[k*ldb + j] (ldmatrix.trans);

@@ -30,11 +30,14 @@ typedef struct rewy_test_force {
     int scan_wg2;    /* the wgmma scans at 64 columns as two warpgroups per block (V % 128 = 0): 0 off */
     int recurrent;   /* the plain fp32 token recurrence (recurrent.cu; the plan's choice for K < 16): 1 on at any K,
                       * 0 off (the chunk path even at K < 16) */
+    int fwd_chain;   /* the forward pass as the register chain (chain_scan.cu) then output.cu, where the shape allows:
+                      * 1 on, 16, 32 or 64 on with that many value columns per block, 0 off */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
+                         REWY_TEST_AUTO};
     return f;
 }
 
@@ -45,6 +48,7 @@ typedef struct rewy_test_plan {
     size_t smem_optin;
     int scan_bv, scan_8w, pair_8w, scan_wg, bwd_scan_wg, scan_wg2, fuse_output, scan_wu, beside_kkt, bwd_w, chain_bvc;
     int recurrent; /* the token recurrence instead of the chunk path (then the chunk path's choices above are 0) */
+    int fwd_chain; /* the forward pass's register chain: value columns per block, 0: not */
 } rewy_test_plan;
 rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_test_force *f, rewy_test_plan *out);
 

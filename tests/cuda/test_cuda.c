@@ -158,13 +158,13 @@ static void test_forced_plan(test_counts *tc) {
           "plan: the recurrence at K = 4 / 64: %d / %d (REWY_CUDA_RECURRENT %d)", p4.recurrent, p.recurrent, f.recurrent);
     if (f.recurrent == 1) return; /* no chunk-path choice is taken then */
     printf("plan (K = V = 64): %d SMs, wgmma %d, scan_bv %d, 8w %d, wg %d/%d, wg2 %d, fused output %d, W/U %d, "
-           "beside %d, W chain %d, chains %d\n", p.sms, p.wgmma, p.scan_bv, p.scan_8w, p.scan_wg, p.bwd_scan_wg,
-           p.scan_wg2, p.fuse_output, p.scan_wu, p.beside_kkt, p.bwd_w, p.chain_bvc);
+           "beside %d, W chain %d, chains %d, forward chain %d\n", p.sms, p.wgmma, p.scan_bv, p.scan_8w, p.scan_wg,
+           p.bwd_scan_wg, p.scan_wg2, p.fuse_output, p.scan_wu, p.beside_kkt, p.bwd_w, p.chain_bvc, p.fwd_chain);
     const rewy_test_force none = rewy_test_force_none();
     if (!memcmp(&f, &none, sizeof f))
-        CHECK(tc, p.scan_bv == 16 && !p.fuse_output && !p.chain_bvc && !p.scan_wg && !p.bwd_scan_wg,
-              "plan: the test shape's defaults changed (scan_bv %d, fused output %d, chains %d, wgmma scans %d/%d)",
-              p.scan_bv, p.fuse_output, p.chain_bvc, p.scan_wg, p.bwd_scan_wg);
+        CHECK(tc, p.scan_bv == 16 && !p.fuse_output && !p.chain_bvc && !p.scan_wg && !p.bwd_scan_wg && !p.fwd_chain,
+              "plan: the test shape's defaults changed (scan_bv %d, fused output %d, chains %d, wgmma scans %d/%d, "
+              "forward chain %d)", p.scan_bv, p.fuse_output, p.chain_bvc, p.scan_wg, p.bwd_scan_wg, p.fwd_chain);
     if (f.scan_bv == 16 || f.scan_bv == 32 || f.scan_bv == 64)
         CHECK(tc, p.scan_bv == f.scan_bv, "plan: REWY_CUDA_SCAN_BV=%d gave %d", f.scan_bv, p.scan_bv);
     if (f.scan_8w != REWY_TEST_AUTO) CHECK(tc, p.scan_8w == (f.scan_8w != 0), "plan: REWY_CUDA_SCAN_8W not taken");
@@ -182,6 +182,13 @@ static void test_forced_plan(test_counts *tc) {
     if (f.chain == 2) /* 128-column blocks where two stages of tiles fit (certain with Hopper's 227 KB per block) */
         CHECK(tc, (p128.chain_bvc == 128 || (p128.chain_bvc == 0 && p128.smem_optin < 227 * 1024)) && !p.chain_bvc,
               "plan: REWY_CUDA_CHAIN=2 gave %d columns at V = 128, %d at V = 64", p128.chain_bvc, p.chain_bvc);
+    if (f.fwd_chain == 0) CHECK(tc, !p.fwd_chain && !p128.fwd_chain, "plan: REWY_CUDA_FWD_CHAIN=0 not taken");
+    if (f.fwd_chain == 1) /* the plan's width: 16 columns on these small grids */
+        CHECK(tc, p.fwd_chain == 16 && !p.fuse_output, "plan: REWY_CUDA_FWD_CHAIN=1 gave %d columns (fused output %d)",
+              p.fwd_chain, p.fuse_output);
+    if (f.fwd_chain == 16 || f.fwd_chain == 32 || f.fwd_chain == 64)
+        CHECK(tc, p.fwd_chain == f.fwd_chain && p128.fwd_chain == f.fwd_chain,
+              "plan: REWY_CUDA_FWD_CHAIN=%d gave %d / %d columns", f.fwd_chain, p.fwd_chain, p128.fwd_chain);
 }
 
 /* ------------------------------------------------------------------ 2. graph capture */
