@@ -151,12 +151,20 @@ __device__ __forceinline__ void store_staged(const float (&X)[NB][4], char *stg,
                      "r"(pack_bf2(X[s][0], X[s][1])), "r"(pack_bf2(X[s][2], X[s][3])), "r"(pack_bf2(X[s + 1][0], X[s + 1][1])),
                      "r"(pack_bf2(X[s + 1][2], X[s + 1][3])) : "memory");
     __syncwarp();
+    /* every shared read first, then the stores: interleaved, each store waited on its own read (7 % of the pair's
+     * stall samples were such short-scoreboard waits, Nsight, session 23) */
+    constexpr int IT = 2 * ROWS / 32;
+    static_assert(IT * 32 == 2 * ROWS, "store_staged: 16 rows per lane pair");
+    uint4 x[IT];
 #pragma unroll
-    for (int e = lane; e < 2 * ROWS; e += 32) {
-        const int row = e >> 1, half = e & 1;
-        if (row < nmax)
-            *reinterpret_cast<uint4 *>(dst + (size_t)row * LD + vw + 8 * half) =
-                *reinterpret_cast<const uint4 *>(stg + row * SLD + 16 * half);
+    for (int i = 0; i < IT; i++) {
+        const int e = lane + 32 * i;
+        x[i] = *reinterpret_cast<const uint4 *>(stg + (e >> 1) * SLD + 16 * (e & 1));
+    }
+#pragma unroll
+    for (int i = 0; i < IT; i++) {
+        const int e = lane + 32 * i, row = e >> 1;
+        if (row < nmax) *reinterpret_cast<uint4 *>(dst + (size_t)row * LD + vw + 8 * (e & 1)) = x[i];
     }
 }
 #endif
@@ -247,20 +255,26 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
     };
 
     const int nch = c_end - c_begin;
-    /* the chunk-table entry of the next chunk is loaded with its copies, a step before it is needed */
-    ChunkInfo cn = p.ctab[rev ? c_end - 1 : c_begin];
-    issue(rev ? c_end - 1 : c_begin, 0, cn);
+    /* the it-th chunk of the walk */
+    auto chunk_at = [&](int it) { return rev ? c_end - 1 - it : c_begin + it; };
+    /* chunk-table entries: this step's (ci), the next one's (cn, whose copies this step issues) and the one after
+     * (cnn), loaded a step ahead. Loaded where the copies needed it, the entry's global-load latency preceded every
+     * step's copy addresses: 18 % of the pair's stall samples were long-scoreboard waits, on those addresses (Nsight,
+     * GDN (4,4096,16), session 23). */
+    ChunkInfo cn = p.ctab[chunk_at(0)];
+    ChunkInfo cnn = nch > 1 ? p.ctab[chunk_at(1)] : cn;
+    issue(chunk_at(0), 0, cn);
     for (int it = 0; it < nch; it++) {
-        const int c = rev ? c_end - 1 - it : c_begin + it, b = it & 1;
+        const int c = chunk_at(it), b = it & 1;
         const ChunkInfo ci = cn;
+        const ChunkInfo c3 = it + 2 < nch ? p.ctab[chunk_at(it + 2)] : cnn; /* used a step later */
         const int n = ci.n;
         const size_t ch = (size_t)c * p.HV + hv;
         cp_async_wait_group<0>();
         __syncthreads(); /* chunk c's tiles are in; every warp is done with the other stage (the step before) */
-        if (it + 1 < nch) {
-            cn = p.ctab[rev ? c - 1 : c + 1];
-            issue(rev ? c - 1 : c + 1, b ^ 1, cn);
-        }
+        cn = cnn;
+        cnn = c3;
+        if (it + 1 < nch) issue(chunk_at(it + 1), b ^ 1, cn);
         const char *st = stage(b);
         const bf16 *Ks = reinterpret_cast<const bf16 *>(st + L::oK), *Ws = reinterpret_cast<const bf16 *>(st + L::oW);
         const bf16 *Xs = reinterpret_cast<const bf16 *>(st + L::oX);
