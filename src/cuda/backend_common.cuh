@@ -78,7 +78,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
 /* The caller's pointers whose alignment decides choices (the wgmma scans' 16-byte rows); NULL in a size query,
  * whose regions do not depend on those choices. */
 struct PlanPtrs {
-    const void *q = nullptr, *k = nullptr, *v = nullptr, *do_ = nullptr;
+    const void *q = nullptr, *k = nullptr, *v = nullptr, *do_ = nullptr, *o = nullptr;
 };
 
 /* The plan of one call (common.cuh, Plan): the device asked once, then every choice in order, each function
@@ -110,7 +110,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wg = state_scan_wg_ok(p, dt, ptr.k, ptr.v, vec);
     pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
     pl.scan_wg2 = plan_scan_wg2(p);
-    pl.fwd_chain = chain_forward_bvc(p, dt, vec);
+    pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
@@ -166,16 +166,14 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR);
     L.fG = o;
     if (L.ws_gate) o += al(r.gate);
-    /* W, U: where the forward takes them it fuses the output, and under policy R it then writes no S_c or R,
-     * so they go over those regions (as far as they reach). The forward's register chain (the plan's fwd_chain)
-     * writes S_c and R for output.cu: W then follows them, and U goes over R (the chain writes R in its place). */
-    const bool chain = pl.fwd_chain > 0 && r.W > 0;
-    const size_t wu_at = polA || chain ? o : L.fSc;
+    /* W, U: where the forward takes them it fuses the output (the scan's or the register chain's), and under
+     * policy R it then writes no S_c or R, so they go over those regions (as far as they reach) */
+    const size_t wu_at = polA ? o : L.fSc;
     L.has_wu = r.W > 0 && r.U > 0;
     L.fW = wu_at;
     L.fU = wu_at + al(r.W);
     L.fRdy = L.fU + al(r.U); /* kkt's ready flags, one int per chunk and value head (state_scan_beside_kkt) */
-    const size_t wu_end = chain ? L.fW + al(r.W) : L.fRdy + (L.has_wu ? al(sizeof(int) * chh) : 0);
+    const size_t wu_end = L.fRdy + (L.has_wu ? al(sizeof(int) * chh) : 0);
     if (wu_end > o) o = wu_end;
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
@@ -271,7 +269,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
     const rewy_config *c = &a->cfg;
     if (!Op::supports(c)) return REWY_ERR_BACKEND;
     PlanPtrs ptr;
-    ptr.q = a->q; ptr.k = a->k; ptr.v = a->v;
+    ptr.q = a->q; ptr.k = a->k; ptr.v = a->v; ptr.o = a->o;
     const Plan pl = make_plan(c, force, ptr);
     const Layout L = plan<Op>(c, pl);
     const Prob p = make_prob(c, L, a->saved, pl);
@@ -287,13 +285,13 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
     rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
     WuOut wu;
     if (!Op::vector_gates && pl.fwd_chain > 0 && L.has_wu) {
-        /* the register chain (two products a step, the state in registers) from W, and U over R's region; then the
-         * output in parallel over the chunks */
+        /* the register chain (two products a step on the chain, the state in registers) from W and U, with the
+         * output's two products beside them: the whole forward after kkt. S_c and R only where policy A saves them. */
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
-        wu.U = reinterpret_cast<__nv_bfloat16 *>(R);
+        wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
         REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
-        REWY_TRY(launch_chain_forward(p, pl.fwd_chain, a->k, sg.GB, wu.W, a->h0, a->ht, Sc, R, s));
-        REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, nullptr, a->o, s));
+        REWY_TRY(launch_chain_forward(p, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, a->h0, a->ht,
+                                      polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
         return REWY_OK;
     }
     /* the scan computes o itself (scalar gates only: vector gates' operands come from the gates stage), and then

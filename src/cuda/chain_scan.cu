@@ -8,6 +8,10 @@
  * Reverse (MATH §3, §4b (1), §5 in the W form, as bwd_state_scan.cuh's WF chain):
  *   store S̄⁺;   R̄ = F S̄⁺ + C_qᵀ Ō;   store R̄;   S̄ ← γ_n S̄⁺ + Q_gᵀ Ō − Wᵀ R̄,   Q_g = scale·γ ⊙ q
  * and dh0 = S̄ at the sequence start; P = Aᵀ R̄ follows in parallel (launch_p_from_rbar).
+ * The forward pass (launch_chain_forward: the forward chain alone, on blocks of 16 to 64 columns) also forms the
+ * output in the same step, from the same register operands (MATH §2):
+ *   Oᵀ = diag(scale·γ) ⊙ (S_cᵀ Qᵀ) + Rᵀ C_qᵀ,
+ * whose products do not feed the chain: they fill its latency. S_c and R are stored only where policy A saves them.
  *
  * Why registers: a warp holds the transposed state Sᵀ (its 16 value columns × K) as mma accumulators. The
  * accumulator layout of m16n8k16 is the layout of its A operand, so every product whose left factor is the
@@ -25,17 +29,17 @@ using bf16 = __nv_bfloat16;
  * rows 16-B aligned, and the eight rows of one 8 × 8 block of stmatrix in distinct banks */
 constexpr int STG_LD = 48;
 
-/* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets (PAIR; the forward
- * chain alone: K, W, U, G and β), then the warps' staging tiles */
-template <int KS, int BVC, bool PAIR = true> struct ChainLayout {
+/* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets (the forward pass's
+ * chain uses them all: K, W, U, G and β, Q and C_q), then the warps' staging tiles */
+template <int KS, int BVC> struct ChainLayout {
     static constexpr int LDK = KS + 8, LDV = BVC + 8;
     static constexpr int KT = MAXBT * LDK * 2;  /* a [64][KS] bf16 tile (K, Q, W) */
     static constexpr int VT = MAXBT * LDV * 2;  /* a [64][BVC] bf16 tile (U, Ō) */
     static constexpr int CT = MAXBT * LDA * 2;  /* C_q [64][64] (LDA = 72) */
     static constexpr int GBB = 2 * MAXBT * 4;   /* G, β */
-    /* offsets in a stage: K, W, X (U or Ō), GB, then the reverse scan's Q, C_q */
+    /* offsets in a stage: K, W, X (U or Ō), GB, then Q, C_q (the reverse scan's; the forward pass's output) */
     static constexpr int oK = 0, oW = KT, oX = 2 * KT, oGB = 2 * KT + VT, oQ = oGB + GBB, oC = oQ + KT;
-    static constexpr int STAGE = PAIR ? oC + CT : oQ;
+    static constexpr int STAGE = oC + CT;
     /* each warp's staging tile: KS rows (S_c, S̄⁺; R, R̄ use 64) */
     static constexpr int STG = KS * STG_LD, oSTG = 2 * STAGE;
     static constexpr int TOTAL = oSTG + (BVC / 16) * STG;
@@ -71,26 +75,31 @@ __device__ __forceinline__ void lean_tile(E *dst, const E *src, size_t rs) {
 /* acc[s] (s < NB: the warp's 16 × 8 column blocks) += A · B, A the warp's 16 × 16·KST operand given per k step
  * by afrag(ks, a) (an m16n8k16 A fragment), B in shared memory: BT = false stored [n][k] (row n, k contiguous),
  * BT = true stored [k][n] (ldmatrix.trans) */
-template <int NB, int KST, bool BT, class AF>
-__device__ __forceinline__ void chain_mma(float (&acc)[NB][4], AF afrag, const bf16 *B, int ldb) {
+template <int NB, bool BT>
+__device__ __forceinline__ void mma_kstep(float (&acc)[NB][4], const uint32_t (&a)[4], const bf16 *B, int ldb, int ks) {
     const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
     const bf16 *bp = BT ? B + (r + (m & 1) * 8) * ldb + (m >> 1) * 8 : B + (r + (m >> 1) * 8) * ldb + (m & 1) * 8;
+    uint32_t b[NB / 2][4];
+    /* all of the k step's B fragments first: the loads (in program order, asm volatile) then overlap, and the
+     * products wait once per k step instead of once per pair of column blocks */
+#pragma unroll
+    for (int s = 0; s < NB; s += 2) {
+        if (BT) ldsm_x4_t(b[s / 2], bp + 16 * ks * ldb + 8 * s);
+        else ldsm_x4(b[s / 2], bp + 8 * s * ldb + 16 * ks);
+    }
+#pragma unroll
+    for (int s = 0; s < NB; s += 2) {
+        mma_bf16(acc[s], a, b[s / 2][0], b[s / 2][1]);
+        mma_bf16(acc[s + 1], a, b[s / 2][2], b[s / 2][3]);
+    }
+}
+template <int NB, int KST, bool BT, class AF>
+__device__ __forceinline__ void chain_mma(float (&acc)[NB][4], AF afrag, const bf16 *B, int ldb) {
 #pragma unroll
     for (int ks = 0; ks < KST; ks++) {
-        uint32_t a[4], b[NB / 2][4];
+        uint32_t a[4];
         afrag(ks, a);
-        /* all of the k step's B fragments first: the loads (in program order, asm volatile) then overlap, and the
-         * products wait once per k step instead of once per pair of column blocks */
-#pragma unroll
-        for (int s = 0; s < NB; s += 2) {
-            if (BT) ldsm_x4_t(b[s / 2], bp + 16 * ks * ldb + 8 * s);
-            else ldsm_x4(b[s / 2], bp + 8 * s * ldb + 16 * ks);
-        }
-#pragma unroll
-        for (int s = 0; s < NB; s += 2) {
-            mma_bf16(acc[s], a, b[s / 2][0], b[s / 2][1]);
-            mma_bf16(acc[s + 1], a, b[s / 2][2], b[s / 2][3]);
-        }
+        mma_kstep<NB, BT>(acc, a, B, ldb, ks);
     }
 }
 
@@ -109,14 +118,14 @@ __device__ __forceinline__ void smem_afrag_t(const bf16 *X, int ldx, int i0, int
 }
 
 /* Stores this warp's 16 × 8·NB accumulator tile X (rows: value columns vw + g, + 8; columns: n·8 + 2t, + 1 of the
- * other index) to dst[col * LD + row] as bf16: the saved chunk states ([K][V]) and R, R̄ ([token][V]); columns (rows
+ * other index) to dst[col * ld + row] as bf16 (ld: dst's row stride, elements): the saved chunk states ([K][V]) and R, R̄ ([token][V]); columns (rows
  * of dst) from nmax on are skipped (V is a multiple of the block's columns: no row check). Neighbouring lanes (g, g + 1)
  * trade one value each, so that every lane stores two adjacent value columns in one 4-byte store. */
-template <int NB, int LD>
-__device__ __forceinline__ void store_t(const float (&X)[NB][4], bf16 *dst, int vw, int nmax) {
+template <int NB>
+__device__ __forceinline__ void store_t(const float (&X)[NB][4], bf16 *dst, size_t ld, int vw, int nmax) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, odd = g & 1;
-    /* one base per lane; the (s, h) offsets are compile-time (LD is), so each store is one instruction */
-    bf16 *d0 = dst + (size_t)(2 * t + odd) * LD + vw + (g & ~1);
+    /* one base per lane; the (s, h) offsets are compile-time where ld is (the chunk tiles), one store each */
+    bf16 *d0 = dst + (size_t)(2 * t + odd) * ld + vw + (g & ~1);
     const bool all = nmax >= 8 * NB;
 #pragma unroll
     for (int s = 0; s < NB; s++) {
@@ -127,7 +136,7 @@ __device__ __forceinline__ void store_t(const float (&X)[NB][4], bf16 *dst, int 
             const float mine = odd ? x1 : x0, give = odd ? x0 : x1;
             const float got = __shfl_xor_sync(0xffffffffu, give, 4);
             if (all || 8 * s + 2 * t + odd < nmax)
-                *reinterpret_cast<__nv_bfloat162 *>(d0 + 8 * s * LD + 8 * h) =
+                *reinterpret_cast<__nv_bfloat162 *>(d0 + 8 * s * ld + 8 * h) =
                     odd ? __floats2bfloat162_rn(got, mine) : __floats2bfloat162_rn(mine, got);
         }
     }
@@ -138,8 +147,8 @@ __device__ __forceinline__ void store_t(const float (&X)[NB][4], bf16 *dst, int 
  * so a staging row is one index of dst's rows (k, or a token) with the warp's 16 value columns; then every lane stores
  * whole 16-B vectors, each row of dst getting one full 32-B sector. store_t's shuffles, selects and 4-B stores (half
  * sectors) took 8 instructions per 4 B. Rows from nmax on are skipped. */
-template <int NB, int LD>
-__device__ __forceinline__ void store_staged(const float (&X)[NB][4], char *stg, bf16 *dst, int vw, int nmax) {
+template <int NB>
+__device__ __forceinline__ void store_staged(const float (&X)[NB][4], char *stg, bf16 *dst, size_t ld, int vw, int nmax) {
     constexpr int SLD = STG_LD, ROWS = 8 * NB;
     const int lane = threadIdx.x & 31, j = lane >> 3, r = lane & 7;
     /* lane 8j + r addresses row r of the x4's matrix j: (X[s], rows g) j = 0, (X[s], rows g + 8) j = 1, then X[s + 1] */
@@ -164,30 +173,34 @@ __device__ __forceinline__ void store_staged(const float (&X)[NB][4], char *stg,
 #pragma unroll
     for (int i = 0; i < IT; i++) {
         const int e = lane + 32 * i, row = e >> 1;
-        if (row < nmax) *reinterpret_cast<uint4 *>(dst + (size_t)row * LD + vw + 8 * (e & 1)) = x[i];
+        if (row < nmax) *reinterpret_cast<uint4 *>(dst + (size_t)row * ld + vw + 8 * (e & 1)) = x[i];
     }
 }
 #endif
 
 /* The transposed store of a warp's accumulator tile: staged on sm_90, store_t's shuffles on sm_80 */
-template <int NB, int LD>
-__device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf16 *dst, int vw, int nmax) {
+template <int NB>
+__device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf16 *dst, size_t ld, int vw, int nmax) {
 #if __CUDA_ARCH__ >= 900
-    store_staged<NB, LD>(X, stg, dst, vw, nmax);
+    store_staged<NB>(X, stg, dst, ld, vw, nmax);
 #else
     (void)stg;
-    store_t<NB, LD>(X, dst, vw, nmax);
+    store_t<NB>(X, dst, ld, vw, nmax);
 #endif
 }
 
-/* PAIR: blocks [0, nb) the reverse chain, [nb, 2nb) the forward (policy R's recompute); else every block the forward
- * chain alone (the forward pass: launch_chain_forward), which also stores the final state ht */
+/* PAIR: blocks [0, nb) the reverse chain, [nb, 2nb) the forward (policy R's recompute: S_c and R for the pullback);
+ * else every block the forward pass's chain with its output (FO), which also stores the final state ht. U: kkt's,
+ * [chunk][hv][64][V] (the pair's is R's region, R written in its place). Sc, R: NULL where nothing reads them (the
+ * forward pass under policy R). The pointers are separate parameters: in one struct (by value) the compiler held
+ * them in registers (the pair: 252 registers a thread, 176 without). */
 template <int KS, int BVC, int VV, bool PAIR>
 __global__ void __launch_bounds__(BVC * 2)
-chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const cq_t *Cq, const float *h0,
-                  state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int nb,
-                  bool lean, float *ht) {
-    using L = ChainLayout<KS, BVC, PAIR>;
+chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const bf16 *U, const cq_t *Cq,
+                  const float *h0, state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar,
+                  rp_t *PR, int nb, bool lean, float *ht, bf16 *o) {
+    constexpr bool FO = !PAIR;
+    using L = ChainLayout<KS, BVC>;
     constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
     constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
     constexpr int NTH = BVC * 2;  /* threads: one warp per 16 value columns */
@@ -215,9 +228,10 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
     }
     char *stg = smc + L::oSTG + warp * L::STG;
     auto stage = [&](int b) { return smc + b * L::STAGE; };
-    /* chunk c's tiles into stage b: K, W, U (forward) or Ō, Q, C_q (reverse), G and β */
+    /* chunk c's tiles into stage b: K, W, U (forward; with Q and C_q for FO's output) or Ō, Q, C_q (reverse), G, β */
     auto issue = [&](int c, int b, const ChunkInfo &cj) {
         const size_t ch = (size_t)c * p.HV + hv;
+        const bool qc = rev || FO; /* Q and C_q: the reverse scan's; the forward pass's output */
         char *st = stage(b);
         /* G and β: 512 B, the first 32 threads */
         if (threadIdx.x < 2 * MAXBT / 4)
@@ -225,13 +239,14 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         if (lean && cj.n == MAXBT) {
             lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oK), k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
             lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + ch * MAXBT * KS, KS);
-            if (PAIR && rev) {
-                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0,
-                                            rsv);
+            if (rev)
+                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX),
+                                            do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv);
+            else
+                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), U + ch * MAXBT * VV + v0, VV);
+            if (qc) {
                 lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oQ), q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
                 lean_tile<MAXBT, LDA, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq + ch * MAXBT * MAXBT, MAXBT);
-            } else {
-                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), R + ch * MAXBT * VV + v0, VV);
             }
             cp_async_commit();
             return;
@@ -241,15 +256,16 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                                           k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
         copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oW), L::LDK, MAXBT, KS, W + ch * MAXBT * KS, KS,
                                           MAXBT, 0, KS);
-        if (PAIR && rev) {
+        if (rev)
             copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
                                                do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+        else /* U: kkt_inverse's, [chunk][hv][64][V] */
+            copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
+                                               U + ch * MAXBT * p.V, p.V, MAXBT, v0, p.V);
+        if (qc) {
             copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oQ), L::LDK, MAXBT, KS,
                                               q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
             scan_copy_nn<MAXBT, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq, p, hv, MAXBT, c);
-        } else { /* U: kkt_inverse wrote it into R's region, [chunk][hv][64][V] */
-            copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
-                                               R + ch * MAXBT * p.V, p.V, MAXBT, v0, p.V);
         }
         cp_async_commit();
     };
@@ -301,12 +317,28 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 for (int e = 0; e < 4; e++) S[s][e] *= gn;
         };
 
-        /* the incoming state (S_c) or the outgoing state's gradient (S̄⁺), for the pullback */
-        store_acc<NK, VV>(S, stg, (rev ? Sbar : Sc) + ch * KS * VV, vw, KS);
+        /* the incoming state (S_c) or the outgoing state's gradient (S̄⁺), for the pullback (S_c: the pair's, and
+         * the forward pass's under policy A) */
+        state_t *const sdst = rev ? Sbar : Sc;
+        if (sdst) store_acc<NK>(S, stg, sdst + ch * KS * VV, VV, vw, KS);
 
         if (!rev) {
-            /* Rᵀ = Uᵀ − Sᵀ Wᵀ: Sᵀ Wᵀ, then U (A-fragment order = accumulator order) from the stage minus it */
-            chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ws, L::LDK);
+            const bf16 *Qs = reinterpret_cast<const bf16 *>(st + L::oQ);
+            const cq_t *Cs = reinterpret_cast<const cq_t *>(st + L::oC);
+            float O[NT][4] = {}; /* FO: Oᵀ, value columns × tokens */
+            /* Rᵀ = Uᵀ − Sᵀ Wᵀ: Sᵀ Wᵀ, then U (A-fragment order = accumulator order) from the stage minus it.
+             * FO: Oᵀ = Sᵀ Qᵀ from the same fragments of S = S_c, its products between the chain's */
+            if constexpr (FO) {
+#pragma unroll
+                for (int ks = 0; ks < KS / 16; ks++) {
+                    uint32_t af[4];
+                    acc_afrag<NK>(S, ks, af);
+                    mma_kstep<NT, false>(X, af, Ws, L::LDK, ks);
+                    mma_kstep<NT, false>(O, af, Qs, L::LDK, ks);
+                }
+            } else {
+                chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ws, L::LDK);
+            }
 #pragma unroll
             for (int ks = 0; ks < NT / 2; ks++) {
                 uint32_t a[4];
@@ -317,11 +349,36 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 X[2 * ks + 1][0] = x2.x - X[2 * ks + 1][0]; X[2 * ks + 1][1] = x2.y - X[2 * ks + 1][1];
                 X[2 * ks + 1][2] = x3.x - X[2 * ks + 1][2]; X[2 * ks + 1][3] = x3.y - X[2 * ks + 1][3];
             }
-            store_acc<NT, VV>(X, stg, R + ch * MAXBT * VV, vw, n);
-            /* S ← γ_n S + Fᵀ R:  Sᵀ ← γ_n Sᵀ + (Rᵀ diag(f)) K */
-            scale_cols();
-            decay_state();
-            chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a); }, Ks, L::LDK);
+            if (R) store_acc<NT>(X, stg, R + ch * MAXBT * VV, VV, vw, n);
+            if constexpr (FO) {
+                /* Q_g = scale·γ ⊙ q: O's token column j times scale·γ_j (output.cu's epilogue); then R's fragments,
+                 * before F scales its columns, for C_q R */
+#pragma unroll
+                for (int s = 0; s < NT; s++) {
+                    const int j = 8 * s + 2 * t;
+                    const float q0 = p.scale * gexp(p, Gs[j]), q1 = p.scale * gexp(p, Gs[j + 1]);
+                    O[s][0] *= q0; O[s][1] *= q1; O[s][2] *= q0; O[s][3] *= q1;
+                }
+                uint32_t rf[NT / 2][4];
+#pragma unroll
+                for (int ks = 0; ks < NT / 2; ks++) acc_afrag<NT>(X, ks, rf[ks]);
+                scale_cols();
+                decay_state();
+                /* S ← γ_n S + Fᵀ R (the chain), and beside it Oᵀ += Rᵀ C_qᵀ; then O leaves (rows from n on: none) */
+#pragma unroll
+                for (int ks = 0; ks < NT / 2; ks++) {
+                    uint32_t af[4];
+                    acc_afrag<NT>(X, ks, af);
+                    mma_kstep<NK, true>(S, af, Ks, L::LDK, ks);
+                    mma_kstep<NT, false>(O, rf[ks], Cs, LDA, ks);
+                }
+                store_acc<NT>(O, stg, o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V, rsv, vw, n);
+            } else {
+                /* S ← γ_n S + Fᵀ R:  Sᵀ ← γ_n Sᵀ + (Rᵀ diag(f)) K */
+                scale_cols();
+                decay_state();
+                chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a); }, Ks, L::LDK);
+            }
         } else {
             const bf16 *Qs = reinterpret_cast<const bf16 *>(st + L::oQ);
             const cq_t *Cs = reinterpret_cast<const cq_t *>(st + L::oC);
@@ -330,7 +387,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             scale_cols();
             chain_mma<NT, NT / 2, true>(X, [&](int ks, uint32_t (&a)[4]) { smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a); },
                                         Cs, LDA);
-            store_acc<NT, VV>(X, stg, PR + ch * MAXBT * VV, vw, n);
+            store_acc<NT>(X, stg, PR + ch * MAXBT * VV, VV, vw, n);
             /* S̄ ← γ_n S̄⁺ + Q_gᵀ Ō − Wᵀ R̄:  S̄ᵀ ← γ_n S̄ᵀ + (Ōᵀ diag(scale·γ)) Q − R̄ᵀ W */
             decay_state();
             chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) {
@@ -348,7 +405,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a, -1.f); }, Ws, L::LDK);
         }
     }
-    float *const out = rev ? dh0 : ht; /* PAIR's forward blocks get ht = NULL */
+    float *const out = rev ? dh0 : ht; /* the pair's forward blocks get ht = NULL */
     if (out) {
 #pragma unroll
         for (int s = 0; s < NK; s++)
@@ -395,8 +452,8 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
             cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, true>>(sm);
             if (e != cudaSuccess) return e;
             chain_pair_kernel<KS, BVC, VV, true><<<2 * nb, BVC * 2, sm, s>>>(
-                p, (const bf16 *)q, (const bf16 *)k, GB, W, Cq, h0, Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR, nb, lean,
-                nullptr);
+                p, (const bf16 *)q, (const bf16 *)k, GB, W, R /* U */, Cq, h0, Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR,
+                nb, lean, nullptr, nullptr);
             return cudaGetLastError();
         };
         if constexpr (BVC == 128) return fire(std::integral_constant<int, 128>{});
@@ -410,39 +467,59 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
     return bvc == 64 ? go(K128{}, B64{}) : go(K128{}, B128{});
 }
 
-/* The forward pass's chain (the plan's fwd_chain: value columns per block, 0: not taken): the forward half above alone,
- * on blocks of BVC = 16, 32 or 64 columns (one warp per 16), storing S_c, R and ht; output.cu then forms
- * O = Q_g S_c + C_q R in parallel over the chunks. The widest block whose grid still gives every SM a chain: a
- * block's K and W tiles serve all its columns, and a chain step is as long at 16 columns as at 64. Where the
- * shape allows (as the policy-R chains: bf16, chunk 64, K and V of 64 or 128) and the tiles fit; force.fwd_chain
- * = 1 takes it there, 16, 32 or 64 at that width, 0 never. */
-int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec) {
+/* The forward pass (the plan's fwd_chain: value columns per block, 0: not taken): the forward chain above alone with
+ * the output in its steps, on blocks of BVC = 16, 32 or 64 columns (one warp per 16): o, ht, and S_c and R where
+ * policy A saves them. After kkt_inverse (G, A, C_q, W, U) it is the whole forward: two kernels. The block width:
+ * a warp's step is the same at every width, and a block's K, W, Q and C_q tiles serve all its columns, so the widest
+ * whose grid fills the SMs in one wave (blocks per SM by shared memory: one at 32 and 64 columns with K = 128);
+ * where none does, the narrowest on small grids (the most SMs) and the widest on large ones (the fewest waves, the
+ * fewest tile copies). Where the shape allows (as the policy-R chains: bf16, chunk 64, K and V of 64 or 128), o is
+ * 16-B aligned (the staged stores; NULL: a size query, whose layout does not depend on this choice) and the tiles
+ * fit; force.fwd_chain = 1 takes it there, 16, 32 or 64 at that width, 0 never. */
+int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
     if (vec || !std::is_same<state_t, bf16>::value || !std::is_same<rp_t, bf16>::value) return 0;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || !u_shape_ok(p.V)) return 0;
+    if (((uintptr_t)o & 15) != 0) return 0;
     const int force = p.plan.force.fwd_chain;
     if (force == 0 || force == REWY_TEST_AUTO) return 0; /* the default: until measured against the fused-output scan */
+    auto smem = [&](int bvc) -> size_t {
+        return p.Kp == 64 ? (bvc == 64 ? ChainLayout<64, 64>::TOTAL : bvc == 32 ? ChainLayout<64, 32>::TOTAL
+                                                                                 : ChainLayout<64, 16>::TOTAL)
+                          : (bvc == 64 ? ChainLayout<128, 64>::TOTAL : bvc == 32 ? ChainLayout<128, 32>::TOTAL
+                                                                                  : ChainLayout<128, 16>::TOTAL);
+    };
     const long sh = (long)p.N * p.HV, sms = p.plan.sms;
-    const int bvc = force == 16 || force == 32 || force == 64 ? force /* the tests' widths */
-                    : sh * (p.V / 64) >= sms ? 64 : sh * (p.V / 32) >= sms ? 32 : 16;
-    const size_t need = p.Kp == 64 ? (bvc == 64 ? ChainLayout<64, 64, false>::TOTAL
-                                      : bvc == 32 ? ChainLayout<64, 32, false>::TOTAL : ChainLayout<64, 16, false>::TOTAL)
-                                   : (bvc == 64 ? ChainLayout<128, 64, false>::TOTAL
-                                      : bvc == 32 ? ChainLayout<128, 32, false>::TOTAL : ChainLayout<128, 16, false>::TOTAL);
-    return need <= p.plan.smem_optin ? bvc : 0;
+    auto blocks = [&](int bvc) { return sh * (p.V / bvc); };
+    auto one_wave = [&](int bvc) {
+        const size_t per = p.plan.smem_sm / (smem(bvc) + p.plan.smem_rsv);
+        return blocks(bvc) <= sms * (long)(per > 0 ? per : 1);
+    };
+    int bvc = 0;
+    if (force == 16 || force == 32 || force == 64) bvc = force; /* the tests' widths */
+    else {
+        for (int w = 64; w >= 16 && !bvc; w /= 2)
+            if (blocks(w) >= sms && one_wave(w)) bvc = w;
+        if (!bvc) bvc = blocks(16) < sms ? 16 : 64;
+    }
+    return smem(bvc) <= p.plan.smem_optin ? bvc : 0;
 }
 
-cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *k, const float *GB, const bf16 *W, const float *h0,
-                                 float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
+cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,
+                                 const bf16 *U, const cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R, void *o,
+                                 cudaStream_t s) {
     if (bvc != 16 && bvc != 32 && bvc != 64) return cudaErrorInvalidValue;
-    const bool lean = ((uintptr_t)k & 15) == 0;
+    if (((uintptr_t)o & 15) != 0) return cudaErrorInvalidValue; /* chain_forward_bvc declines it */
+    /* full chunks take lean_tile's copies where the caller's q and k are 16-B aligned */
+    const bool lean = (((uintptr_t)q | (uintptr_t)k) & 15) == 0;
     auto go = [&](auto ks, auto bv, auto vv) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value, VV = decltype(vv)::value;
-        constexpr size_t sm = ChainLayout<KS, BVC, false>::TOTAL;
+        constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
         cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false>>(sm);
         if (e != cudaSuccess) return e;
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
-        chain_pair_kernel<KS, BVC, VV, false><<<nb, BVC * 2, sm, s>>>(p, nullptr, (const bf16 *)k, GB, W, nullptr, h0, Sc, R,
-                                                                     nullptr, nullptr, nullptr, nullptr, nullptr, 0, lean, ht);
+        chain_pair_kernel<KS, BVC, VV, false><<<nb, BVC * 2, sm, s>>>(
+            p, (const bf16 *)q, (const bf16 *)k, GB, W, U, Cq, h0, Sc, R, nullptr, nullptr, nullptr, nullptr, nullptr, 0, lean,
+            ht, (bf16 *)o);
         return cudaGetLastError();
     };
     auto by_v = [&](auto ks, auto bv) {

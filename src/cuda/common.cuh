@@ -63,8 +63,8 @@ struct Plan {
     int beside_kkt;                /* starting beside kkt_inverse (state_scan_beside_kkt) */
     int bwd_w;                     /* policy R's reverse scan runs the W chain (bwd_scan_uses_w) */
     int chain_bvc;                 /* policy R's register chains: value columns per block, 0: not (chain_scan_bvc) */
-    int fwd_chain;                 /* the forward pass's register chain, then output.cu: value columns per block, 0: not
-                                    * (chain_forward_bvc; taken before fuse_output, which it excludes) */
+    int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
+                                    * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
 };
 
 struct Prob {

@@ -30,7 +30,7 @@ typedef struct rewy_test_force {
     int scan_wg2;    /* the wgmma scans at 64 columns as two warpgroups per block (V % 128 = 0): 0 off */
     int recurrent;   /* the plain fp32 token recurrence (recurrent.cu; the plan's choice for K < 16): 1 on at any K,
                       * 0 off (the chunk path even at K < 16) */
-    int fwd_chain;   /* the forward pass as the register chain (chain_scan.cu) then output.cu, where the shape allows:
+    int fwd_chain;   /* the forward pass as the register chain with its output (chain_scan.cu), where the shape allows:
                       * 1 on, 16, 32 or 64 on with that many value columns per block, 0 off */
 } rewy_test_force;
 

@@ -1,0 +1,35 @@
+#!/bin/bash
+# Session 24 (no device in that session: this is the next session's first call). The tree since session 23's last
+# device run: chain_pair's chunk-table entries a step ahead and store_staged's reads before its stores (70bcc68), and
+# the forward register chain with the output in its steps (REWY_CUDA_FWD_CHAIN; default off). FLA's GDN model
+# compiles beside the correctness runs (the Triton cache under .fla-cache stays on the warm machine for
+# s24_e2e.sh); then the oracle matrix (default, the 128-column chains, the forward chain at the plan's width and at
+# 64), the campaign, memcheck and racecheck on both chains, and last, on an idle GPU, device times (default against
+# the forward chain at 64 and 32 columns) and ncu per kernel. Carried: .carry/bins.tar.xz (librewy.so, test_cuda,
+# test_random, variant_time built for sm_90a), .carry/e2e/fla.tar.xz (FLA with its #640 check off).
+source "$(dirname "$0")/carried_bins.sh"
+mkdir -p /tmp/fla .fla-cache/triton && tar xJf .carry/e2e/fla.tar.xz -C /tmp/fla
+PYTHONPATH=$PWD/python:/tmp/fla FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=$PWD/.fla-cache/triton \
+  TRITON_CACHE_AUTOTUNING=0 FLA_CACHE_RESULTS=0 timeout 400 python3 bench/e2e.py --batch 4 --models gdn \
+  --warm-only gdn:fla --prewarm off > $OUT/warm-gdn.log 2>&1 &
+for v in "" REWY_CUDA_CHAIN=2 REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_FWD_CHAIN=64; do
+  env $v timeout 90 $T/test_cuda > /tmp/tc.log 2>&1; echo "test_cuda [$v] rc=$? $(tail -1 /tmp/tc.log) $(el)"
+  grep -E "FAIL" /tmp/tc.log | head -6
+done
+timeout 120 $T/test_random --seed 4 --count 1000 > /tmp/tr.log 2>&1; echo "campaign seed 4 rc=$? $(tail -1 /tmp/tr.log) $(el)"
+for v in REWY_CUDA_CHAIN=2 REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_FWD_CHAIN=1; do
+  for tool in memcheck racecheck; do
+    env $v REWY_TEST_NO_GRAPH=1 timeout 150 compute-sanitizer --tool $tool $T/test_cuda --quick > /tmp/cs.log 2>&1
+    echo "$tool [$v] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
+  done
+done
+wait; echo "warm gdn:fla: $(tail -1 $OUT/warm-gdn.log) $(el)"
+V=$B/bench/dev/variant_time
+for op in gdn delta; do for s in "1 2048 4" "1 8192 16" "4 4096 16" "8 2048 32" "2 16384 8" "16 1024 16"; do
+  echo "[$op $s] $(timeout 30 $V $op $s | grep -E 'forward|backward' | tr -s ' ' | tr '\n' ' ')"
+  for w in 64 32; do echo "  [FWD_CHAIN=$w] $(REWY_CUDA_FWD_CHAIN=$w timeout 30 $V $op $s | grep forward | tr -s ' ')"; done
+done; done
+echo "[ncu gdn 4 4096 16]"; kernel_table $V gdn 4 4096 16 | sed 's/(Prob.*//'
+echo "[ncu gdn 4 4096 16 FWD_CHAIN=64]"; REWY_CUDA_FWD_CHAIN=64 kernel_table $V gdn 4 4096 16 | sed 's/(Prob.*//'
+echo "[ncu delta 4 4096 16]"; kernel_table $V delta 4 4096 16 | sed 's/(Prob.*//'
+echo "total $(el)"
