@@ -193,7 +193,7 @@ __device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf
  * else every block the forward pass's chain with its output (FO), which also stores the final state ht. U: kkt's,
  * [chunk][hv][64][V] (the pair's is R's region, R written in its place). Sc, R: NULL where nothing reads them (the
  * forward pass under policy R). The pointers are separate parameters: in one struct (by value) the compiler held
- * them in registers (the pair: 252 registers a thread, 176 without). */
+ * them in registers (the pair: 252 registers a thread, 216 without). */
 template <int KS, int BVC, int VV, bool PAIR>
 __global__ void __launch_bounds__(BVC * 2)
 chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const bf16 *U, const cq_t *Cq,
@@ -320,7 +320,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         /* the incoming state (S_c) or the outgoing state's gradient (S̄⁺), for the pullback (S_c: the pair's, and
          * the forward pass's under policy A) */
         state_t *const sdst = rev ? Sbar : Sc;
-        if (sdst) store_acc<NK>(S, stg, sdst + ch * KS * VV, VV, vw, KS);
+        if (PAIR || sdst) store_acc<NK>(S, stg, sdst + ch * KS * VV, VV, vw, KS);
 
         if (!rev) {
             const bf16 *Qs = reinterpret_cast<const bf16 *>(st + L::oQ);
@@ -349,7 +349,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 X[2 * ks + 1][0] = x2.x - X[2 * ks + 1][0]; X[2 * ks + 1][1] = x2.y - X[2 * ks + 1][1];
                 X[2 * ks + 1][2] = x3.x - X[2 * ks + 1][2]; X[2 * ks + 1][3] = x3.y - X[2 * ks + 1][3];
             }
-            if (R) store_acc<NT>(X, stg, R + ch * MAXBT * VV, VV, vw, n);
+            if (PAIR || R) store_acc<NT>(X, stg, R + ch * MAXBT * VV, VV, vw, n);
             if constexpr (FO) {
                 /* Q_g = scale·γ ⊙ q: O's token column j times scale·γ_j (output.cu's epilogue); then R's fragments,
                  * before F scales its columns, for C_q R */
