@@ -3,7 +3,7 @@
 # output (REWY_CUDA_FWD_CHAIN) correct and faster, and what does it give FLA's GDN model end to end?
 # 1. FLA's GDN and DeltaNet models compile in the background (Triton cache under .fla-cache).
 # 2. The oracle matrix: default (which carries 70bcc68's chain_pair change, never run before), the forward chain at
-#    the plan's width and at 64 columns; memcheck on the latter.
+#    the plan's width and at 64 columns; memcheck on the latter; the gate tests (session 24's gate kernels).
 # 3. GPU-bound forward ms, default against the forward chain at the plan's width, GDN and DeltaNet, six shapes.
 # 4. bench/e2e.py, GDN then DeltaNet (as far as the call's time reaches), FLA then rewy in one process each, with
 #    librewy_fo.so (the forward chain as default) where step 2 passed, else librewy.so.
@@ -24,6 +24,8 @@ for v in "" REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_FWD_CHAIN=64; do
 done
 REWY_CUDA_FWD_CHAIN=64 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $T/test_cuda --quick > /tmp/cs.log 2>&1
 rc=$?; echo "memcheck [FWD_CHAIN=64] rc=$rc $(grep 'ERROR SUMMARY' /tmp/cs.log | tail -1) $(el)"; [ $rc != 0 ] && ok=0
+PYTHONPATH=$PWD/python timeout 120 python3 -m pytest -q -k "gate" tests/python/test_transforms.py > /tmp/gate.log 2>&1
+echo "gate tests rc=$? $(tail -1 /tmp/gate.log) $(el)"   # the session-24 gate kernels (GDN's narrow rows)
 wait; echo "warm: $(tail -qn1 $OUT/warm-*.log | tr '\n' ' ') $(el)"
 V=$B/bench/dev/variant_time
 for op in gdn delta; do for s in "1 2048 4" "1 8192 16" "4 4096 16" "8 2048 32" "2 16384 8" "16 1024 16"; do

@@ -7,11 +7,13 @@
  * H200). Here: one pass forward (read g, write y), one backward (read g and dy, write dg) plus a small pass
  * over the partial sums.
  *   gate_fwd_kernel    E elements a thread (E = 4: one 8- or 16-byte load of g, a 16-byte store of y).
- *   gate_bwd_kernel    a block owns 32·E columns and one row slice (rewy_gate_slices: a count fixed by
- *                      the shape): 8 warps stride its rows, each thread keeping its columns' sums; the 8
- *                      rows of sums are added in order into the slice's row of the scratch.
- *   gate_sum_kernel    one block a head: each column's slices in order, then the head's columns (a fixed
- *                      tree) for dA_log. Every sum has an order fixed by the shape: results repeat bit for bit.
+ *   gate_bwd_kernel    a block owns CW·E columns (CW = 32, fewer for narrow rows) and one row slice
+ *                      (rewy_gate_slices: a count fixed by the shape): 256 / CW row lanes stride its rows, each
+ *                      thread keeping its columns' sums; the row lanes' sums are added in order into the
+ *                      slice's row of the scratch.
+ *   gate_sum_kernel    one block a head: each column's slices in parts, each part and then the parts in
+ *                      order, then the head's columns (a fixed tree) for dA_log. Every sum has an order fixed
+ *                      by the shape: results repeat bit for bit.
  * E = 1 where the columns are not a multiple of 4 or a pointer is not aligned for the vectors. The plain
  * reference: src/cpu/gate.c. */
 #include "common.cuh"
@@ -21,7 +23,7 @@
 
 namespace rewy_cuda {
 
-constexpr int GATE_THREADS = 256, GATE_ROWS = 8; /* backward: 32 column lanes × 8 row lanes */
+constexpr int GATE_THREADS = 256;
 
 template <class T, int E> struct alignas(sizeof(T) * E) GateVec {
     T e[E];
@@ -43,13 +45,17 @@ __global__ void __launch_bounds__(GATE_THREADS)
     }
 }
 
+/* A block: CW column vectors (32, or the power of two ≥ the row's vectors where a row has fewer: GDN's gate is HV
+ * columns wide, and at 32 its blocks left 28 of 32 lanes idle and walked each slice's rows 8 at a time, 23 µs a
+ * call at HV = 16, B·T = 16384) × GATE_THREADS / CW row lanes, which stride the slice's rows; then each column's
+ * row lanes are added in order into the slice's row of the scratch. */
 template <class T, int E>
-__global__ void __launch_bounds__(32 * GATE_ROWS)
-    gate_bwd_kernel(int64_t rows, int64_t cols, int dim, const T *g, const float *A_log, const float *dt_bias,
+__global__ void __launch_bounds__(GATE_THREADS)
+    gate_bwd_kernel(int64_t rows, int64_t cols, int dim, int cw, const T *g, const float *A_log, const float *dt_bias,
                     const float *dy, T *dg, float *ws) {
-    __shared__ float part[2][GATE_ROWS][32 * E];
-    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-    const int64_t cv = (int64_t)blockIdx.x * 32 + tx, c0 = cv * E, n = gridDim.y, slice = blockIdx.y;
+    __shared__ float part[2][GATE_THREADS * E]; /* [table][row lane][cw · E] */
+    const int tx = threadIdx.x % cw, ty = threadIdx.x / cw, nrl = GATE_THREADS / cw;
+    const int64_t cv = (int64_t)blockIdx.x * cw + tx, c0 = cv * E, n = gridDim.y, slice = blockIdx.y;
     const bool col_ok = c0 < cols;
     float negA[E], bias[E], s1[E], s2[E];
 #pragma unroll
@@ -59,7 +65,7 @@ __global__ void __launch_bounds__(32 * GATE_ROWS)
         s1[j] = s2[j] = 0.0f;
     }
     const int64_t r1 = rewy_gate_slice_start(rows, slice + 1, n);
-    for (int64_t r = rewy_gate_slice_start(rows, slice, n) + ty; col_ok && r < r1; r += GATE_ROWS) {
+    for (int64_t r = rewy_gate_slice_start(rows, slice, n) + ty; col_ok && r < r1; r += nrl) {
         const size_t e0 = (size_t)r * (size_t)cols + (size_t)c0;
         const GateVec<T, E> x = *reinterpret_cast<const GateVec<T, E> *>(g + e0);
         const GateVec<float, E> d = *reinterpret_cast<const GateVec<float, E> *>(dy + e0);
@@ -76,34 +82,56 @@ __global__ void __launch_bounds__(32 * GATE_ROWS)
     }
 #pragma unroll
     for (int j = 0; j < E; j++) {
-        part[0][ty][tx * E + j] = s1[j];
-        part[1][ty][tx * E + j] = s2[j];
+        part[0][(ty * cw + tx) * E + j] = s1[j];
+        part[1][(ty * cw + tx) * E + j] = s2[j];
     }
     __syncthreads();
-    if (ty < 2 && col_ok) {   /* warp 0: Σ dg, warp 1: Σ dy·y, the 8 row lanes in order */
+    /* threads [0, cw): Σ dg, [cw, 2cw): Σ dy·y, each a column vector's row lanes in order */
+    const int tb = threadIdx.x / cw, xv = threadIdx.x % cw;
+    const int64_t cvo = (int64_t)blockIdx.x * cw + xv;
+    if (tb < 2 && cvo * E < cols) {
 #pragma unroll
         for (int j = 0; j < E; j++) {
             float s = 0.0f;
-            for (int w = 0; w < GATE_ROWS; w++) s += part[ty][w][tx * E + j];
-            ws[((size_t)ty * (size_t)n + (size_t)slice) * (size_t)cols + (size_t)c0 + j] = s;
+            for (int w = 0; w < nrl; w++) s += part[tb][(w * cw + xv) * E + j];
+            ws[((size_t)tb * (size_t)n + (size_t)slice) * (size_t)cols + (size_t)cvo * E + j] = s;
         }
     }
 }
 
+/* One block a head: each column's n slices in P parts of consecutive slices (P threads a column, P · dim ≤
+ * GATE_THREADS; one thread summing GDN's 128 slices alone took 31 µs a call), each part in order, then the parts
+ * in order; then the head's columns (a fixed tree) for dA_log. */
 __global__ void __launch_bounds__(GATE_THREADS)
     gate_sum_kernel(int64_t cols, int dim, int64_t n, const float *ws, float *dA_log, float *ddt_bias) {
-    __shared__ float red[GATE_THREADS];
+    __shared__ float red[GATE_THREADS], pa[GATE_THREADS], pb[GATE_THREADS];
     const int h = blockIdx.x, tid = threadIdx.x;
+    const int64_t pmax = dim >= GATE_THREADS ? 1 : GATE_THREADS / dim;
+    const int P = (int)(pmax < n ? pmax : n), cpr = GATE_THREADS / P; /* parts; columns a round */
     float sa = 0.0f;
-    for (int k = tid; k < dim; k += GATE_THREADS) {
-        const size_t c = (size_t)h * (size_t)dim + (size_t)k;
+    for (int k0 = 0; k0 < dim; k0 += cpr) {
+        const int k = k0 + tid % cpr, part = tid / cpr;
         float a = 0.0f, b = 0.0f;
-        for (int64_t i = 0; i < n; i++) {
-            a += ws[(size_t)i * (size_t)cols + c];
-            b += ws[((size_t)n + (size_t)i) * (size_t)cols + c];
+        if (k < dim && part < P) {
+            const size_t c = (size_t)h * (size_t)dim + (size_t)k;
+            for (int64_t i = n * part / P; i < n * (part + 1) / P; i++) {
+                a += ws[(size_t)i * (size_t)cols + c];
+                b += ws[((size_t)n + (size_t)i) * (size_t)cols + c];
+            }
         }
-        if (ddt_bias) ddt_bias[c] = a;
-        sa += b;
+        __syncthreads(); /* the previous round's parts are read */
+        pa[tid] = a;
+        pb[tid] = b;
+        __syncthreads();
+        if (tid < cpr && k0 + tid < dim) {
+            float x = 0.0f, y = 0.0f;
+            for (int q = 0; q < P; q++) {
+                x += pa[q * cpr + tid];
+                y += pb[q * cpr + tid];
+            }
+            if (ddt_bias) ddt_bias[(size_t)h * (size_t)dim + (size_t)(k0 + tid)] = x;
+            sa += y;
+        }
     }
     red[tid] = sa;
     __syncthreads();
@@ -144,10 +172,12 @@ rewy_status rewy_cuda_gate(rewy_dtype dtype, int64_t rows, int heads, int dim, c
                 return cudaGetLastError();
             }
             const int64_t n = rewy_gate_slices(rows), ncv = (cols + E - 1) / E;
-            if ((ncv + 31) / 32 > INT32_MAX) return cudaErrorInvalidConfiguration;   /* grid.x: reported, not wrapped */
-            const dim3 grid((unsigned)((ncv + 31) / 32), (unsigned)n);
-            gate_bwd_kernel<T, E><<<grid, 32 * GATE_ROWS, 0, s>>>(rows, cols, dim, (const T *)g, A_log, dt_bias, dy,
-                                                                  (T *)dg, ws);
+            int cw = 1; /* column vectors a block: 32, or the power of two that holds a narrower row */
+            while (cw < 32 && cw < ncv) cw *= 2;
+            if ((ncv + cw - 1) / cw > INT32_MAX) return cudaErrorInvalidConfiguration;   /* grid.x: reported, not wrapped */
+            const dim3 grid((unsigned)((ncv + cw - 1) / cw), (unsigned)n);
+            gate_bwd_kernel<T, E><<<grid, GATE_THREADS, 0, s>>>(rows, cols, dim, cw, (const T *)g, A_log, dt_bias, dy,
+                                                                (T *)dg, ws);
             gate_sum_kernel<<<heads, GATE_THREADS, 0, s>>>(cols, dim, n, ws, dA_log, ddt_bias);
             return cudaGetLastError();
         };
