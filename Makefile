@@ -75,7 +75,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test emu-recurrent test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random e2e
+.PHONY: all lib run test emu-recurrent test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random e2e bench-api
 
 all: lib $(BUILD)/rewy
 
@@ -317,6 +317,20 @@ e2e:
 	REWY_LIBRARY=$(CURDIR)/$(E2E_LIB) PYTHONPATH=$(CURDIR)/python:$(CURDIR)/.ref/fla-src$${PYTHONPATH:+:$$PYTHONPATH} \
 	  FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=$(CURDIR)/.fla-cache/triton TRITON_CACHE_AUTOTUNING=1 \
 	  $(PYTHON) bench/e2e.py $(E2E_ARGS)
+
+# Issue 24's acceptance benchmark, on a GPU with FLA in .ref/fla-src (bench/dev/fla_ref.sh) and FlashQLA where
+# it imports (PEERS_SITE: its unpacked site-packages, ../shared/tools/peer-wheels.sh): rewy's public Python
+# functions, FLA and FlashQLA in one process, GDN and DeltaNet on the six shapes; the acceptance lines last.
+# FLA autotunes and FlashQLA compiles (about 150 s a shape; keep TILELANG_CACHE_DIR) on their first calls.
+# API_ARGS: bench/bench_api.py options (--shapes, --ops, --impls, --json).
+PEERS_SITE ?=
+API_ARGS   ?=
+bench-api:
+	@test -f $(E2E_LIB) || $(MAKE) -j16 CUDA=1 BUILD=$(patsubst %/,%,$(dir $(E2E_LIB))) lib
+	@mkdir -p .fla-cache/triton .fla-cache/tl
+	REWY_LIBRARY=$(CURDIR)/$(E2E_LIB) PYTHONPATH=$(CURDIR)/python:$(CURDIR)/.ref/fla-src$(if $(PEERS_SITE),:$(PEERS_SITE))$${PYTHONPATH:+:$$PYTHONPATH} \
+	  FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=$(CURDIR)/.fla-cache/triton TRITON_CACHE_AUTOTUNING=1 \
+	  TILELANG_CACHE_DIR=$(CURDIR)/.fla-cache/tl $(PYTHON) bench/bench_api.py $(API_ARGS)
 
 # (a shorter stem than $(BUILD)/tests/%, so make prefers this rule for the device tests)
 # Linked against librewy.a: the device tests reach the test-only plan override (src/cuda/rewy_test.h) and the
