@@ -23,6 +23,12 @@ for v in REWY_CUDA_CHAIN=2 REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_FWD_CHAIN=1; do
     echo "$tool [$v] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
   done
 done
+# the sm_80 paths (store_t's shuffled stores, no wgmma, no dependent launch): test_cuda built as compute_80 PTX,
+# JIT-compiled here on first use of each kernel
+for v in "" REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_CHAIN=1; do
+  env $v timeout 240 build/cuda-80/tests/cuda/test_cuda --quick > /tmp/t80.log 2>&1
+  echo "test_cuda sm_80 PTX --quick [$v] rc=$? $(tail -1 /tmp/t80.log) $(el)"; grep -E "FAIL" /tmp/t80.log | head -4
+done
 wait; echo "warm gdn:fla: $(tail -1 $OUT/warm-gdn.log) $(el)"
 V=$B/bench/dev/variant_time
 for op in gdn delta; do for s in "1 2048 4" "1 8192 16" "4 4096 16" "8 2048 32" "2 16384 8" "16 1024 16"; do
