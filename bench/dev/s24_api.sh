@@ -5,7 +5,7 @@
 # tl-cache.tar.xz where an earlier call returned one: FlashQLA's compiled kernels). FlashQLA compiles about 150 s a
 # shape on first use, so a cold call covers two or three shapes (SHAPES); the TileLang cache comes back under $OUT as
 # tl-cache.tar.xz for the next call (move it into .peers). FLA's compile and autotune land in .fla-cache.
-#   SHAPES=4x4096x16,1x8192,16 OPS=gdn,deltanet bash bench/dev/s24_api.sh
+#   SHAPES=4x4096x16,1x8192x16 OPS=gdn,deltanet bash bench/dev/s24_api.sh
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 mkdir -p build/cuda-on /tmp/fla .fla-cache/triton /tmp/tlcache
