@@ -1,17 +1,11 @@
 #!/bin/bash
-# Session 24 (no device in that session: this is the next session's first call). The tree since session 23's last
-# device run: chain_pair's chunk-table entries a step ahead and store_staged's reads before its stores (70bcc68), and
-# the forward register chain with the output in its steps (REWY_CUDA_FWD_CHAIN; default off). FLA's GDN model
-# compiles beside the correctness runs (the Triton cache under .fla-cache stays on the warm machine for
-# s24_e2e.sh); then the oracle matrix (default, the 128-column chains, the forward chain at the plan's width and at
-# 64), the campaign, memcheck and racecheck on both chains, and last, on an idle GPU, device times (default against
-# the forward chain at 64 and 32 columns) and ncu per kernel. Carried: .carry/bins.tar.xz (librewy.so, test_cuda,
-# test_random, variant_time built for sm_90a), .carry/e2e/fla.tar.xz (FLA with its #640 check off).
+# Session 24's second prepared call (after s24_run.sh; session 24 itself had no device): the rest of the checks on
+# the tree since session 23's last device run (chain_pair's chunk-table entries a step ahead and store_staged's reads
+# before its stores, 70bcc68; the forward register chain with its output, REWY_CUDA_FWD_CHAIN, default off): the
+# oracle matrix (default, the 128-column chains, the forward chain at the plan's width and at 64), the campaign,
+# memcheck and racecheck on both chains, test_cuda as sm_80 PTX (--quick), and last device times (default against the
+# forward chain at 64 and 32 columns) and ncu per kernel. Carried: .carry/bins.tar.xz (bench/dev/s24_build.sh).
 source "$(dirname "$0")/carried_bins.sh"
-mkdir -p /tmp/fla .fla-cache/triton && tar xJf .carry/e2e/fla.tar.xz -C /tmp/fla
-PYTHONPATH=$PWD/python:/tmp/fla FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=$PWD/.fla-cache/triton \
-  TRITON_CACHE_AUTOTUNING=0 FLA_CACHE_RESULTS=0 timeout 400 python3 bench/e2e.py --batch 4 --models gdn \
-  --warm-only gdn:fla --prewarm off > $OUT/warm-gdn.log 2>&1 &
 for v in "" REWY_CUDA_CHAIN=2 REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_FWD_CHAIN=64; do
   env $v timeout 90 $T/test_cuda > /tmp/tc.log 2>&1; echo "test_cuda [$v] rc=$? $(tail -1 /tmp/tc.log) $(el)"
   grep -E "FAIL" /tmp/tc.log | head -6
@@ -29,7 +23,6 @@ for v in "" REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_CHAIN=1; do
   env $v timeout 240 build/cuda-80/tests/cuda/test_cuda --quick > /tmp/t80.log 2>&1
   echo "test_cuda sm_80 PTX --quick [$v] rc=$? $(tail -1 /tmp/t80.log) $(el)"; grep -E "FAIL" /tmp/t80.log | head -4
 done
-wait; echo "warm gdn:fla: $(tail -1 $OUT/warm-gdn.log) $(el)"
 V=$B/bench/dev/variant_time
 for op in gdn delta; do for s in "1 2048 4" "1 8192 16" "4 4096 16" "8 2048 32" "2 16384 8" "16 1024 16"; do
   echo "[$op $s] $(timeout 30 $V $op $s | grep -E 'forward|backward' | tr -s ' ' | tr '\n' ' ')"
