@@ -319,7 +319,7 @@ e2e:
 	  $(PYTHON) bench/e2e.py $(E2E_ARGS)
 
 # Issue 24's acceptance benchmark, on a GPU with FLA in .ref/fla-src (bench/dev/fla_ref.sh) and FlashQLA where
-# it imports (PEERS_SITE: its unpacked site-packages, ../shared/tools/peer-wheels.sh): rewy's public Python
+# it imports (PEERS_SITE: its unpacked site-packages, bench/dev/peers_pack.sh): rewy's public Python
 # functions, FLA and FlashQLA in one process, GDN and DeltaNet on the six shapes; the acceptance lines last.
 # FLA autotunes and FlashQLA compiles (about 150 s a shape; keep TILELANG_CACHE_DIR) on their first calls.
 # API_ARGS: bench/bench_api.py options (--shapes, --ops, --impls, --json).
