@@ -283,21 +283,13 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
     ScanGates sg;
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
     rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
-    WuOut wu;
-    if (!Op::vector_gates && pl.fwd_chain > 0 && L.has_wu) {
-        /* the register chain (two products a step on the chain, the state in registers) from W and U, with the
-         * output's two products beside them: the whole forward after kkt. S_c and R only where policy A saves them. */
-        wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
-        wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
-        REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
-        REWY_TRY(launch_chain_forward(p, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, a->h0, a->ht,
-                                      polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
-        return REWY_OK;
-    }
-    /* the scan computes o itself (scalar gates only: vector gates' operands come from the gates stage), and then
-     * runs the two-product chain, with W and U from the gates stage, where the shapes allow */
+    /* the register chain with the output in its steps (the whole forward after kkt), or the scan computing o itself
+     * (scalar gates only: vector gates' operands come from the gates stage); both run the two-product chain, with W
+     * and U from the gates stage, where the shapes allow */
+    const bool chain = !Op::vector_gates && pl.fwd_chain > 0 && L.has_wu;
     const bool fo = !Op::vector_gates && pl.fuse_output;
-    if (fo && L.has_wu && pl.scan_wu) {
+    WuOut wu;
+    if (chain || (fo && L.has_wu && pl.scan_wu)) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
         if (pl.beside_kkt) { /* the scan starts beside kkt and waits per chunk on its flags */
@@ -307,6 +299,11 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
         }
     }
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
+    if (chain) { /* S_c and R only where policy A saves them */
+        REWY_TRY(launch_chain_forward(p, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, a->h0, a->ht,
+                                      polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
+        return REWY_OK;
+    }
     if (fo) {
         /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
         ScanOut so;

@@ -44,6 +44,15 @@ template <int KS, int BVC> struct ChainLayout {
     static constexpr int STG = KS * STG_LD, oSTG = 2 * STAGE;
     static constexpr int TOTAL = oSTG + (BVC / 16) * STG;
 };
+/* ChainLayout's TOTAL for a runtime K tile (64, 128) and width (16 … 128 columns) */
+inline size_t chain_smem(int kp, int bvc) {
+    auto by_bvc = [&](auto ks) -> size_t {
+        constexpr int KS = decltype(ks)::value;
+        return bvc == 16 ? ChainLayout<KS, 16>::TOTAL : bvc == 32 ? ChainLayout<KS, 32>::TOTAL
+               : bvc == 64 ? ChainLayout<KS, 64>::TOTAL : ChainLayout<KS, 128>::TOTAL;
+    };
+    return kp == 64 ? by_bvc(std::integral_constant<int, 64>{}) : by_bvc(std::integral_constant<int, 128>{});
+}
 
 __device__ __forceinline__ uint32_t pack_bf2(float x, float y) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
@@ -301,13 +310,16 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
          * chunks have none, and no γ_n (uniform branches around those multiplications) */
         auto fdec = [&](int j) { return j < n ? gexp(p, gl - Gs[j]) : 0.f; };
         const bool plain = !p.gated && n == MAXBT;
-        auto scale_cols = [&]() {
-            if (plain) return;
+        /* an accumulator over the chunk's tokens (value columns × tokens) times f(j) on token column j */
+        auto scale_tokens = [&](float (&A)[NT][4], auto f) {
 #pragma unroll
             for (int s = 0; s < NT; s++) {
-                const float f0 = fdec(8 * s + 2 * t), f1 = fdec(8 * s + 2 * t + 1);
-                X[s][0] *= f0; X[s][1] *= f1; X[s][2] *= f0; X[s][3] *= f1;
+                const float f0 = f(8 * s + 2 * t), f1 = f(8 * s + 2 * t + 1);
+                A[s][0] *= f0; A[s][1] *= f1; A[s][2] *= f0; A[s][3] *= f1;
             }
+        };
+        auto scale_cols = [&]() {
+            if (!plain) scale_tokens(X, fdec);
         };
         auto decay_state = [&]() {
             if (!p.gated) return;
@@ -353,12 +365,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             if constexpr (FO) {
                 /* Q_g = scale·γ ⊙ q: O's token column j times scale·γ_j (output.cu's epilogue); then R's fragments,
                  * before F scales its columns, for C_q R */
-#pragma unroll
-                for (int s = 0; s < NT; s++) {
-                    const int j = 8 * s + 2 * t;
-                    const float q0 = p.scale * gexp(p, Gs[j]), q1 = p.scale * gexp(p, Gs[j + 1]);
-                    O[s][0] *= q0; O[s][1] *= q1; O[s][2] *= q0; O[s][3] *= q1;
-                }
+                scale_tokens(O, [&](int j) { return p.scale * gexp(p, Gs[j]); });
                 uint32_t rf[NT / 2][4];
 #pragma unroll
                 for (int ks = 0; ks < NT / 2; ks++) acc_afrag<NT>(X, ks, rf[ks]);
@@ -432,9 +439,7 @@ int chain_scan_bvc(const Prob &p, rewy_dtype dt, bool vec) {
     else if (force == 2) bvc = p.V == 128 && 2 * sh <= sms ? 128 : 0; /* the default's 8-warp blocks, on the tests' shapes */
     else bvc = p.V == 128 && 2 * sh <= sms && scan_bv(p) == 64 ? 128 : 0;
     /* two stages of tiles must fit the device's shared memory (A100: 163 KB) */
-    const size_t need = p.Kp == 64 ? (bvc == 64 ? ChainLayout<64, 64>::TOTAL : ChainLayout<64, 128>::TOTAL)
-                                   : (bvc == 64 ? ChainLayout<128, 64>::TOTAL : ChainLayout<128, 128>::TOTAL);
-    return bvc > 0 && need <= p.plan.smem_optin ? bvc : 0;
+    return bvc > 0 && chain_smem(p.Kp, bvc) <= p.plan.smem_optin ? bvc : 0;
 }
 
 cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,
@@ -489,12 +494,7 @@ int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
 #else
     if (force == 0 || force == REWY_TEST_AUTO) return 0;
 #endif
-    auto smem = [&](int bvc) -> size_t {
-        return p.Kp == 64 ? (bvc == 64 ? ChainLayout<64, 64>::TOTAL : bvc == 32 ? ChainLayout<64, 32>::TOTAL
-                                                                                 : ChainLayout<64, 16>::TOTAL)
-                          : (bvc == 64 ? ChainLayout<128, 64>::TOTAL : bvc == 32 ? ChainLayout<128, 32>::TOTAL
-                                                                                  : ChainLayout<128, 16>::TOTAL);
-    };
+    auto smem = [&](int bvc) { return chain_smem(p.Kp, bvc); };
     const long sh = (long)p.N * p.HV, sms = p.plan.sms;
     auto blocks = [&](int bvc) { return sh * (p.V / bvc); };
     auto one_wave = [&](int bvc) {

@@ -86,15 +86,13 @@ __global__ void __launch_bounds__(GATE_THREADS)
         part[1][(ty * cw + tx) * E + j] = s2[j];
     }
     __syncthreads();
-    /* threads [0, cw): Σ dg, [cw, 2cw): Σ dy·y, each a column vector's row lanes in order */
-    const int tb = threadIdx.x / cw, xv = threadIdx.x % cw;
-    const int64_t cvo = (int64_t)blockIdx.x * cw + xv;
-    if (tb < 2 && cvo * E < cols) {
+    /* row lanes 0 and 1 add up Σ dg and Σ dy·y: each its column vector's row lanes, in order */
+    if (ty < 2 && col_ok) {
 #pragma unroll
         for (int j = 0; j < E; j++) {
             float s = 0.0f;
-            for (int w = 0; w < nrl; w++) s += part[tb][(w * cw + xv) * E + j];
-            ws[((size_t)tb * (size_t)n + (size_t)slice) * (size_t)cols + (size_t)cvo * E + j] = s;
+            for (int w = 0; w < nrl; w++) s += part[ty][(w * cw + tx) * E + j];
+            ws[((size_t)ty * (size_t)n + (size_t)slice) * (size_t)cols + (size_t)c0 + j] = s;
         }
     }
 }
