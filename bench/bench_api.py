@@ -4,9 +4,9 @@ call it), FLA and FlashQLA in the same process, on the same inputs.
 
 Operators: GDN (rewy.chunk_gated_delta_rule; FLA's and FlashQLA's functions of that name) and DeltaNet
 (rewy.chunk_delta_rule, FLA's chunk_delta_rule, FlashQLA's GDN with g = 0). Suite (B,T,H): (1,2048,4)
-(1,8192,16) (4,4096,16) (8,2048,32) (2,16384,8) (16,1024,16), K = V = 128, bf16. Inputs as docs/PERF.md says
-(bench_gpu.py's): feature-normalized Gaussian q, k; Gaussian v; g = logsigmoid(x)/16; β in [0.1, 0.9];
-h0 = 0.1·N(0,1) given, the final state requested, dO = N(0,1) and its gradient dh_T = 0.1·N(0,1) given.
+(1,8192,16) (4,4096,16) (8,2048,32) (2,16384,8) (16,1024,16), K = V = 128, bf16. Inputs: bench_gpu.py's
+make_inputs (feature-normalized Gaussian q, k; Gaussian v; g = logsigmoid(x)/16; β in [0.1, 0.9]; h0 = 0.1·N(0,1)
+given, the final state requested; dO = N(0,1) and the final state's gradient 0.1·N(0,1) given).
 
 Per (operator, shape, implementation):
 - forward: the call under no_grad; backward: torch.autograd.grad of (o, h_T) into q, k, v, g, β, h0 from a
@@ -33,23 +33,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python"))
+from bench_gpu import SUITE, make_inputs  # noqa: E402  (the suite and its inputs, as bench_gpu.py times them)
 
-SUITE = [(1, 2048, 4), (1, 8192, 16), (4, 4096, 16), (8, 2048, 32), (2, 16384, 8), (16, 1024, 16)]
 OPS = ("gdn", "deltanet")
-
-
-def make_inputs(op, B, T, H, K, V, device, dtype, seed=0):
-    gen = torch.Generator(device=device).manual_seed(seed)
-    rnd = lambda *s: torch.randn(*s, device=device, generator=gen)
-    x = {
-        "q": F.normalize(rnd(B, T, H, K), dim=-1).to(dtype),
-        "k": F.normalize(rnd(B, T, H, K), dim=-1).to(dtype),
-        "v": rnd(B, T, H, V).to(dtype),
-        "beta": (0.1 + 0.8 * torch.rand(B, T, H, device=device, generator=gen)).to(dtype),
-        "h0": 0.1 * rnd(B, H, K, V),
-        "g": F.logsigmoid(rnd(B, T, H)) / 16 if op == "gdn" else None,
-    }
-    return x, rnd(B, T, H, V).to(dtype), 0.1 * rnd(B, H, K, V)
 
 
 # ------------------------------------------------------------------------------------------ implementations
@@ -256,7 +242,7 @@ def main(argv=None):
         if o not in OPS:
             raise SystemExit("--ops: gdn, deltanet (got %r)" % o)
     if a.selftest:
-        device, dtype = torch.device("cpu"), torch.float32
+        device = torch.device("cpu")
         shapes = [(1, 100, 2), (2, 64, 1)]
         makers = {"rewy": rewy_impl,
                   "fla": lambda op: rewy_impl(op, disable_recompute=True),       # stand-ins: the pipeline only
@@ -264,7 +250,7 @@ def main(argv=None):
     else:
         if not torch.cuda.is_available():
             raise SystemExit("bench_api.py times GPUs (--selftest runs the pipeline on the CPU)")
-        device, dtype = torch.device("cuda"), torch.bfloat16
+        device = torch.device("cuda")
         shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s] or SUITE
         makers = {n: IMPLS[n] for n in a.impls.split(",") if n}
     if "rewy" not in makers:
@@ -282,7 +268,7 @@ def main(argv=None):
                 print("  (%s: %s does not import: %s)" % (op, name, e))
         for s in shapes:
             B, T, H = s
-            x, do, dht = make_inputs(op, B, T, H, a.K, a.V, device, dtype, seed=sum(s))
+            x, do, dht = make_inputs(op, B, T, H, a.K, a.V, seed=sum(s), dev=device.type)
             ref_o = None
             for name, f in fns.items():
                 try:

@@ -117,9 +117,9 @@ def model_gates(shape, H, gen, dev):
 GATES = "weak"   # --gates
 
 
-def make_inputs(op, B, T, H, K, V, seed=0):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    dev, bf = "cuda", torch.bfloat16
+def make_inputs(op, B, T, H, K, V, seed=0, dev="cuda"):
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    bf = torch.bfloat16
     unif = lambda *shape: (0.1 + 0.8 * torch.rand(*shape, device=dev, generator=gen)).to(bf)
     gshape = (B, T, H, K) if op in VEC else (B, T, H)
     x = {
