@@ -478,25 +478,24 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
  * a warp's step is the same at every width, and a block's K, W, Q and C_q tiles serve all its columns, so the widest
  * whose grid fills the SMs in one wave (blocks per SM by shared memory: one at 32 and 64 columns with K = 128);
  * where none does, the narrowest on small grids (the most SMs) and the widest on large ones (the fewest waves, the
- * fewest tile copies). Where the shape allows (as the policy-R chains: bf16, chunk 64, K and V of 64 or 128), o is
- * 16-B aligned (the staged stores; NULL: a size query, whose layout does not depend on this choice) and the tiles
- * fit; force.fwd_chain = 1 takes it there, 16, 32 or 64 at that width, 0 never. */
+ * fewest tile copies). By default it runs only on the large grids, where 16-column blocks would fill the SMs (then
+ * at 64 columns): there it beat kkt's fused-output scan in the forward pass on the H200 (session 25, GPU-bound,
+ * GDN / DeltaNet: (4,4096,16) 0.571 → 0.471 / 0.522 → 0.413 ms, (8,2048,32) 0.958 → 0.918 / 0.904 → 0.801,
+ * (16,1024,16) 0.508 → 0.487 / 0.480 → 0.428); on the small grids its one-warp 16-column blocks lost ((1,8192,16)
+ * 0.402 → 0.499, (2,16384,8) 0.775 → 0.951, (1,2048,4) 0.110 → 0.124 for GDN). Where the shape allows (as the
+ * policy-R chains: bf16, chunk 64, K and V of 64 or 128), o is 16-B aligned (the staged stores; NULL: a size
+ * query, whose layout does not depend on this choice) and the tiles fit; force.fwd_chain = 1 takes it there at the
+ * rule's width (small grids too: the tests' shapes), 16, 32 or 64 at that width, 0 never. */
 int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
     if (vec || !std::is_same<state_t, bf16>::value || !std::is_same<rp_t, bf16>::value) return 0;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || !u_shape_ok(p.V)) return 0;
     if (((uintptr_t)o & 15) != 0) return 0;
     const int force = p.plan.force.fwd_chain;
-    /* Not the default until measured against the fused-output scan (session 24 had no device). A measurement
-     * build with -DREWY_CUDA_FWD_CHAIN_DEFAULT takes it wherever it applies, so that FLA's models can run it end to
-     * end (bench/dev/s24_build.sh); the flag goes when the default is decided. */
-#ifdef REWY_CUDA_FWD_CHAIN_DEFAULT
     if (force == 0) return 0;
-#else
-    if (force == 0 || force == REWY_TEST_AUTO) return 0;
-#endif
     auto smem = [&](int bvc) { return chain_smem(p.Kp, bvc); };
     const long sh = (long)p.N * p.HV, sms = p.plan.sms;
     auto blocks = [&](int bvc) { return sh * (p.V / bvc); };
+    if (force == REWY_TEST_AUTO && (sms == 0 || blocks(16) < sms)) return 0; /* the small grids: the fused scan */
     auto one_wave = [&](int bvc) {
         const size_t per = p.plan.smem_sm / (smem(bvc) + p.plan.smem_rsv);
         return blocks(bvc) <= sms * (long)(per > 0 ? per : 1);

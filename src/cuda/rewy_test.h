@@ -30,8 +30,8 @@ typedef struct rewy_test_force {
     int scan_wg2;    /* the wgmma scans at 64 columns as two warpgroups per block (V % 128 = 0): 0 off */
     int recurrent;   /* the plain fp32 token recurrence (recurrent.cu; the plan's choice for K < 16): 1 on at any K,
                       * 0 off (the chunk path even at K < 16) */
-    int fwd_chain;   /* the forward pass as the register chain with its output (chain_scan.cu), where the shape allows:
-                      * 1 on, 16, 32 or 64 on with that many value columns per block, 0 off */
+    int fwd_chain;   /* the forward pass as the register chain with its output (chain_scan.cu; by default on large
+                      * grids only), where the shape allows: 1 on, 16, 32 or 64 on with that many value columns per block, 0 off */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
