@@ -6,7 +6,8 @@
 # 2. memcheck on the forward chain, racecheck on it and on the pair; the campaign; test_cuda as sm_80 PTX.
 # 3. GPU-bound forward ms, default against the forward chain at the plan's width, GDN and DeltaNet, six shapes;
 #    ncu per kernel at GDN (4,4096,16) with the forward chain.
-# Carried: .carry/bins.tar.xz (bench/dev/s24_build.sh).
+# Carried: .carry/bins.tar.xz (bench/dev/s24_build.sh). In session 25 this call ran past 600 s in the sm_80 PTX
+# step (its JIT compile of every kernel takes minutes): give that step a call of its own (T80=500).
 source "$(dirname "$0")/carried_bins.sh"
 for v in "" REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_CHAIN=2; do
   env $v timeout 90 $T/test_cuda > /tmp/tc.log 2>&1; echo "test_cuda [$v] rc=$? $(tail -1 /tmp/tc.log) $(el)"
@@ -27,7 +28,7 @@ for run in "memcheck REWY_CUDA_FWD_CHAIN=64" "racecheck REWY_CUDA_FWD_CHAIN=1" "
   echo "$1 [$2] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
 done
 timeout 60 $T/test_random --seed 4 --count 400 > /tmp/tr.log 2>&1; echo "campaign seed 4 rc=$? $(tail -1 /tmp/tr.log) $(el)"
-timeout 120 build/cuda-80/tests/cuda/test_cuda --quick > /tmp/t80.log 2>&1
+timeout ${T80:-120} build/cuda-80/tests/cuda/test_cuda --quick > /tmp/t80.log 2>&1
 echo "test_cuda sm_80 PTX --quick rc=$? $(tail -1 /tmp/t80.log) $(el)"; grep -E "FAIL" /tmp/t80.log | head -4
 echo "[ncu gdn 4 4096 16 FWD_CHAIN=1]"; REWY_CUDA_FWD_CHAIN=1 kernel_table $V gdn 4 4096 16 | sed 's/(Prob.*//'
 echo "total $(el)"
