@@ -33,7 +33,7 @@ for op in gdn delta; do for s in "1 2048 4" "1 8192 16" "4 4096 16" "8 2048 32" 
   f=$(REWY_CUDA_FWD_CHAIN=1 timeout 30 $V $op $s | grep -oE 'fwd_chain [0-9]+|forward.*' | tr -s ' ' | tr '\n' ' ')
   echo "[$op $s] default: $a | chain: $f"
 done; done
-LIB=$PWD/$B/librewy.so; [ $ok = 1 ] && LIB=$PWD/$B/librewy_fo.so
+LIB=$PWD/$B/librewy.so # (session 25: the forward chain is the default on large grids; no separate build)
 left=$(( 585 - ($(date +%s) - t0) )); echo "e2e with $(basename $LIB), $left s left $(el)"
 env $FLAENV REWY_LIBRARY=$LIB PYTHONUNBUFFERED=1 TRITON_CACHE_AUTOTUNING=1 timeout $left python3 bench/e2e.py --flashqla off \
   --models gdn,delta --batch 4 --prewarm off --deadline $(( left - 15 )) --json $OUT/e2e.json --png $OUT/e2e_loss.png \
