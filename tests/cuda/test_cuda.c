@@ -162,10 +162,29 @@ static void test_forced_plan(test_counts *tc) {
            p.scan_8w, p.scan_wg, p.bwd_scan_wg, p.scan_wg2, p.fuse_output, p.scan_wu, p.beside_kkt, p.bwd_w, p.chain_bvc,
            p.fwd_chain, p.fwd_kw);
     const rewy_test_force none = rewy_test_force_none();
-    if (!memcmp(&f, &none, sizeof f))
+    if (!memcmp(&f, &none, sizeof f)) {
         CHECK(tc, p.scan_bv == 16 && !p.fuse_output && !p.chain_bvc && !p.scan_wg && !p.bwd_scan_wg && !p.fwd_chain,
               "plan: the test shape's defaults changed (scan_bv %d, fused output %d, chains %d, wgmma scans %d/%d, "
               "forward chain %d)", p.scan_bv, p.fuse_output, p.chain_bvc, p.scan_wg, p.bwd_scan_wg, p.fwd_chain);
+        /* the forward register chain's rule (chain_scan.cu, chain_forward_bvc): by default at 64 columns where
+         * 16-column blocks fill the SMs, B·HV·V/16 ≥ SMs, else not (the fused-output scan); plans only, no run.
+         * Checked on GPUs like the ones it was measured on (> 32 SMs, Hopper's 227 KB a block): with fewer SMs the
+         * rule's one-wave widths (32 columns) can apply, and on an A100 the 64-column tiles fill its 163 KB exactly */
+        rewy_config big = c;
+        big.K = big.V = 128; big.T = 4096;
+        const int shapes[2][2] = {{4, 16}, {1, 4}}; /* (B, H): 512 and 32 blocks of 16 columns */
+        for (int i = 0; i < 2; i++) {
+            big.B = shapes[i][0]; big.H = shapes[i][1];
+            rewy_test_plan pb;
+            CHECK(tc, rewy_test_get_plan(&big, &f, &pb) == REWY_OK, "plan: rewy_test_get_plan (B %d, H %d) failed",
+                  big.B, big.H);
+            const int want = big.B * big.H * 8 >= pb.sms ? 64 : 0;
+            if (pb.sms <= 32 || pb.smem_optin < 227 * 1024) continue; /* the rule's numbers assume a Hopper-sized GPU */
+            CHECK(tc, pb.fwd_chain == want && pb.fwd_kw == 1 && !(pb.fwd_chain && pb.fuse_output),
+                  "plan: GDN (%d,4096,%d) took the forward chain at %d columns (%d warps; fused output %d), want %d "
+                  "(%d SMs)", big.B, big.H, pb.fwd_chain, pb.fwd_kw, pb.fuse_output, want, pb.sms);
+        }
+    }
     if (f.scan_bv == 16 || f.scan_bv == 32 || f.scan_bv == 64)
         CHECK(tc, p.scan_bv == f.scan_bv, "plan: REWY_CUDA_SCAN_BV=%d gave %d", f.scan_bv, p.scan_bv);
     if (f.scan_8w != REWY_TEST_AUTO) CHECK(tc, p.scan_8w == (f.scan_8w != 0), "plan: REWY_CUDA_SCAN_8W not taken");
