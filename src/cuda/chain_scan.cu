@@ -317,6 +317,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         const char *st = stage(b);
         const bf16 *Ks = reinterpret_cast<const bf16 *>(st + L::oK), *Ws = reinterpret_cast<const bf16 *>(st + L::oW);
         const bf16 *Xs = reinterpret_cast<const bf16 *>(st + L::oX);
+        const bf16 *Qs = reinterpret_cast<const bf16 *>(st + L::oQ); /* Q, C_q: the reverse chain's; FO's output */
+        const cq_t *Cs = reinterpret_cast<const cq_t *>(st + L::oC);
         const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
         const float gl = Gs[n - 1], gn = gexp(p, gl);
         float X[NT][4] = {}; /* Rᵀ / R̄ᵀ: value columns × tokens */
@@ -349,8 +351,6 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         if (PAIR || sdst) store_acc<NK>(S, stg, sdst + ch * KS * VV + (size_t)k0 * VV, VV, vw, KSW);
 
         if (!rev) {
-            const bf16 *Qs = reinterpret_cast<const bf16 *>(st + L::oQ);
-            const cq_t *Cs = reinterpret_cast<const cq_t *>(st + L::oC);
             float O[NT][4] = {}; /* FO: Oᵀ, value columns × tokens */
             /* Rᵀ = Uᵀ − Sᵀ Wᵀ: Sᵀ Wᵀ, then U (A-fragment order = accumulator order) from the stage minus it.
              * FO: Oᵀ = Sᵀ Qᵀ from the same fragments of S = S_c, its products between the chain's */
@@ -427,8 +427,6 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a); }, Ks, L::LDK);
             }
         } else {
-            const bf16 *Qs = reinterpret_cast<const bf16 *>(st + L::oQ);
-            const cq_t *Cs = reinterpret_cast<const cq_t *>(st + L::oC);
             /* R̄ᵀ = S̄⁺ᵀ Fᵀ + Ōᵀ C_q: first S̄⁺ᵀ Kᵀ, its token columns scaled by f, then Ōᵀ C_q */
             chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ks, L::LDK);
             scale_cols();
