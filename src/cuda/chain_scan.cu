@@ -30,9 +30,8 @@ using bf16 = __nv_bfloat16;
 constexpr int STG_LD = 48;
 
 /* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets (the forward pass's
- * chain uses them all: K, W, U, G and β, Q and C_q), then the warps' staging tiles; with KW = 2 warps per 16
- * columns (the forward pass's chain only) each warp's exchange slots for its partial products */
-template <int KS, int BVC, int KW = 1> struct ChainLayout {
+ * chain uses them all: K, W, U, G and β, Q and C_q), then the warps' staging tiles */
+template <int KS, int BVC> struct ChainLayout {
     static constexpr int LDK = KS + 8, LDV = BVC + 8;
     static constexpr int KT = MAXBT * LDK * 2;  /* a [64][KS] bf16 tile (K, Q, W) */
     static constexpr int VT = MAXBT * LDV * 2;  /* a [64][BVC] bf16 tile (U, Ō) */
@@ -43,16 +42,12 @@ template <int KS, int BVC, int KW = 1> struct ChainLayout {
     static constexpr int STAGE = oC + CT;
     /* each warp's staging tile: KS rows (S_c, S̄⁺; R, R̄ use 64) */
     static constexpr int STG = KS * STG_LD, oSTG = 2 * STAGE;
-    static constexpr int WARPS = (BVC / 16) * KW;
-    /* exchange: per warp its partial Rᵀ and Oᵀ (16 × 64 fp32 each) as 2 × 8 float4 a lane */
-    static constexpr int XCH = KW > 1 ? 2 * (MAXBT / 8) * 32 * 16 : 0, oXCH = oSTG + WARPS * STG;
-    static constexpr int TOTAL = oXCH + WARPS * XCH;
+    static constexpr int TOTAL = oSTG + (BVC / 16) * STG;
 };
-/* ChainLayout's TOTAL for a runtime K tile (64, 128) and width (16 … 128 columns; kw = 2: 16 columns) */
-inline size_t chain_smem(int kp, int bvc, int kw = 1) {
+/* ChainLayout's TOTAL for a runtime K tile (64, 128) and width (16 … 128 columns) */
+inline size_t chain_smem(int kp, int bvc) {
     auto by_bvc = [&](auto ks) -> size_t {
         constexpr int KS = decltype(ks)::value;
-        if (kw == 2) return ChainLayout<KS, 16, 2>::TOTAL;
         return bvc == 16 ? ChainLayout<KS, 16>::TOTAL : bvc == 32 ? ChainLayout<KS, 32>::TOTAL
                : bvc == 64 ? ChainLayout<KS, 64>::TOTAL : ChainLayout<KS, 128>::TOTAL;
     };
@@ -69,11 +64,6 @@ __device__ __forceinline__ float2 unpack_bf2(uint32_t u) {
 
 __device__ __forceinline__ void cp16(unsigned dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-
-/* a barrier of `threads` threads (whole warps) on hardware barrier id (1 … 15; __syncthreads takes 0) */
-__device__ __forceinline__ void bar_named(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 /* A full chunk's [64][NC] tile of 16-B vectors, row stride rs elements in global memory and LD in shared memory.
@@ -213,35 +203,31 @@ __device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf
  * [chunk][hv][64][V] (the pair's is R's region, R written in its place). Sc, R: NULL where nothing reads them (the
  * forward pass under policy R). The pointers are separate parameters: in one struct (by value) the compiler held
  * them in registers (the pair: 252 registers a thread, 216 without). */
-template <int KS, int BVC, int VV, bool PAIR, int KW = 1>
-__global__ void __launch_bounds__(BVC * 2 * KW)
+template <int KS, int BVC, int VV, bool PAIR>
+__global__ void __launch_bounds__(BVC * 2)
 chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const bf16 *U, const cq_t *Cq,
                   const float *h0, state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar,
                   rp_t *PR, int nb, bool lean, float *ht, bf16 *o) {
     constexpr bool FO = !PAIR;
-    static_assert(KW == 1 || (FO && KW == 2 && BVC == 16), "chain_pair_kernel: K split only in the forward pass, 16 columns");
-    using L = ChainLayout<KS, BVC, KW>;
-    constexpr int KSW = KS / KW;  /* the state's rows (over K) in this warp's registers */
-    constexpr int NK = KSW / 8;   /* 8-column blocks of the state tile (over K) */
+    using L = ChainLayout<KS, BVC>;
+    constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
     constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
-    constexpr int NTH = BVC * 2 * KW; /* threads: KW warps per 16 value columns */
+    constexpr int NTH = BVC * 2;  /* threads: one warp per 16 value columns */
     extern __shared__ __align__(16) char smc[];
     const bool rev = PAIR && (int)blockIdx.x < nb;
     const int bid = rev ? blockIdx.x : blockIdx.x - nb;
     const int nvt = ceil_div(p.V, BVC), sh = bid / nvt;
     const int sq = sh / p.HV, hv = sh % p.HV, v0 = (bid % nvt) * BVC, h = hv / p.G;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    /* this warp's 16-column group, its share of K (KW = 2: rows k0 … k0 + KSW − 1 of the state; 0 … KS − 1 else) */
-    const int cg = warp / KW, kh = KW > 1 ? warp % KW : 0, k0 = kh * KSW;
-    const int vw = v0 + 16 * cg; /* this warp's first value column */
+    const int vw = v0 + 16 * warp; /* this warp's first value column */
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
     if (c_end <= c_begin) return;
 
-    /* the state tile: element (value column vw + g (+8), k = k0 + 8s + 2t (+1)) at S[s][e]; its index in h0, dht, dh0 */
+    /* the state tile: element (value column vw + g (+8), k = 8s + 2t (+1)) at S[s][e]; its index in h0, dht, dh0 */
     float S[NK][4];
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    auto sidx = [&](int s, int e) { return sbase + st_idx(p, k0 + 8 * s + 2 * t + (e & 1), vw + g + 8 * (e >> 1)); };
+    auto sidx = [&](int s, int e) { return sbase + st_idx(p, 8 * s + 2 * t + (e & 1), vw + g + 8 * (e >> 1)); };
     {
         const float *src = rev ? dht : h0;
 #pragma unroll
@@ -348,7 +334,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         /* the incoming state (S_c) or the outgoing state's gradient (S̄⁺), for the pullback (S_c: the pair's, and
          * the forward pass's under policy A) */
         state_t *const sdst = rev ? Sbar : Sc;
-        if (PAIR || sdst) store_acc<NK>(S, stg, sdst + ch * KS * VV + (size_t)k0 * VV, VV, vw, KSW);
+        if (PAIR || sdst) store_acc<NK>(S, stg, sdst + ch * KS * VV, VV, vw, KS);
 
         if (!rev) {
             float O[NT][4] = {}; /* FO: Oᵀ, value columns × tokens */
@@ -356,34 +342,11 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
              * FO: Oᵀ = Sᵀ Qᵀ from the same fragments of S = S_c, its products between the chain's */
             if constexpr (FO) {
 #pragma unroll
-                for (int ks = 0; ks < KSW / 16; ks++) {
+                for (int ks = 0; ks < KS / 16; ks++) {
                     uint32_t af[4];
                     acc_afrag<NK>(S, ks, af);
-                    mma_kstep<NT, false>(X, af, Ws + k0, L::LDK, ks);
-                    mma_kstep<NT, false>(O, af, Qs + k0, L::LDK, ks);
-                }
-                /* KW = 2: each warp's Sᵀ Wᵀ and Sᵀ Qᵀ cover its half of K; the two warps of a group trade them.
-                 * Both add the same two partials (x + y = y + x exactly), so both hold the same Rᵀ; warp kh = 0
-                 * alone finishes the output. The slots are free again: the partner read them before the step's
-                 * opening barrier. */
-                if constexpr (KW > 1) {
-                    float4 *mine = reinterpret_cast<float4 *>(smc + L::oXCH + warp * L::XCH) + lane;
-                    const float4 *other = reinterpret_cast<const float4 *>(smc + L::oXCH + (warp ^ 1) * L::XCH) + lane;
-#pragma unroll
-                    for (int s = 0; s < NT; s++) {
-                        mine[32 * s] = make_float4(X[s][0], X[s][1], X[s][2], X[s][3]);
-                        if (kh == 1) mine[32 * (NT + s)] = make_float4(O[s][0], O[s][1], O[s][2], O[s][3]);
-                    }
-                    bar_named(1, 32 * KW); /* the block's one 16-column group (BVC = 16): id 1, a constant */
-#pragma unroll
-                    for (int s = 0; s < NT; s++) {
-                        const float4 x = other[32 * s];
-                        X[s][0] += x.x; X[s][1] += x.y; X[s][2] += x.z; X[s][3] += x.w;
-                        if (kh == 0) {
-                            const float4 y = other[32 * (NT + s)];
-                            O[s][0] += y.x; O[s][1] += y.y; O[s][2] += y.z; O[s][3] += y.w;
-                        }
-                    }
+                    mma_kstep<NT, false>(X, af, Ws, L::LDK, ks);
+                    mma_kstep<NT, false>(O, af, Qs, L::LDK, ks);
                 }
             } else {
                 chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ws, L::LDK);
@@ -391,35 +354,32 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
 #pragma unroll
             for (int ks = 0; ks < NT / 2; ks++) {
                 uint32_t a[4];
-                smem_afrag_t(Xs, L::LDV, 16 * cg, ks, a);
+                smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a);
                 const float2 x0 = unpack_bf2(a[0]), x1 = unpack_bf2(a[1]), x2 = unpack_bf2(a[2]), x3 = unpack_bf2(a[3]);
                 X[2 * ks][0] = x0.x - X[2 * ks][0]; X[2 * ks][1] = x0.y - X[2 * ks][1];
                 X[2 * ks][2] = x1.x - X[2 * ks][2]; X[2 * ks][3] = x1.y - X[2 * ks][3];
                 X[2 * ks + 1][0] = x2.x - X[2 * ks + 1][0]; X[2 * ks + 1][1] = x2.y - X[2 * ks + 1][1];
                 X[2 * ks + 1][2] = x3.x - X[2 * ks + 1][2]; X[2 * ks + 1][3] = x3.y - X[2 * ks + 1][3];
             }
-            if ((PAIR || R) && kh == 0) store_acc<NT>(X, stg, R + ch * MAXBT * VV, VV, vw, n);
+            if (PAIR || R) store_acc<NT>(X, stg, R + ch * MAXBT * VV, VV, vw, n);
             if constexpr (FO) {
                 /* Q_g = scale·γ ⊙ q: O's token column j times scale·γ_j (output.cu's epilogue); then R's fragments,
-                 * before F scales its columns, for C_q R (the output's warp only) */
+                 * before F scales its columns, for C_q R */
+                scale_tokens(O, [&](int j) { return p.scale * gexp(p, Gs[j]); });
                 uint32_t rf[NT / 2][4];
-                if (kh == 0) {
-                    scale_tokens(O, [&](int j) { return p.scale * gexp(p, Gs[j]); });
 #pragma unroll
-                    for (int ks = 0; ks < NT / 2; ks++) acc_afrag<NT>(X, ks, rf[ks]);
-                }
+                for (int ks = 0; ks < NT / 2; ks++) acc_afrag<NT>(X, ks, rf[ks]);
                 scale_cols();
                 decay_state();
-                /* S ← γ_n S + Fᵀ R (the chain, on this warp's K columns), and beside it Oᵀ += Rᵀ C_qᵀ; then O
-                 * leaves (rows from n on: none) */
+                /* S ← γ_n S + Fᵀ R (the chain), and beside it Oᵀ += Rᵀ C_qᵀ; then O leaves (rows from n on: none) */
 #pragma unroll
                 for (int ks = 0; ks < NT / 2; ks++) {
                     uint32_t af[4];
                     acc_afrag<NT>(X, ks, af);
-                    mma_kstep<NK, true>(S, af, Ks + k0, L::LDK, ks);
-                    if (kh == 0) mma_kstep<NT, false>(O, rf[ks], Cs, LDA, ks);
+                    mma_kstep<NK, true>(S, af, Ks, L::LDK, ks);
+                    mma_kstep<NT, false>(O, rf[ks], Cs, LDA, ks);
                 }
-                if (kh == 0) store_acc<NT>(O, stg, o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V, rsv, vw, n);
+                store_acc<NT>(O, stg, o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V, rsv, vw, n);
             } else {
                 /* S ← γ_n S + Fᵀ R:  Sᵀ ← γ_n Sᵀ + (Rᵀ diag(f)) K */
                 scale_cols();
@@ -430,13 +390,13 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             /* R̄ᵀ = S̄⁺ᵀ Fᵀ + Ōᵀ C_q: first S̄⁺ᵀ Kᵀ, its token columns scaled by f, then Ōᵀ C_q */
             chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ks, L::LDK);
             scale_cols();
-            chain_mma<NT, NT / 2, true>(X, [&](int ks, uint32_t (&a)[4]) { smem_afrag_t(Xs, L::LDV, 16 * cg, ks, a); },
+            chain_mma<NT, NT / 2, true>(X, [&](int ks, uint32_t (&a)[4]) { smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a); },
                                         Cs, LDA);
             store_acc<NT>(X, stg, PR + ch * MAXBT * VV, VV, vw, n);
             /* S̄ ← γ_n S̄⁺ + Q_gᵀ Ō − Wᵀ R̄:  S̄ᵀ ← γ_n S̄ᵀ + (Ōᵀ diag(scale·γ)) Q − R̄ᵀ W */
             decay_state();
             chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) {
-                smem_afrag_t(Xs, L::LDV, 16 * cg, ks, a);
+                smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a);
                 /* a[0], a[1]: tokens 16ks + 2t (+1); a[2], a[3]: + 8 */
                 const int j0 = 16 * ks + 2 * t, j1 = j0 + 8;
                 const float s0 = p.scale * gexp(p, Gs[j0]), s1 = p.scale * gexp(p, Gs[j0 + 1]);
@@ -555,44 +515,25 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
     if (((uintptr_t)o & 15) != 0) return cudaErrorInvalidValue; /* chain_forward_bvc declines it */
     /* full chunks take lean_tile's copies where the caller's q and k are 16-B aligned */
     const bool lean = (((uintptr_t)q | (uintptr_t)k) & 15) == 0;
-    auto go = [&](auto ks, auto bv, auto vv, auto kw) -> cudaError_t {
+    auto go = [&](auto ks, auto bv, auto vv) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value, VV = decltype(vv)::value;
-        constexpr int KW = decltype(kw)::value;
-        constexpr size_t sm = ChainLayout<KS, BVC, KW>::TOTAL;
-        cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false, KW>>(sm);
+        constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
+        cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false>>(sm);
         if (e != cudaSuccess) return e;
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
-        chain_pair_kernel<KS, BVC, VV, false, KW><<<nb, BVC * 2 * KW, sm, s>>>(
+        chain_pair_kernel<KS, BVC, VV, false><<<nb, BVC * 2, sm, s>>>(
             p, (const bf16 *)q, (const bf16 *)k, GB, W, U, Cq, h0, Sc, R, nullptr, nullptr, nullptr, nullptr, nullptr, 0, lean,
             ht, (bf16 *)o);
         return cudaGetLastError();
     };
-    using KW1 = std::integral_constant<int, 1>;
     auto by_v = [&](auto ks, auto bv) {
-        constexpr int BVC = decltype(bv)::value;
-        auto at_v = [&](auto kw) {
-            return p.V == 64 ? go(ks, bv, std::integral_constant<int, 64>{}, kw)
-                             : go(ks, bv, std::integral_constant<int, 128>{}, kw);
-        };
-        if constexpr (BVC == 16) /* two warps a 16-column group where the plan says (chain_forward_kw) */
-            if (p.plan.fwd_kw == 2) return at_v(std::integral_constant<int, 2>{});
-        return at_v(KW1{});
+        return p.V == 64 ? go(ks, bv, std::integral_constant<int, 64>{}) : go(ks, bv, std::integral_constant<int, 128>{});
     };
     auto by_bv = [&](auto ks) {
         return bvc == 64 ? by_v(ks, std::integral_constant<int, 64>{})
                : bvc == 32 ? by_v(ks, std::integral_constant<int, 32>{}) : by_v(ks, std::integral_constant<int, 16>{});
     };
     return p.Kp == 64 ? by_bv(std::integral_constant<int, 64>{}) : by_bv(std::integral_constant<int, 128>{});
-}
-
-/* The forward chain's warps per 16 value columns (the plan's fwd_kw). KW = 2 splits the state's K rows over two
- * warps, which trade their partial Sᵀ Wᵀ and Sᵀ Qᵀ through shared memory once a step: each warp's dependent
- * products halve (64 + 64 → 32 + 32 mma before the trade, 64 → 32 in the update), for one named barrier. Aimed at
- * the small grids, where one-warp blocks of 16 columns lose to the fused-output scan (session 25); test-forced
- * (force.fwd_kw = 2) at 16 columns until measured. */
-int chain_forward_kw(const Prob &p) {
-    if (p.plan.fwd_chain != 16 || p.plan.force.fwd_kw != 2) return 1;
-    return chain_smem(p.Kp, 16, 2) <= p.plan.smem_optin ? 2 : 1;
 }
 
 } // namespace rewy_cuda

@@ -65,8 +65,6 @@ struct Plan {
     int chain_bvc;                 /* policy R's register chains: value columns per block, 0: not (chain_scan_bvc) */
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
-    int fwd_kw;                    /* its warps per 16 value columns, each a K / fwd_kw share of the state: 1, or 2
-                                    * (test-forced, 16-column blocks: chain_forward_kw) */
 };
 
 struct Prob {

@@ -194,7 +194,7 @@ extern "C" rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_tes
     out->scan_bv = pl.scan_bv; out->scan_8w = pl.scan_8w; out->pair_8w = pl.pair_8w; out->scan_wg = pl.scan_wg;
     out->bwd_scan_wg = pl.bwd_scan_wg; out->scan_wg2 = pl.scan_wg2; out->fuse_output = pl.fuse_output;
     out->scan_wu = pl.scan_wu; out->beside_kkt = pl.beside_kkt; out->bwd_w = pl.bwd_w; out->chain_bvc = pl.chain_bvc;
-    out->recurrent = pl.recurrent; out->fwd_chain = pl.fwd_chain; out->fwd_kw = pl.fwd_kw;
+    out->recurrent = pl.recurrent; out->fwd_chain = pl.fwd_chain;
     return REWY_OK;
 }
 

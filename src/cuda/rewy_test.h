@@ -32,14 +32,12 @@ typedef struct rewy_test_force {
                       * 0 off (the chunk path even at K < 16) */
     int fwd_chain;   /* the forward pass as the register chain with its output (chain_scan.cu; by default on large
                       * grids only), where the shape allows: 1 on, 16, 32 or 64 on with that many value columns per block, 0 off */
-    int fwd_kw;      /* that chain at 16 columns with two warps per block, each holding half of K's rows of the
-                      * state: 2 on (other values: one warp) */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO};
     return f;
 }
 
@@ -51,7 +49,6 @@ typedef struct rewy_test_plan {
     int scan_bv, scan_8w, pair_8w, scan_wg, bwd_scan_wg, scan_wg2, fuse_output, scan_wu, beside_kkt, bwd_w, chain_bvc;
     int recurrent; /* the token recurrence instead of the chunk path (then the chunk path's choices above are 0) */
     int fwd_chain; /* the forward pass's register chain: value columns per block, 0: not */
-    int fwd_kw;    /* its warps per 16 columns (1 or 2) */
 } rewy_test_plan;
 rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_test_force *f, rewy_test_plan *out);
 
