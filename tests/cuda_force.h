@@ -28,6 +28,7 @@ static inline rewy_test_force env_force(void) {
     f.scan_wg2 = env_force_int("REWY_CUDA_SCAN_WG2");
     f.recurrent = env_force_int("REWY_CUDA_RECURRENT");
     f.fwd_chain = env_force_int("REWY_CUDA_FWD_CHAIN");
+    f.win = env_force_int("REWY_CUDA_WIN");
     return f;
 }
 

@@ -24,11 +24,15 @@
  *
  * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ (vector gates: policy A only) | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q cq_t [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
+ *          then the record (cuda_backend.cu), and with time windows (Plan::win, nwin of them) checkpoints fp32
+ *          [nwin − 1][N*HV][K][V]
  * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved), vector gates' ⟨gate table⟩ | ⟨W, U⟩ (over S_c, R under
  *          policy R: the forward that reads W, U fuses the output and stores neither) | with W, U: int
  *          ready flags [NC*HV] (the scan beside kkt); at least 256 B
  * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R, vector gates' ⟨gate table⟩ | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
  *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩ | policy R: ⟨W (the reverse scan's W chain)⟩
+ *          time windows: every [NC*HV] region above but W̄ and GVA holds one window, [N*win*HV] slots; an fp32
+ *          S̄ carry [N*HV][K][V] after P
  *
  * The operators' regions are in the file-top comments of cuda_backend.cu and vec_backend.cu, next to
  * ScalarGates::regions and VectorGates::regions / factor_plan, which size them.
@@ -46,12 +50,15 @@
 #define REWY_CUDA_BACKEND_COMMON_CUH
 
 #include "kernels.cuh"
+#include <limits.h>
 #include <math.h>
 
 namespace rewy_cuda {
 namespace host {
 
 inline size_t al(size_t x) { return (x + 255) & ~(size_t)255; }
+/* the saved record's region (cuda_backend.cu, rewy_saved_record), right after the saved regions */
+constexpr size_t RECORD_BYTES = 256;
 
 template <class P> P *at(const void *base, size_t off) { return (P *)((char *)base + off); }
 
@@ -73,6 +80,9 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     size_t bCq, bSc, bR, bG, Sbar, PR, Wbar, acc, bW, bwd; /* bwd workspace */
     bool has_wu, has_bw;                               /* the layouts hold fwd W, U / bwd W */
     bool ws_gate;                                      /* the gate table in the workspaces (fG, bG), not saved (G) */
+    int ncs, nwin;                                     /* time windows (Plan::win): chunks per sequence, windows (1: none) */
+    size_t wck, wcarry;                                /* their checkpoints (saved), S̄ carry (bwd ws) */
+    size_t saved_end;                                  /* the saved buffer's size: regions, record, checkpoints */
 };
 
 /* The caller's pointers whose alignment decides choices (the wgmma scans' 16-byte rows); NULL in a size query,
@@ -80,6 +90,28 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
 struct PlanPtrs {
     const void *q = nullptr, *k = nullptr, *v = nullptr, *do_ = nullptr, *o = nullptr;
 };
+
+/* Policy R's time windows (DESIGN.md, "Memory"): chunks per window, 0 for none. The backward walks each sequence's
+ * chunks in windows of `win` from the last; per window the gates stage (C_q, W, U), the pair of chains or scans and the
+ * pullback run over that window's chunks only, so every per-chunk workspace region holds one window. The recompute
+ * of window w starts from the state the forward pass left at its first chunk (checkpoints in the saved buffer: the
+ * forward runs its sequential stage window by window, each ending in the next one's start state), the reverse walk
+ * from the S̄ its later window left (an fp32 carry in the workspace).
+ * Where: policy R; scalar gates; 2-byte inputs, chunk 64, K tile of 64, 128 or 256 (kkt's fast path, the mma.sync
+ * chains and scans, which index the regions by window slot); uniform sequences (no varlen: every sequence has the
+ * same windows); no grid the wgmma scans could take (their reverse scan has no window slots; judged with aligned
+ * pointers, so that the forward and the backward, whose pointers differ, decide alike). force.win = n > 0: n chunks a
+ * window where it applies; otherwise none. */
+inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
+    const Plan &pl = p.plan;
+    const int f = pl.force.win;
+    if (f <= 0 || c->policy != REWY_POLICY_R || vec || c->cu_seqlens || c->dtype == REWY_F32 || p.BT != MAXBT ||
+        (p.Kp != 64 && p.Kp != 128 && p.Kp != 256))
+        return 0;
+    if (state_scan_wg_ok(p, c->dtype, nullptr, nullptr, false)) return 0;
+    /* not yet a default (written without a device, session 26): DESIGN.md gives the rule to measure */
+    return f < ceil_div(p.T, p.BT) ? f : 0; /* one window: none */
+}
 
 /* The plan of one call (common.cuh, Plan): the device asked once, then every choice in order, each function
  * reading the choices before it. force NULL: none (the library's own calls). */
@@ -116,6 +148,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.beside_kkt = state_scan_beside_kkt(p);
     pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
     pl.chain_bvc = chain_scan_bvc(p, dt, vec);
+    pl.win = plan_windows(c, p, vec);
     return pl;
 }
 
@@ -129,7 +162,9 @@ inline Layout recurrent_layout(const rewy_config *c) {
     L.ctab = o; o += al(sizeof(ChunkInfo) * L.NC);
     L.coff = o; o += al(sizeof(int) * (L.N + 1));
     L.ckpt = o; o += al(sizeof(float) * (size_t)L.NC * HV * K * V);
+    L.nwin = 1;
     L.saved = o;
+    L.saved_end = al(L.saved) + RECORD_BYTES;
     L.fwd = 256; /* never 0: the API requires a workspace pointer */
     o = 0;
     L.rstates = o; o += al(rec_states_bytes((size_t)L.N, HV, (size_t)L.BT, K, V));
@@ -146,24 +181,32 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     const OpRegions r = Op::regions(c, g, pl);
     L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
-    const size_t st = chh * c->K * c->V * sizeof(state_t), rv = chh * L.BT * c->V * sizeof(rp_t);
+    /* the backward's per-chunk regions: every chunk, or one time window's (Plan::win) */
+    L.ncs = pl.win ? ceil_div(c->T, L.BT) : 0;
+    L.nwin = pl.win ? ceil_div(L.ncs, pl.win) : 1;
+    const size_t bchh = pl.win ? (size_t)L.N * pl.win * L.HV : chh;
+    const size_t state = (size_t)c->K * c->V, st = state * sizeof(state_t), rv = (size_t)L.BT * c->V * sizeof(rp_t);
     const bool polA = c->policy == REWY_POLICY_A;
     L.ws_gate = Op::vector_gates && !polA;
     size_t o = 0;
-    auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R) { /* saved under policy A, else both workspaces */
-        Cq = o; o += al(sizeof(cq_t) * chh * nn);
-        Sc = o; o += al(st);
-        R = o; o += al(rv);
+    auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R, size_t n) { /* saved under policy A, else both workspaces */
+        Cq = o; o += al(sizeof(cq_t) * n * nn);
+        Sc = o; o += al(n * st);
+        R = o; o += al(n * rv);
     };
     L.ctab = o; o += al(sizeof(ChunkInfo) * L.NC);
     L.coff = o; o += al(sizeof(int) * (L.N + 1));
     L.G = o;
     if (!L.ws_gate) o += al(r.gate);
     L.A = o; o += al(sizeof(float) * chh * nn);
-    if (polA) cq_sc_r(L.Cq, L.Sc, L.R);
+    if (polA) cq_sc_r(L.Cq, L.Sc, L.R, chh);
     L.saved = o;
+    /* time windows: the forward's states at the windows' starts but the first, fp32 [nwin − 1][N·HV][K][V], after the
+     * record (whose place, cuda_backend.cu's record_at, is taken without the plan's windows) */
+    L.wck = al(L.saved) + RECORD_BYTES;
+    L.saved_end = L.wck + (L.nwin > 1 ? al(sizeof(float) * (L.nwin - 1) * L.N * L.HV * state) : 0);
     o = r.head;
-    if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR);
+    if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR, chh);
     L.fG = o;
     if (L.ws_gate) o += al(r.gate);
     /* W, U: where the forward takes them it fuses the output (the scan's or the register chain's), and under
@@ -177,11 +220,13 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     if (wu_end > o) o = wu_end;
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
-    if (!polA) cq_sc_r(L.bCq, L.bSc, L.bR);
+    if (!polA) cq_sc_r(L.bCq, L.bSc, L.bR, bchh);
     L.bG = o;
     if (L.ws_gate) o += al(r.gate);
-    L.Sbar = o; o += al(st);
-    L.PR = o; o += al(rv);
+    L.Sbar = o; o += al(bchh * st);
+    L.PR = o; o += al(bchh * rv);
+    L.wcarry = o; /* windows: S̄ between them, fp32 [N·HV][K][V] */
+    if (pl.win) o += al(sizeof(float) * L.N * L.HV * state);
     L.Wbar = o; o += al(r.Wbar);
     L.acc = o; o += al(r.acc);
     L.bW = o;
@@ -207,7 +252,19 @@ inline Prob make_prob(const rewy_config *c, const Layout &L, const void *saved, 
     p.plan = pl;
     p.ctab = (const ChunkInfo *)((const char *)saved + L.ctab);
     p.coff = (const int *)((const char *)saved + L.coff);
+    p.win_lo = 0; p.win_hi = INT_MAX; p.win_len = 0; p.ncs = L.ncs; /* every chunk; window_prob narrows it */
     return p;
+}
+
+/* p narrowed to time window w of the layout's (Plan::win); slots: the backward's, whose regions hold that window */
+inline Prob window_prob(const Prob &p, const Layout &L, int w, bool slots) {
+    Prob q = p;
+    if (L.nwin > 1) {
+        q.win_lo = w * p.plan.win;
+        q.win_hi = q.win_lo + p.plan.win;
+        q.win_len = slots ? p.plan.win : 0;
+    }
+    return q;
 }
 
 /* The gates as state_scan, output and bwd_state_scan take them: the per-chunk table GB and,
@@ -299,21 +356,81 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
         }
     }
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
-    if (chain) { /* S_c and R only where policy A saves them */
-        REWY_TRY(launch_chain_forward(p, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, a->h0, a->ht,
-                                      polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
-        return REWY_OK;
+    /* the sequential stage, window by window where the plan takes time windows (else once): window w starts from the
+     * state the one before left in the saved checkpoints (the caller's h0 first) and leaves its own there (the
+     * caller's ht last); the backward's recompute restarts from them */
+    float *ck = at<float>(a->saved, L.wck);
+    const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
+    for (int w = 0; w < L.nwin; w++) {
+        const Prob pw = window_prob(p, L, w, false);
+        const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0;
+        float *ht = w + 1 < L.nwin ? ck + w * ckn : a->ht;
+        if (chain) { /* S_c and R only where policy A saves them */
+            REWY_TRY(launch_chain_forward(pw, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, h0, ht,
+                                          polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
+        } else if (fo) {
+            /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward. Only the first
+             * window starts beside kkt; every window waits on kkt's flags (a plain launch after a programmatic
+             * dependent one is not ordered after kkt itself) */
+            ScanOut so;
+            so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U; so.ready = wu.ready; so.beside = w == 0;
+            REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, ht, polA ? Sc : nullptr,
+                                       polA ? R : nullptr, s, &so));
+        } else {
+            REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, ht, Sc, R, s));
+        }
     }
-    if (fo) {
-        /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
-        ScanOut so;
-        so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U; so.ready = wu.ready;
-        REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, polA ? Sc : nullptr,
-                                   polA ? R : nullptr, s, &so));
-        return REWY_OK;
+    if (!chain && !fo) REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
+    return REWY_OK;
+}
+
+/* Policy R's backward in time windows (Plan::win, plan_windows), from the last window to the first: per window the
+ * stages of backward() below under policy R over the window's chunks, with the per-chunk regions (C_q, S_c, R, W, U,
+ * S̄⁺, P or R̄) holding that window only. The recompute of window w starts from the forward's checkpoint (the
+ * caller's h0 for the first), the reverse walk from the S̄ the later window left in the carry (the caller's dht for
+ * the last); the first window's S̄ is dh0. The carry is read and written by the same thread of the same block of
+ * the reverse walk (its start state and its final state share the layout), so one buffer serves all windows. */
+template <class Op>
+rewy_status windowed_backward(const rewy_bwd_params *a, const Layout &L, const Prob &p, const float *Gc, const float *A,
+                              state_t *Sbar, rp_t *PR, bool wy) {
+    const rewy_config *c = &a->cfg;
+    const Plan &pl = p.plan;
+    cudaStream_t s = (cudaStream_t)c->stream;
+    cq_t *cq = at<cq_t>(a->workspace, L.bCq);
+    state_t *sc = at<state_t>(a->workspace, L.bSc);
+    rp_t *r = at<rp_t>(a->workspace, L.bR);
+    const float *ck = at<const float>(a->saved, L.wck);
+    float *carry = at<float>(a->workspace, L.wcarry);
+    const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
+    const int bvc = L.has_bw ? pl.chain_bvc : 0;
+    if (pl.bwd_scan_wg || pl.scan_wg) return REWY_ERR_BACKEND; /* plan_windows excludes them */
+    for (int w = L.nwin - 1; w >= 0; w--) {
+        const Prob pw = window_prob(p, L, w, true);
+        const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0;
+        const float *dht = w + 1 < L.nwin ? carry : a->dht;
+        float *dh0 = w > 0 ? carry : a->dh0;
+        ScanGates sg;
+        WuOut wu;
+        if (bvc > 0) { /* the register chains: W, and U over R's region, from the saved A */
+            wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
+            wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
+            wu.A = A;
+            REWY_TRY(Op::gates(pw, a, L, nullptr, nullptr, cq, Gc, &sg, s, wu));
+            REWY_TRY(launch_chain_pair(pw, bvc, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
+            if (!wy) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
+        } else {
+            if (L.has_bw && pl.bwd_w) {
+                wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
+                wu.A = A;
+            }
+            REWY_TRY(Op::gates(pw, a, L, nullptr, nullptr, cq, Gc, &sg, s, wu));
+            REWY_TRY(launch_scan_pair(pw, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), h0, sc, r, a->do_, dht, dh0,
+                                      Sbar, PR, wy, s, wu.W));
+            if (wu.W && !wy) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
+        }
+        REWY_TRY(Op::pullback(pw, a, Gc, A, sc, Sbar, r, PR, wy, at<float>(a->workspace, L.Wbar),
+                              p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr, s));
     }
-    REWY_TRY(launch_state_scan(p, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, Sc, R, s));
-    REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
     return REWY_OK;
 }
 
@@ -346,6 +463,9 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_te
         R = at<const rp_t>(a->saved, L.R);
         REWY_TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, sg.GB, A, Cq, sg.vo(), a->do_, a->dht, a->dh0, Sbar,
                                        PR, wy, s));
+    } else if (L.nwin > 1) {
+        if constexpr (Op::vector_gates) return REWY_ERR_BACKEND; /* plan_windows: scalar gates only */
+        else return windowed_backward<Op>(a, L, p, Gc, A, Sbar, PR, wy);
     } else {
         cq_t *cq = at<cq_t>(a->workspace, L.bCq);
         state_t *sc = at<state_t>(a->workspace, L.bSc);

@@ -221,7 +221,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int vw = v0 + 16 * warp; /* this warp's first value column */
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
-    const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
+    int c_begin, c_end;
+    seq_chunks(p, sq, c_begin, c_end);
     if (c_end <= c_begin) return;
 
     /* the state tile: element (value column vw + g (+8), k = 8s + 2t (+1)) at S[s][e]; its index in h0, dht, dh0 */
@@ -239,7 +240,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
     auto stage = [&](int b) { return smc + b * L::STAGE; };
     /* chunk c's tiles into stage b: K, W, U (forward; with Q and C_q for FO's output) or Ō, Q, C_q (reverse), G, β */
     auto issue = [&](int c, int b, const ChunkInfo &cj) {
-        const size_t ch = (size_t)c * p.HV + hv;
+        /* G, β by chunk; W, U, C_q (kkt's, of the backward's window) by workspace slot */
+        const size_t ch = (size_t)c * p.HV + hv, cw = (size_t)chunk_slot(p, c) * p.HV + hv;
         const bool qc = rev || FO; /* Q and C_q: the reverse scan's; the forward pass's output */
         char *st = stage(b);
         /* G and β: 512 B, the first 32 threads */
@@ -247,15 +249,15 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             cp16(smem_u32(st + L::oGB) + 16 * threadIdx.x, GB + ch * 2 * MAXBT + 4 * threadIdx.x);
         if (lean && cj.n == MAXBT) {
             lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oK), k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
-            lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + ch * MAXBT * KS, KS);
+            lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + cw * MAXBT * KS, KS);
             if (rev)
                 lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX),
                                             do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv);
             else
-                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), U + ch * MAXBT * VV + v0, VV);
+                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), U + cw * MAXBT * VV + v0, VV);
             if (qc) {
                 lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oQ), q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
-                lean_tile<MAXBT, LDA, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq + ch * MAXBT * MAXBT, MAXBT);
+                lean_tile<MAXBT, LDA, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq + cw * MAXBT * MAXBT, MAXBT);
             }
             cp_async_commit();
             return;
@@ -263,18 +265,18 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         /* a sequence's last, partial chunk, or unaligned inputs: bounds-checked, zero-filled copies */
         copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oK), L::LDK, MAXBT, KS,
                                           k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
-        copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oW), L::LDK, MAXBT, KS, W + ch * MAXBT * KS, KS,
+        copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oW), L::LDK, MAXBT, KS, W + cw * MAXBT * KS, KS,
                                           MAXBT, 0, KS);
         if (rev)
             copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
                                                do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
         else /* U: kkt_inverse's, [chunk][hv][64][V] */
             copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
-                                               U + ch * MAXBT * p.V, p.V, MAXBT, v0, p.V);
+                                               U + cw * MAXBT * p.V, p.V, MAXBT, v0, p.V);
         if (qc) {
             copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oQ), L::LDK, MAXBT, KS,
                                               q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
-            scan_copy_nn<MAXBT, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq, p, hv, MAXBT, c);
+            scan_copy_nn<MAXBT, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq, p, hv, MAXBT, chunk_slot(p, c));
         }
         cp_async_commit();
     };
@@ -294,7 +296,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         const ChunkInfo ci = cn;
         const ChunkInfo c3 = it + 2 < nch ? p.ctab[chunk_at(it + 2)] : cnn; /* used a step later */
         const int n = ci.n;
-        const size_t ch = (size_t)c * p.HV + hv;
+        const size_t ch = (size_t)chunk_slot(p, c) * p.HV + hv; /* S_c, R, S̄⁺, R̄: by workspace slot */
         cp_async_wait_group<0>();
         __syncthreads(); /* chunk c's tiles are in; every warp is done with the other stage (the step before) */
         cn = cnn;

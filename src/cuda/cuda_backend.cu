@@ -13,7 +13,8 @@
  * saved gate table: GB fp32 [NC*HV][2][BT] (G, β per chunk; kkt_inverse writes it, every later stage reads it)
  * workspace head:   none (E, F, Q_g are formed per row inside the scans)
  * fwd ws W, U:      bf16 [NC*HV][BT][K], [NC*HV][BT][V] (the two-product forward chain) for bf16, chunk 64,
- *                   K and V of 64 or 128; bwd ws (policy R) W alike (the reverse scan's W chain)
+ *                   K and V of 64 or 128; bwd ws (policy R) W alike (the reverse scan's W chain; one time
+ *                   window's chunks where the plan takes windows)
  * bwd ws W̄:         fp32 [NC*HV][BT][Kp] (WY scratch) only for K > 128 or fp32 (else in shared memory)
  * bwd ws GVA:       HV > H: q̄, k̄ accumulators fp32 2×[NC*H][BT][Kp]
  * K < 16 (Plan::recurrent), every operator: the plain fp32 token recurrence (recurrent.cu) and its own layout
@@ -48,7 +49,8 @@ struct ScalarGates {
             if (u_shape_ok(c->V)) r.U = sizeof(__nv_bfloat16) * chh * g.BT * c->V;
             /* the reverse scan takes W only at 16-column tiles (small grids), the register chains (the plan's
              * chain_bvc: W, and U over R's region) on small grids too: elsewhere no bwd region */
-            if (pl.scan_bv == 16 || pl.chain_bvc > 0) r.Wb = r.W;
+            if (pl.scan_bv == 16 || pl.chain_bvc > 0) /* one time window's chunks where the plan takes them */
+                r.Wb = pl.win ? r.W / chh * g.N * pl.win * g.HV : r.W;
         }
         return r;
     }
@@ -79,8 +81,8 @@ struct ScalarGates {
 /* The saved buffer: the operator's layout (backend_common.cuh), then the record the backward checks
  * (backend.h) in its own 256-B region, so the record is on the device like everything else saved.
  * The sizes under one plan (make_plan; force: the test-only override of rewy_test.h, NULL in the library's
- * calls). The saved regions depend on one choice of the plan, Plan::recurrent (K < 16: the recurrence's own
- * layout), the workspaces on more (ScalarGates::regions). */
+ * calls). The saved regions depend on two choices of the plan, Plan::recurrent (K < 16: the recurrence's own
+ * layout) and Plan::win (checkpoints after the record), the workspaces on more (ScalarGates::regions). */
 static rewy_sizes op_sizes(const rewy_config *cfg, const rewy_test_force *force) {
     rewy_sizes z;
     const Plan pl = make_plan(cfg, force);
@@ -90,13 +92,16 @@ static rewy_sizes op_sizes(const rewy_config *cfg, const rewy_test_force *force)
         z.bwd = rewy_cuda_vec_bwd_workspace_size(cfg, pl);
     } else {
         const Layout L = plan<ScalarGates>(cfg, pl);
-        z.saved = L.saved; z.fwd = L.fwd; z.bwd = L.bwd;
+        z.saved = L.saved_end; z.fwd = L.fwd; z.bwd = L.bwd; /* the record (and time windows' checkpoints) included */
+        return z;
     }
-    z.saved = al(z.saved) + al(sizeof(rewy_saved_record));
+    z.saved = al(z.saved) + RECORD_BYTES;
     return z;
 }
-/* The record's place, after the saved regions. Of the plan's choices only Plan::recurrent changes the saved layout,
- * and plan_recurrent needs no device query: the full plan is not made here. */
+static_assert(sizeof(rewy_saved_record) <= RECORD_BYTES, "the saved record's region (backend_common.cuh)");
+/* The record's place, after the saved regions. Of the plan's choices only Plan::recurrent changes the regions before
+ * it (time windows' checkpoints come after it), and plan_recurrent needs no device query: the full plan is not made
+ * here. */
 static rewy_saved_record *record_at(const void *saved, const rewy_config *cfg, const rewy_test_force *force) {
     const bool vec = cfg->op == REWY_OP_KDA || cfg->op == REWY_OP_GDN2;
     Plan pl = {};
@@ -194,7 +199,7 @@ extern "C" rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_tes
     out->scan_bv = pl.scan_bv; out->scan_8w = pl.scan_8w; out->pair_8w = pl.pair_8w; out->scan_wg = pl.scan_wg;
     out->bwd_scan_wg = pl.bwd_scan_wg; out->scan_wg2 = pl.scan_wg2; out->fuse_output = pl.fuse_output;
     out->scan_wu = pl.scan_wu; out->beside_kkt = pl.beside_kkt; out->bwd_w = pl.bwd_w; out->chain_bvc = pl.chain_bvc;
-    out->recurrent = pl.recurrent; out->fwd_chain = pl.fwd_chain;
+    out->recurrent = pl.recurrent; out->fwd_chain = pl.fwd_chain; out->win = pl.win;
     return REWY_OK;
 }
 

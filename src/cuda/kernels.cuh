@@ -41,6 +41,8 @@ struct ScanOut {
     void *o = nullptr;
     const __nv_bfloat16 *W = nullptr, *U = nullptr;
     const int *ready = nullptr; /* WuOut's flags: the scan runs beside kkt_inverse and waits on them */
+    bool beside = true;         /* with ready: launched beside kkt (programmatic dependent launch); false: a later
+                                 * time window's scan, launched after the first but still waiting on the flags */
 };
 
 /* state_scan.cu: forward chunk scan: store S_c; R = A(Z − E S) (stored); S ← Λ S + Fᵀ R; ht at the end.

@@ -221,7 +221,8 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     T *Vs = reinterpret_cast<T *>(WA ? Ad + MAXBT * LDN : As + MAXBT * LDN);
     float *Gs = reinterpret_cast<float *>(smc + REG), *bs = Gs + MAXBT;
 
-    const size_t rs = (size_t)p.H * p.K, ch = (size_t)c * p.HV + hv;
+    /* G, β and A by chunk; C_q, W, U by workspace slot (the backward's window) */
+    const size_t rs = (size_t)p.H * p.K, ch = (size_t)c * p.HV + hv, cw = (size_t)chunk_slot(p, c) * p.HV + hv;
     if (needA || Cq || WA) {
         copy_tile<T>(Ks, LDK, MAXBT, KS, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
         if (Cq) copy_tile<T>(Qs, LDK, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
@@ -251,7 +252,7 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
 
     /* tasks w, w+8, …, w+32 of [L tiles 0..19 | C_q tiles 0..19] (A NULL: C_q tiles only) */
     const int nL = needA ? TRI_TILES : 0, nT = nL + (Cq ? TRI_TILES : 0);
-    cq_t *cqd = Cq ? Cq + ch * MAXBT * MAXBT : nullptr;
+    cq_t *cqd = Cq ? Cq + cw * MAXBT * MAXBT : nullptr;
     float accL[3][4][4];
     tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
         float acc[4][4] = {};
@@ -271,14 +272,14 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     });
     if (Cq) tri_store_upper_zeros(cqd);
     if constexpr (WA) { /* the backward: W (and U) from the saved A (K is intact: no L was formed) */
-        kkt_wu<KS, VS>(p, Ks, Vs, Ad, Ad, Gs, bs, n, wu.W + ch * MAXBT * KS, VS > 0 ? wu.U + ch * MAXBT * VS : nullptr);
+        kkt_wu<KS, VS>(p, Ks, Vs, Ad, Ad, Gs, bs, n, wu.W + cw * MAXBT * KS, VS > 0 ? wu.U + cw * MAXBT * VS : nullptr);
         return;
     }
     if (!needA) return;
     __syncthreads(); /* every read of Ks/Qs is done: L goes over them */
     tri_finish_A(Aout + ch * MAXBT * MAXBT, Ls, As, n, nL, accL);
     if constexpr (WU)
-        kkt_wu<KS, VS>(p, Ks, Vs, Ls, As, Gs, bs, n, wu.W + ch * MAXBT * KS, wu.U + ch * MAXBT * VS);
+        kkt_wu<KS, VS>(p, Ks, Vs, Ls, As, Gs, bs, n, wu.W + cw * MAXBT * KS, wu.U + cw * MAXBT * VS);
 }
 
 /* Grid (NC, HV): one chunk per block. With wu.ready (W, U; the scan runs beside, state_scan_beside_kkt): one
@@ -288,7 +289,8 @@ __global__ void __launch_bounds__(KKT_THREADS, VS > 0 ? 3 : 1) /* W, U: 70 KB of
 kkt_fast_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta, float *GB, float *Aout, cq_t *Cq,
                 const T *v, WuOut wu) {
     if (VS == 0 || !wu.ready) {
-        kkt_fast_chunk<T, KS, VS, WA>(p, q, k, g, beta, GB, Aout, Cq, v, wu, blockIdx.x, blockIdx.y);
+        const int c = slot_chunk(p, blockIdx.x); /* the grid: chunk_slots */
+        if (c >= 0) kkt_fast_chunk<T, KS, VS, WA>(p, q, k, g, beta, GB, Aout, Cq, v, wu, c, blockIdx.y);
         return;
     }
     pdl_launch_dependents(); /* every block is resident: the scan may start */
@@ -321,7 +323,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                 constexpr size_t sm = kkt_fast_smem<KS, T, VS, WA>();
                 cudaError_t e = ensure_smem<kkt_fast_kernel<T, KS, VS, WA>>(sm);
                 if (e != cudaSuccess) return e;
-                dim3 grid(p.NC, p.HV);
+                dim3 grid(chunk_slots(p), p.HV);
                 if (wu.ready) { /* the plan's beside_kkt: one block per SM, room for a scan block beside each */
                     e = prefer_shared((const void *)kkt_fast_kernel<T, KS, VS, WA>);
                     if (e != cudaSuccess) return e;
@@ -357,6 +359,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
             return go0(std::integral_constant<int, 256>{});
         }
     }
+    if (p.win_len) return cudaErrorInvalidValue; /* a window's backward takes the fast path only (plan_windows) */
     const int ldk = p.Kp + 8;
     const size_t smem = sizeof(T) * (size_t)MAXBT * ldk * (Cq ? 2 : 1) + sizeof(float) * (2 * MAXBT * LDN + 2 * MAXBT);
     auto kern = kkt_inverse_kernel<T>;

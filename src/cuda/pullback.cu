@@ -102,7 +102,8 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
                 const T *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,
                 float *Wbar, float *acc, T *dq, T *dk, T *dv, T *dbeta, const float *graw, float *dg) {
     extern __shared__ __align__(16) float sm[];
-    const int c = blockIdx.x, h = blockIdx.y, BT = p.BT, Kp = p.Kp, tid = threadIdx.x;
+    const int c = slot_chunk(p, blockIdx.x), h = blockIdx.y, BT = p.BT, Kp = p.Kp, tid = threadIdx.x; /* grid: chunk_slots */
+    if (c < 0) return;
     const ChunkInfo ci = p.ctab[c];
     const int n = ci.n, tok0 = ci.tok0;
     if (n == 0) return;
@@ -146,9 +147,10 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
 
     for (int r = 0; r < p.G; r++) {
         const int hv = h * p.G + r;
-        const size_t ch = (size_t)c * p.HV + hv;
-        const rp_t *Rc = R + ch * BT * p.V, *PRc = PR + ch * BT * p.V;
-        const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
+        /* G, β, A (and W̄ scratch) by chunk; the scans' R, P (R̄), S_c, S̄⁺ by workspace slot (blockIdx.x) */
+        const size_t ch = (size_t)c * p.HV + hv, cs = (size_t)blockIdx.x * p.HV + hv;
+        const rp_t *Rc = R + cs * BT * p.V, *PRc = PR + cs * BT * p.V;
+        const state_t *Scc = Sc + cs * p.K * p.V, *Sbc = Sbar + cs * p.K * p.V;
         const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
         float *Wc = wsm ? Wsm : Wbar + ch * BT * Kp;
         copy_tile<float>(Gs, 2 * BT, 1, 2 * BT, GB + ch * 2 * BT, 2 * BT, 1, 0, 2 * BT);
@@ -509,7 +511,8 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     constexpr int NSK = KS / 32;     /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
     constexpr int NSN = 2;           /* … in the 64×64 results (16 columns) */
     constexpr int LDK = pf_ldk(KS);
-    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int c = slot_chunk(p, blockIdx.x), h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    if (c < 0) return; /* the grid: chunk_slots */
     const int g = lane >> 2, t = lane & 3;
     const ChunkInfo ci = p.ctab[c];
     const int n = ci.n, tok0 = ci.tok0;
@@ -547,9 +550,10 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
 
     for (int r = 0; r < p.G; r++) {
         const int hv = h * p.G + r;
-        const size_t ch = (size_t)c * p.HV + hv;
-        const rp_t *Rc = R + ch * MAXBT * p.V, *PRc = PR + ch * MAXBT * p.V;
-        const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
+        /* G, β, A by chunk; R, P (R̄), S_c, S̄⁺ by workspace slot (blockIdx.x) */
+        const size_t ch = (size_t)c * p.HV + hv, cs = (size_t)blockIdx.x * p.HV + hv;
+        const rp_t *Rc = R + cs * MAXBT * p.V, *PRc = PR + cs * MAXBT * p.V;
+        const state_t *Scc = Sc + cs * p.K * p.V, *Sbc = Sbar + cs * p.K * p.V;
         const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
         /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
         const int ns = ceil_div(p.V, PF_BV);
@@ -820,7 +824,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
                 const size_t sm = pl.total;
                 cudaError_t e = ensure_smem<pullback_fast_kernel<T, KS, WY>>(sm);
                 if (e != cudaSuccess) return e;
-                pullback_fast_kernel<T, KS, WY><<<dim3(p.NC, p.H), PF_THREADS, sm, s>>>(
+                pullback_fast_kernel<T, KS, WY><<<dim3(chunk_slots(p), p.H), PF_THREADS, sm, s>>>(
                     p, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq,
                     (T *)dk, (T *)dv, (T *)dbeta, graw, dg, pl);
                 return cudaGetLastError();
@@ -835,7 +839,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
     auto kern = pullback_kernel<T>;
     cudaError_t e = ensure_smem<pullback_kernel<T>>(smem);
     if (e != cudaSuccess) return e;
-    dim3 grid(p.NC, p.H);
+    dim3 grid(chunk_slots(p), p.H);
     kern<<<grid, PB_THREADS, smem, s>>>(p, (const T *)q, (const T *)k, (const T *)v, GB, A,
                                         (const T *)do_, Sc, Sbar, R, PR, wy, Wbar, acc, (T *)dq, (T *)dk, (T *)dv,
                                         (T *)dbeta, graw, dg);

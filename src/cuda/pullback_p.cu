@@ -1,5 +1,5 @@
-/* pullback_p.cu: P = Aᵀ R̄, ReWY's product (1) (MATH §4b), per chunk and value head in parallel over the chunks,
- * written over R̄ in PR. Where the reverse scan runs FLA's dhu chain (bwd_scan_uses_w) its state update needs
+/* pullback_p.cu: P = Aᵀ R̄, ReWY's product (1) (MATH §4b), per chunk and value head in parallel over the chunks (or a window's
+ * slots), written over R̄ in PR. Where the reverse scan runs FLA's dhu chain (bwd_scan_uses_w) its state update needs
  * Wᵀ R̄ instead of Eᵀ P, so P leaves the chain: the scan stores R̄, and this pass forms P for the ReWY pullback
  * (the WY pullback starts from R̄ itself). Grid (NC, HV), 256 threads, value slabs of 64 columns.
  *
@@ -15,11 +15,12 @@ constexpr int PP_THREADS = 256;
 constexpr int PP_BV = 64, PP_LD = PP_BV + 8;
 
 __global__ void __launch_bounds__(PP_THREADS) p_from_rbar_kernel(Prob p, const float *A, rp_t *PR) {
-    const int n = p.ctab[blockIdx.x].n, hv = blockIdx.y, BT = p.BT;
+    const int c = slot_chunk(p, blockIdx.x); /* the grid: chunk_slots (a window's backward: R̄ by slot) */
+    if (c < 0) return;
+    const int n = p.ctab[c].n, hv = blockIdx.y, BT = p.BT;
     if (n == 0) return;
-    const size_t ch = (size_t)blockIdx.x * p.HV + hv;
-    rp_t *pr = PR + ch * BT * p.V;
-    const float *a = A + ch * BT * BT;
+    rp_t *pr = PR + ((size_t)blockIdx.x * p.HV + hv) * BT * p.V;
+    const float *a = A + ((size_t)c * p.HV + hv) * BT * BT;
     using bf16 = __nv_bfloat16;
     __shared__ __align__(16) bf16 Ah[MAXBT * PP_LD], Al[MAXBT * PP_LD]; /* A [k][i] as hi + lo */
     __shared__ __align__(16) bf16 Rs[MAXBT * PP_LD];                    /* R̄ slab [k][j] */
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(PP_THREADS) p_from_rbar_kernel(Prob p, const f
 
 cudaError_t launch_p_from_rbar(const Prob &p, const float *A, rp_t *PR, cudaStream_t s) {
     if (p.BT > MAXBT) return cudaErrorInvalidValue;
-    p_from_rbar_kernel<<<dim3(p.NC, p.HV), PP_THREADS, 0, s>>>(p, A, PR);
+    p_from_rbar_kernel<<<dim3(chunk_slots(p), p.HV), PP_THREADS, 0, s>>>(p, A, PR);
     return cudaGetLastError();
 }
 

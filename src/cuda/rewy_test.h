@@ -32,12 +32,14 @@ typedef struct rewy_test_force {
                       * 0 off (the chunk path even at K < 16) */
     int fwd_chain;   /* the forward pass as the register chain with its output (chain_scan.cu; by default on large
                       * grids only), where the shape allows: 1 on, 16, 32 or 64 on with that many value columns per block, 0 off */
+    int win;         /* policy R's time windows (uniform sequences, scalar gates, the mma.sync chains): n > 0 chunks per
+                      * window where they apply, 0 off */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
@@ -49,6 +51,7 @@ typedef struct rewy_test_plan {
     int scan_bv, scan_8w, pair_8w, scan_wg, bwd_scan_wg, scan_wg2, fuse_output, scan_wu, beside_kkt, bwd_w, chain_bvc;
     int recurrent; /* the token recurrence instead of the chunk path (then the chunk path's choices above are 0) */
     int fwd_chain; /* the forward pass's register chain: value columns per block, 0: not */
+    int win;       /* policy R's time windows: chunks per window, 0: none */
 } rewy_test_plan;
 rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_test_force *f, rewy_test_plan *out);
 

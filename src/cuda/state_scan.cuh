@@ -140,7 +140,8 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
     auto issue_f = [&](FT *dst, const void *src, int cj) { /* VEC: a precomputed factor tile */
         scan_copy_factor<FT, CR, CK, NT>(dst, ldfe, src, p, hv, BT, Kp, cj);
     };
-    const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
+    int c_begin, c_end; /* the sequence, or its part in the window */
+    seq_chunks(p, sq, c_begin, c_end);
     /* beside kkt_inverse (so.ready, state_scan_beside_kkt): chunk c's GB, C_q, W, U are read only once its flag
      * is set. Thread 0 reads the flag a step ahead (rnext: chunk c + 1's at step c) and waits only where it
      * was not yet set, before the barrier that precedes the copies. */
@@ -176,7 +177,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         const int n = ci.n;
         const bool has_next = c + 1 < c_end;
         const ChunkInfo cnn = c + 2 < c_end ? p.ctab[c + 2] : cn;
-        const size_t ch = (size_t)c * p.HV + hv;
+        const size_t ch = (size_t)chunk_slot(p, c) * p.HV + hv; /* S_c, R: by workspace slot (a window's backward) */
         T *Ks = kb ? K1 : K0;
         const float *Ac = DAV ? a_buf(cur) : As;
         const T *Vc = DAV ? v_buf(cur) : Vs;

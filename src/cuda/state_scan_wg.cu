@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     wg_state_load(s, h0, p, sbase, v0);
 
-    const int c_begin = p.coff[sq], c_end = p.coff[sq + 1];
+    int c_begin, c_end; /* the sequence, or its part in the window (a windowed forward; never a window's backward) */
+    seq_chunks(p, sq, c_begin, c_end);
     ChunkInfo ci = {}, cn = {};
     if (c_begin < c_end) {
         ci = p.ctab[c_begin];

@@ -158,13 +158,27 @@ static void test_forced_plan(test_counts *tc) {
           "plan: the recurrence at K = 4 / 64: %d / %d (REWY_CUDA_RECURRENT %d)", p4.recurrent, p.recurrent, f.recurrent);
     if (f.recurrent == 1) return; /* no chunk-path choice is taken then */
     printf("plan (K = V = 64): %d SMs, wgmma %d, scan_bv %d, 8w %d, wg %d/%d, wg2 %d, fused output %d, W/U %d, "
-           "beside %d, W chain %d, chains %d, forward chain %d\n", p.sms, p.wgmma, p.scan_bv, p.scan_8w, p.scan_wg,
-           p.bwd_scan_wg, p.scan_wg2, p.fuse_output, p.scan_wu, p.beside_kkt, p.bwd_w, p.chain_bvc, p.fwd_chain);
+           "beside %d, W chain %d, chains %d, forward chain %d, windows of %d chunks\n", p.sms, p.wgmma, p.scan_bv,
+           p.scan_8w, p.scan_wg, p.bwd_scan_wg, p.scan_wg2, p.fuse_output, p.scan_wu, p.beside_kkt, p.bwd_w, p.chain_bvc,
+           p.fwd_chain, p.win);
+    /* time windows (plan_windows): policy R only (the config above is R: 0), uniform sequences; the test shape has
+     * 4 chunks a sequence, so a forced window of 1–3 chunks is taken unless the wgmma scans are */
+    {
+        rewy_config ca = c;
+        ca.K = ca.V = 64; ca.policy = REWY_POLICY_A;
+        rewy_test_plan pa;
+        CHECK(tc, rewy_test_get_plan(&ca, &f, &pa) == REWY_OK && !pa.win, "plan: time windows under policy A");
+        const int want = f.win > 0 && f.win < 4 && !p.scan_wg ? f.win : 0;
+        if (f.win != REWY_TEST_AUTO)
+            CHECK(tc, p.win == want, "plan: REWY_CUDA_WIN=%d gave windows of %d chunks, want %d", f.win, p.win, want);
+    }
     const rewy_test_force none = rewy_test_force_none();
     if (!memcmp(&f, &none, sizeof f)) {
-        CHECK(tc, p.scan_bv == 16 && !p.fuse_output && !p.chain_bvc && !p.scan_wg && !p.bwd_scan_wg && !p.fwd_chain,
+        CHECK(tc, p.scan_bv == 16 && !p.fuse_output && !p.chain_bvc && !p.scan_wg && !p.bwd_scan_wg && !p.fwd_chain &&
+                      !p.win,
               "plan: the test shape's defaults changed (scan_bv %d, fused output %d, chains %d, wgmma scans %d/%d, "
-              "forward chain %d)", p.scan_bv, p.fuse_output, p.chain_bvc, p.scan_wg, p.bwd_scan_wg, p.fwd_chain);
+              "forward chain %d, windows %d)", p.scan_bv, p.fuse_output, p.chain_bvc, p.scan_wg, p.bwd_scan_wg,
+              p.fwd_chain, p.win);
         /* the forward register chain's rule (chain_scan.cu, chain_forward_bvc): by default at 64 columns where
          * 16-column blocks fill the SMs, B·HV·V/16 ≥ SMs, else not (the fused-output scan); plans only, no run.
          * Checked on GPUs like the ones it was measured on (> 32 SMs, Hopper's 227 KB a block): with fewer SMs the
