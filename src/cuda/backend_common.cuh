@@ -105,12 +105,19 @@ struct PlanPtrs {
 inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
     const Plan &pl = p.plan;
     const int f = pl.force.win;
-    if (f <= 0 || c->policy != REWY_POLICY_R || vec || c->cu_seqlens || c->dtype == REWY_F32 || p.BT != MAXBT ||
+    if (f == 0 || c->policy != REWY_POLICY_R || vec || c->cu_seqlens || c->dtype == REWY_F32 || p.BT != MAXBT ||
         (p.Kp != 64 && p.Kp != 128 && p.Kp != 256))
         return 0;
     if (state_scan_wg_ok(p, c->dtype, nullptr, nullptr, false)) return 0;
-    /* not yet a default (written without a device, session 26): DESIGN.md gives the rule to measure */
-    return f < ceil_div(p.T, p.BT) ? f : 0; /* one window: none */
+    const int ncs = ceil_div(p.T, p.BT);
+    int win = f > 0 ? f : 0;
+#ifdef REWY_CUDA_WIN_DEFAULT
+    /* Not yet the default (written without a device, session 26). This measurement-only build takes the rule to
+     * measure (DESIGN.md): a quarter of the chunks a window on sequences of at least 16 chunks, where a window still
+     * gives the pullback two blocks per SM (its grid: N·win slots × H key heads). */
+    if (f < 0 && ncs >= 16 && (long)p.N * ceil_div(ncs, 4) * p.H >= 2L * pl.sms) win = ceil_div(ncs, 4);
+#endif
+    return win < ncs ? win : 0; /* one window: none */
 }
 
 /* The plan of one call (common.cuh, Plan): the device asked once, then every choice in order, each function
