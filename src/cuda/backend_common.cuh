@@ -24,8 +24,8 @@
  *
  * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ (vector gates: policy A only) | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q cq_t [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
- *          then the record (cuda_backend.cu), and with time windows (Plan::win, nwin of them) checkpoints fp32
- *          [nwin − 1][N*HV][K][V]
+ *          then the record (cuda_backend.cu), and with time windows (Plan::win, nwin of them) their end states
+ *          fp32 [nwin][N*HV][K][V]
  * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved), vector gates' ⟨gate table⟩ | ⟨W, U⟩ (over S_c, R under
  *          policy R: the forward that reads W, U fuses the output and stores neither) | with W, U: int
  *          ready flags [NC*HV] (the scan beside kkt); at least 256 B
@@ -80,7 +80,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     size_t bCq, bSc, bR, bG, Sbar, PR, Wbar, acc, bW, bwd; /* bwd workspace */
     bool has_wu, has_bw;                               /* the layouts hold fwd W, U / bwd W */
     bool ws_gate;                                      /* the gate table in the workspaces (fG, bG), not saved (G) */
-    int ncs, nwin;                                     /* time windows (Plan::win): chunks per sequence, windows (1: none) */
+    int nwin;                                          /* time windows (Plan::win): how many (1: none) */
     size_t wck, wcarry;                                /* their checkpoints (saved), S̄ carry (bwd ws) */
     size_t saved_end;                                  /* the saved buffer's size: regions, record, checkpoints */
 };
@@ -98,18 +98,28 @@ struct PlanPtrs {
  * forward runs its sequential stage window by window, each ending in the next one's start state), the reverse walk
  * from the S̄ its later window left (an fp32 carry in the workspace).
  * Where: policy R; scalar gates; 2-byte inputs, chunk 64, K tile of 64, 128 or 256 (kkt's fast path, the mma.sync
- * chains and scans, which index the regions by window slot); uniform sequences (no varlen: every sequence has the
- * same windows); no grid the wgmma scans could take (their reverse scan has no window slots; judged with aligned
- * pointers, so that the forward and the backward, whose pointers differ, decide alike). force.win = n > 0: n chunks a
+ * chains and scans, which index the regions by window slot); no grid the wgmma scans could take (their reverse scan has no window slots; judged with aligned
+ * pointers, so that the forward and the backward, whose pointers differ, decide alike). Windows count from each
+ * sequence's start; a sequence shorter than the longest is done after fewer (varlen). force.win = n > 0: n chunks a
  * window where it applies; otherwise none. */
+/* the chunks of the longest sequence (cu_seqlens_host: the CUDA backend requires it with varlen) */
+inline int max_seq_chunks(const rewy_config *c, int BT) {
+    if (!c->cu_seqlens_host) return ceil_div(c->T, BT);
+    int m = 0;
+    for (int s = 0; s < c->num_seqs; s++) {
+        const int n = ceil_div(c->cu_seqlens_host[s + 1] - c->cu_seqlens_host[s], BT);
+        m = n > m ? n : m;
+    }
+    return m;
+}
 inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
     const Plan &pl = p.plan;
     const int f = pl.force.win;
-    if (f == 0 || c->policy != REWY_POLICY_R || vec || c->cu_seqlens || c->dtype == REWY_F32 || p.BT != MAXBT ||
+    if (f == 0 || c->policy != REWY_POLICY_R || vec || c->dtype == REWY_F32 || p.BT != MAXBT ||
         (p.Kp != 64 && p.Kp != 128 && p.Kp != 256))
         return 0;
     if (state_scan_wg_ok(p, c->dtype, nullptr, nullptr, false)) return 0;
-    const int ncs = ceil_div(p.T, p.BT);
+    const int ncs = max_seq_chunks(c, p.BT);
     int win = f > 0 ? f : 0;
 #ifdef REWY_CUDA_WIN_DEFAULT
     /* Not yet the default (written without a device, session 26). This measurement-only build takes the rule to
@@ -189,8 +199,7 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
     /* the backward's per-chunk regions: every chunk, or one time window's (Plan::win) */
-    L.ncs = pl.win ? ceil_div(c->T, L.BT) : 0;
-    L.nwin = pl.win ? ceil_div(L.ncs, pl.win) : 1;
+    L.nwin = pl.win ? ceil_div(max_seq_chunks(c, L.BT), pl.win) : 1;
     const size_t bchh = pl.win ? (size_t)L.N * pl.win * L.HV : chh;
     const size_t state = (size_t)c->K * c->V, st = state * sizeof(state_t), rv = (size_t)L.BT * c->V * sizeof(rp_t);
     const bool polA = c->policy == REWY_POLICY_A;
@@ -208,10 +217,10 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.A = o; o += al(sizeof(float) * chh * nn);
     if (polA) cq_sc_r(L.Cq, L.Sc, L.R, chh);
     L.saved = o;
-    /* time windows: the forward's states at the windows' starts but the first, fp32 [nwin − 1][N·HV][K][V], after the
-     * record (whose place, cuda_backend.cu's record_at, is taken without the plan's windows) */
+    /* time windows: each window's end state from the forward, fp32 [nwin][N·HV][K][V], after the record (whose place,
+     * cuda_backend.cu's record_at, is taken without the plan's windows) */
     L.wck = al(L.saved) + RECORD_BYTES;
-    L.saved_end = L.wck + (L.nwin > 1 ? al(sizeof(float) * (L.nwin - 1) * L.N * L.HV * state) : 0);
+    L.saved_end = L.wck + (L.nwin > 1 ? al(sizeof(float) * L.nwin * L.N * L.HV * state) : 0);
     o = r.head;
     if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR, chh);
     L.fG = o;
@@ -259,7 +268,7 @@ inline Prob make_prob(const rewy_config *c, const Layout &L, const void *saved, 
     p.plan = pl;
     p.ctab = (const ChunkInfo *)((const char *)saved + L.ctab);
     p.coff = (const int *)((const char *)saved + L.coff);
-    p.win_lo = 0; p.win_hi = INT_MAX; p.win_len = 0; p.ncs = L.ncs; /* every chunk; window_prob narrows it */
+    p.win_lo = 0; p.win_hi = INT_MAX; p.win_len = 0; /* every chunk; window_prob narrows it */
     return p;
 }
 
@@ -364,14 +373,14 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
     }
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
     /* the sequential stage, window by window where the plan takes time windows (else once): window w starts from the
-     * state the one before left in the saved checkpoints (the caller's h0 first) and leaves its own there (the
-     * caller's ht last); the backward's recompute restarts from them */
+     * state the one before left in the saved checkpoints (the caller's h0 first) and leaves its own there; the
+     * backward's recompute restarts from them, and each sequence's last one is its final state */
     float *ck = at<float>(a->saved, L.wck);
     const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
     for (int w = 0; w < L.nwin; w++) {
         const Prob pw = window_prob(p, L, w, false);
         const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0;
-        float *ht = w + 1 < L.nwin ? ck + w * ckn : a->ht;
+        float *ht = L.nwin > 1 ? ck + w * ckn : a->ht;
         if (chain) { /* S_c and R only where policy A saves them */
             REWY_TRY(launch_chain_forward(pw, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, h0, ht,
                                           polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
@@ -388,15 +397,17 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
         }
     }
     if (!chain && !fo) REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
+    if (L.nwin > 1 && a->ht) REWY_TRY(launch_window_final_state(p, pl.win, ck, a->h0, a->ht, s));
     return REWY_OK;
 }
 
 /* Policy R's backward in time windows (Plan::win, plan_windows), from the last window to the first: per window the
  * stages of backward() below under policy R over the window's chunks, with the per-chunk regions (C_q, S_c, R, W, U,
  * S̄⁺, P or R̄) holding that window only. The recompute of window w starts from the forward's checkpoint (the
- * caller's h0 for the first), the reverse walk from the S̄ the later window left in the carry (the caller's dht for
- * the last); the first window's S̄ is dh0. The carry is read and written by the same thread of the same block of
- * the reverse walk (its start state and its final state share the layout), so one buffer serves all windows. */
+ * caller's h0 for the first), the reverse walk from the S̄ the later window left in the carry (the caller's dht in
+ * the window of a sequence's last chunk); the first window's S̄ is dh0. Each reverse block reads its carry elements
+ * at its start and writes the same ones at its end (and none if its window is empty for its sequence), so one
+ * buffer serves all windows. */
 template <class Op>
 rewy_status windowed_backward(const rewy_bwd_params *a, const Layout &L, const Prob &p, const float *Gc, const float *A,
                               state_t *Sbar, rp_t *PR, bool wy) {
@@ -411,10 +422,14 @@ rewy_status windowed_backward(const rewy_bwd_params *a, const Layout &L, const P
     const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
     const int bvc = L.has_bw ? pl.chain_bvc : 0;
     if (pl.bwd_scan_wg || pl.scan_wg) return REWY_ERR_BACKEND; /* plan_windows excludes them */
+    /* the carry starts as the caller's dht: a sequence's reverse walk starts in the window of its last chunk, and the
+     * windows after it, empty for that sequence, leave its carry as it is */
+    if (a->dht) REWY_TRY(cudaMemcpyAsync(carry, a->dht, sizeof(float) * ckn, cudaMemcpyDeviceToDevice, s));
+    else REWY_TRY(cudaMemsetAsync(carry, 0, sizeof(float) * ckn, s));
     for (int w = L.nwin - 1; w >= 0; w--) {
         const Prob pw = window_prob(p, L, w, true);
         const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0;
-        const float *dht = w + 1 < L.nwin ? carry : a->dht;
+        const float *dht = carry;
         float *dh0 = w > 0 ? carry : a->dh0;
         ScanGates sg;
         WuOut wu;

@@ -129,7 +129,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         }
         issue_o(ci);
         if (!WF) issue_nn(As, A, c_last); /* WF: Q and W are issued inside the step */
-        issue_nn(Cs, Cq, chunk_slot(p, c_last)); /* C_q, W: the backward's own, by workspace slot */
+        issue_nn(Cs, Cq, chunk_slot(p, c_last, ci)); /* C_q, W: the backward's own, by workspace slot */
         issue_gb(0, c_last);
     }
     int kb = 0, cur = 0;
@@ -137,7 +137,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         const int n = ci.n;
         const bool has_next = c - 1 >= c_begin;
         const ChunkInfo cnn = c - 2 >= c_begin ? p.ctab[c - 2] : cn;
-        const size_t ch = (size_t)chunk_slot(p, c) * p.HV + hv; /* S̄⁺, P or R̄: by workspace slot */
+        const size_t ch = (size_t)chunk_slot(p, c, ci) * p.HV + hv; /* S̄⁺, P or R̄: by workspace slot */
         T *Ks = kb ? KQ1 : KQ0, *Qs = WF ? Qw : kb ? KQ0 : KQ1;
         const float *Gs = GBs + cur * 2 * MAXBT, *bs = Gs + BT, *lm = lam + cur * Kp;
         /* S̄⁺: the shared copy for F S̄⁺, and the saved one for the pullback */
@@ -151,7 +151,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
              * other K buffer (last read before the previous step's second barrier) with its gates. So every copy
              * but Q and W has a whole step to land, and the step needs no barrier after its update. */
             issue_q(Qw, ci);
-            issue_w(chunk_slot(p, c));
+            issue_w(chunk_slot(p, c, ci));
             cp_async_commit();
             if (has_next) issue_k(kb ? KQ0 : KQ1, cn);
         }
@@ -206,7 +206,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         __syncthreads();
         if (has_next) {
             if (VEC) issue_f(Fs, vo.F, c - 1);
-            issue_nn(Cs, Cq, chunk_slot(p, c - 1));
+            issue_nn(Cs, Cq, chunk_slot(p, c - 1, cn));
             if (HALF == 1 || WF) issue_o(cn); /* HALF: Os is read to the end of the chunk */
         }
         if constexpr (HALF == 2 && !WF) scale_o([&](int i, int j, float x) { st<T>(Os + i * ldvt + j, x); });

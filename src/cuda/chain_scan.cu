@@ -241,7 +241,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
     /* chunk c's tiles into stage b: K, W, U (forward; with Q and C_q for FO's output) or Ō, Q, C_q (reverse), G, β */
     auto issue = [&](int c, int b, const ChunkInfo &cj) {
         /* G, β by chunk; W, U, C_q (kkt's, of the backward's window) by workspace slot */
-        const size_t ch = (size_t)c * p.HV + hv, cw = (size_t)chunk_slot(p, c) * p.HV + hv;
+        const size_t ch = (size_t)c * p.HV + hv, cw = (size_t)chunk_slot(p, c, cj) * p.HV + hv;
         const bool qc = rev || FO; /* Q and C_q: the reverse scan's; the forward pass's output */
         char *st = stage(b);
         /* G and β: 512 B, the first 32 threads */
@@ -276,7 +276,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         if (qc) {
             copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oQ), L::LDK, MAXBT, KS,
                                               q + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
-            scan_copy_nn<MAXBT, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq, p, hv, MAXBT, chunk_slot(p, c));
+            scan_copy_nn<MAXBT, NTH>(reinterpret_cast<cq_t *>(st + L::oC), Cq, p, hv, MAXBT, chunk_slot(p, c, cj));
         }
         cp_async_commit();
     };
@@ -296,7 +296,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         const ChunkInfo ci = cn;
         const ChunkInfo c3 = it + 2 < nch ? p.ctab[chunk_at(it + 2)] : cnn; /* used a step later */
         const int n = ci.n;
-        const size_t ch = (size_t)chunk_slot(p, c) * p.HV + hv; /* S_c, R, S̄⁺, R̄: by workspace slot */
+        const size_t ch = (size_t)chunk_slot(p, c, ci) * p.HV + hv; /* S_c, R, S̄⁺, R̄: by workspace slot */
         cp_async_wait_group<0>();
         __syncthreads(); /* chunk c's tiles are in; every warp is done with the other stage (the step before) */
         cn = cnn;

@@ -83,8 +83,8 @@ struct Prob {
     /* One time window (Plan::win; DESIGN.md, "Memory"): the scans walk the local chunks [win_lo, win_hi) of every
      * sequence (0, INT_MAX: all of them). win_len > 0 (the backward of a window): the per-chunk workspace regions
      * hold the window's chunks only, local chunk j of sequence sq at slot sq·win_len + j − win_lo, and the
-     * parallel stages run over the slots; sequences are then uniform, ncs chunks each (no varlen). */
-    int win_lo, win_hi, win_len, ncs;
+     * parallel stages run over the slots. */
+    int win_lo, win_hi, win_len;
 };
 
 /* the chunks [b, e) of sequence sq that a scan walks: the whole sequence, or its part in the window */
@@ -95,15 +95,15 @@ __device__ __forceinline__ void seq_chunks(const Prob &p, int sq, int &b, int &e
 }
 /* the parallel stages' grid over chunks: every chunk-table entry, or the window's slots */
 __host__ __device__ inline int chunk_slots(const Prob &p) { return p.win_len ? p.N * p.win_len : p.NC; }
-/* the chunk of slot x (−1: past its sequence's end, in a last, shorter window) */
+/* the chunk of slot x (−1: past its sequence's end) */
 __device__ __forceinline__ int slot_chunk(const Prob &p, int x) {
     if (!p.win_len) return x;
-    const int j = p.win_lo + x % p.win_len;
-    return j < p.ncs ? (x / p.win_len) * p.ncs + j : -1;
+    const int sq = x / p.win_len, c = p.coff[sq] + p.win_lo + x % p.win_len;
+    return c < p.coff[sq + 1] ? c : -1;
 }
-/* the workspace slot of chunk c (c itself outside a window's backward) */
-__device__ __forceinline__ int chunk_slot(const Prob &p, int c) {
-    return p.win_len ? (c / p.ncs) * p.win_len + c % p.ncs - p.win_lo : c;
+/* the workspace slot of chunk c, whose table entry is ci (c itself outside a window's backward) */
+__device__ __forceinline__ int chunk_slot(const Prob &p, int c, const ChunkInfo &ci) {
+    return p.win_len ? ci.seq * p.win_len + ci.idx - p.win_lo : c;
 }
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }

@@ -11,6 +11,9 @@ namespace rewy_cuda {
 
 /* chunk_plan.cu: the chunk table (ChunkInfo [NC]) and per-sequence chunk offsets [N+1]. */
 cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInfo *ctab, int *coff, cudaStream_t s);
+/* chunk_plan.cu: time windows' final states (ht) from the forward's per-window end states ck */
+cudaError_t launch_window_final_state(const Prob &p, int win, const float *ck, const float *h0, float *ht,
+                                      cudaStream_t s);
 
 /* kkt_inverse.cu: chunk-local gate cumsum (G, MATH §2), L = 𝓛_<(E Yᵀ), A = (I+L)⁻¹, C_q = 𝓛_≤(Q_g Yᵀ).
  * GB: per chunk and value head, [2][BT] fp32 = G then β (the gather every later stage reads with one

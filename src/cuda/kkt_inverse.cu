@@ -222,7 +222,7 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     float *Gs = reinterpret_cast<float *>(smc + REG), *bs = Gs + MAXBT;
 
     /* G, β and A by chunk; C_q, W, U by workspace slot (the backward's window) */
-    const size_t rs = (size_t)p.H * p.K, ch = (size_t)c * p.HV + hv, cw = (size_t)chunk_slot(p, c) * p.HV + hv;
+    const size_t rs = (size_t)p.H * p.K, ch = (size_t)c * p.HV + hv, cw = (size_t)chunk_slot(p, c, ci) * p.HV + hv;
     if (needA || Cq || WA) {
         copy_tile<T>(Ks, LDK, MAXBT, KS, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
         if (Cq) copy_tile<T>(Qs, LDK, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);

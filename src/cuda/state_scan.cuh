@@ -177,7 +177,7 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         const int n = ci.n;
         const bool has_next = c + 1 < c_end;
         const ChunkInfo cnn = c + 2 < c_end ? p.ctab[c + 2] : cn;
-        const size_t ch = (size_t)chunk_slot(p, c) * p.HV + hv; /* S_c, R: by workspace slot (a window's backward) */
+        const size_t ch = (size_t)chunk_slot(p, c, ci) * p.HV + hv; /* S_c, R: by workspace slot (a window's backward) */
         T *Ks = kb ? K1 : K0;
         const float *Ac = DAV ? a_buf(cur) : As;
         const T *Vc = DAV ? v_buf(cur) : Vs;

@@ -161,8 +161,8 @@ static void test_forced_plan(test_counts *tc) {
            "beside %d, W chain %d, chains %d, forward chain %d, windows of %d chunks\n", p.sms, p.wgmma, p.scan_bv,
            p.scan_8w, p.scan_wg, p.bwd_scan_wg, p.scan_wg2, p.fuse_output, p.scan_wu, p.beside_kkt, p.bwd_w, p.chain_bvc,
            p.fwd_chain, p.win);
-    /* time windows (plan_windows): policy R only (the config above is R: 0), uniform sequences; the test shape has
-     * 4 chunks a sequence, so a forced window of 1–3 chunks is taken unless the wgmma scans are */
+    /* time windows (plan_windows): policy R only (the config above is R: 0); the test shape has 4 chunks a sequence,
+     * so a forced window of 1–3 chunks is taken unless the wgmma scans are */
     {
         rewy_config ca = c;
         ca.K = ca.V = 64; ca.policy = REWY_POLICY_A;
