@@ -276,6 +276,7 @@ test-cuda:
 	  REWY_CUDA_FWD_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_WIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
+	  REWY_CUDA_WIN=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_FWD_CHAIN=64 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \

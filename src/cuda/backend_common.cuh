@@ -125,7 +125,8 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
     /* Not yet the default (written without a device, session 26). This measurement-only build takes the rule to
      * measure (DESIGN.md): a quarter of the chunks a window on sequences of at least 16 chunks, where a window still
      * gives the pullback two blocks per SM (its grid: N·win slots × H key heads). */
-    if (f < 0 && ncs >= 16 && (long)p.N * ceil_div(ncs, 4) * p.H >= 2L * pl.sms) win = ceil_div(ncs, 4);
+    if (f < 0 && ncs >= 16 && (long)p.N * ceil_div(ncs, 4) * p.H >= 2L * pl.sms && 2L * p.N * ceil_div(ncs, 4) <= p.NC)
+        win = ceil_div(ncs, 4); /* … and where a window's N·win slots are at most half the chunks (varlen) */
 #endif
     return win < ncs ? win : 0; /* one window: none */
 }

@@ -297,8 +297,14 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
         ci = cn;
         cn = cnn;
     }
-    if (REG && dh0) tiles.save(Sf, p, dh0, sbase, v0);
-    else if (dh0) state_to<BVT>(Sbt, lds, p, dh0, sbase, v0);
+    if (REG && dh0) {
+        tiles.save(Sf, p, dh0, sbase, v0);
+    } else if (dh0) {
+        /* the shared tile is written and read by other threads than state_from's and the loop's: with no chunk to
+         * walk (a time window empty for this sequence) nothing else orders them, and dh0 is then dht's own carry */
+        __syncthreads();
+        state_to<BVT>(Sbt, lds, p, dh0, sbase, v0);
+    }
 }
 
 template <class T, bool VEC, int KPC, int BVT, bool WF = false>

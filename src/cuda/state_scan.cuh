@@ -285,8 +285,12 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
         ci = cn;
         cn = cnn;
     }
-    if (REG && ht) tiles.save(Sf, p, ht, sbase, v0);
-    else if (ht) state_to<BVT>(St, lds, p, ht, sbase, v0);
+    if (REG && ht) {
+        tiles.save(Sf, p, ht, sbase, v0);
+    } else if (ht) {
+        __syncthreads(); /* with no chunk to walk (an empty time window) nothing else orders state_from's stores */
+        state_to<BVT>(St, lds, p, ht, sbase, v0);
+    }
 }
 
 template <class T, bool VEC, int KPC, int BVT, bool FO = false> inline size_t state_scan_smem(const Prob &p, const VecOps &vo) {

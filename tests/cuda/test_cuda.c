@@ -119,6 +119,10 @@ static void full_matrix(case_list *l) {
     cases_small_k(l, REWY_OP_DELTANET, 0);
     cases_small_k(l, REWY_OP_GDN, 0);
     cases_tiny_dg(l, REWY_OP_GDN);
+    /* packed varlen at K = 256 (the reverse scan's shared-memory state tiles), for the time windows' empty windows
+     * (REWY_CUDA_WIN): appended last, so every earlier case keeps its seed */
+    rewy_case c = base(REWY_OP_GDN);
+    set_seqs(&c, varlen, 5); c.K = 256; c.V = 64; add(l, c);
 }
 
 /* --quick: −inf resets in fp32 varlen with GVA, and scale 1e30 with strong gates at chunk 16. */
