@@ -98,8 +98,9 @@ struct PlanPtrs {
  * forward runs its sequential stage window by window, each ending in the next one's start state), the reverse walk
  * from the S̄ its later window left (an fp32 carry in the workspace).
  * Where: policy R; scalar gates; 2-byte inputs, chunk 64, K tile of 64, 128 or 256 (kkt's fast path, the mma.sync
- * chains and scans, which index the regions by window slot); no grid the wgmma scans could take (their reverse scan has no window slots; judged with aligned
- * pointers, so that the forward and the backward, whose pointers differ, decide alike). Windows count from each
+ * chains and scans, which index the regions by window slot); no grid the wgmma scans could take (their reverse scan
+ * has no window slots; judged with aligned pointers, so that the forward and the backward, whose pointers differ,
+ * decide alike). Windows count from each
  * sequence's start; a sequence shorter than the longest is done after fewer (varlen). force.win = n > 0: n chunks a
  * window where it applies; otherwise none. */
 /* the chunks of the longest sequence (cu_seqlens_host: the CUDA backend requires it with varlen) */
@@ -407,8 +408,8 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
  * S̄⁺, P or R̄) holding that window only. The recompute of window w starts from the forward's checkpoint (the
  * caller's h0 for the first), the reverse walk from the S̄ the later window left in the carry (the caller's dht in
  * the window of a sequence's last chunk); the first window's S̄ is dh0. Each reverse block reads its carry elements
- * at its start and writes the same ones at its end (and none if its window is empty for its sequence), so one
- * buffer serves all windows. */
+ * at its start and writes the same ones at its end (a window empty for its sequence leaves them as they are: the
+ * chains skip them, the scans write back what they read), so one buffer serves all windows. */
 template <class Op>
 rewy_status windowed_backward(const rewy_bwd_params *a, const Layout &L, const Prob &p, const float *Gc, const float *A,
                               state_t *Sbar, rp_t *PR, bool wy) {
