@@ -30,7 +30,7 @@ else
   for op in gdn delta; do for s in "4 4096 16" "1 8192 16" "2 16384 8"; do
     q=$(( $(echo $s | cut -d' ' -f2) / 256 )) # a quarter of a sequence's chunks: the proposed default
     for e in REWY_CUDA_WIN=0 REWY_CUDA_WIN=$q REWY_CUDA_WIN=$((q / 2)); do
-      r=$(env $e timeout 30 $V $op $s 2>&1 | tr -s ' ' | grep -oE 'win [0-9]+|bwd [0-9.]+ MiB|(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
+      r=$(env $e timeout 30 $V $op $s 2>&1 | tr -s ' ' | grep -oE 'win [0-9]+|own layout: saved [0-9.]+, bwd [0-9.]+ MiB|(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
       echo "[$op $s] [$e] $r"
     done
   done; done

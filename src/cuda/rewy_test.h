@@ -52,6 +52,8 @@ typedef struct rewy_test_plan {
     int recurrent; /* the token recurrence instead of the chunk path (then the chunk path's choices above are 0) */
     int fwd_chain; /* the forward pass's register chain: value columns per block, 0: not */
     int win;       /* policy R's time windows: chunks per window, 0: none */
+    size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
+                                               * public query's) */
 } rewy_test_plan;
 rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_test_force *f, rewy_test_plan *out);
 

@@ -175,6 +175,17 @@ static void test_forced_plan(test_counts *tc) {
         const int want = f.win > 0 && f.win < 4 && !p.scan_wg ? f.win : 0;
         if (f.win != REWY_TEST_AUTO)
             CHECK(tc, p.win == want, "plan: REWY_CUDA_WIN=%d gave windows of %d chunks, want %d", f.win, p.win, want);
+        if (p.win) { /* the backward's workspace holds one window (GDN, 2 sequences of 4 chunks, K = V = 64) */
+            rewy_config cr = ca;
+            cr.policy = REWY_POLICY_R;
+            rewy_test_force none = f;
+            none.win = 0;
+            rewy_test_plan pn;
+            CHECK(tc, rewy_test_get_plan(&cr, &none, &pn) == REWY_OK && !pn.win && p.bwd_bytes < pn.bwd_bytes &&
+                          p.saved_bytes > pn.saved_bytes,
+                  "plan: windows of %d chunks: bwd workspace %zu B against %zu without, saved %zu against %zu", p.win,
+                  p.bwd_bytes, pn.bwd_bytes, p.saved_bytes, pn.saved_bytes);
+        }
     }
     const rewy_test_force none = rewy_test_force_none();
     if (!memcmp(&f, &none, sizeof f)) {
