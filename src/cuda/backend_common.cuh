@@ -116,20 +116,31 @@ inline int max_seq_chunks(const rewy_config *c, int BT) {
 inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
     const Plan &pl = p.plan;
     const int f = pl.force.win;
+#ifndef REWY_CUDA_WIN_DEFAULT
+    if (f < 0) return 0; /* not yet a default: the library's own calls stop here */
+#endif
     if (f == 0 || c->policy != REWY_POLICY_R || vec || c->dtype == REWY_F32 || p.BT != MAXBT ||
         (p.Kp != 64 && p.Kp != 128 && p.Kp != 256))
         return 0;
     if (state_scan_wg_ok(p, c->dtype, nullptr, nullptr, false)) return 0;
     const int ncs = max_seq_chunks(c, p.BT);
-    int win = f > 0 ? f : 0;
+    int win = f; /* forced, or (the measurement build) the rule below */
 #ifdef REWY_CUDA_WIN_DEFAULT
     /* Not yet the default (written without a device, session 26). This measurement-only build takes the rule to
      * measure (DESIGN.md): a quarter of the chunks a window on sequences of at least 16 chunks, where a window still
      * gives the pullback two blocks per SM (its grid: N·win slots × H key heads). */
-    if (f < 0 && ncs >= 16 && (long)p.N * ceil_div(ncs, 4) * p.H >= 2L * pl.sms && 2L * p.N * ceil_div(ncs, 4) <= p.NC)
-        win = ceil_div(ncs, 4); /* … and where a window's N·win slots are at most half the chunks (varlen) */
+    if (f < 0) {
+        const int q = ceil_div(ncs, 4);
+        /* … and where a window's N·win slots are at most half the chunks (varlen) */
+        win = ncs >= 16 && (long)p.N * q * p.H >= 2L * pl.sms && 2L * p.N * q <= p.NC ? q : 0;
+    }
 #endif
-    return win < ncs ? win : 0; /* one window: none */
+    return win > 0 && win < ncs ? win : 0; /* one window: none */
+}
+
+/* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's */
+inline size_t bwd_slots(const Geometry &g, const Plan &pl) {
+    return pl.win ? (size_t)g.N * pl.win * g.HV : (size_t)g.NC * g.HV;
 }
 
 /* The plan of one call (common.cuh, Plan): the device asked once, then every choice in order, each function
@@ -202,7 +213,7 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
     /* the backward's per-chunk regions: every chunk, or one time window's (Plan::win) */
     L.nwin = pl.win ? ceil_div(max_seq_chunks(c, L.BT), pl.win) : 1;
-    const size_t bchh = pl.win ? (size_t)L.N * pl.win * L.HV : chh;
+    const size_t bchh = bwd_slots(g, pl);
     const size_t state = (size_t)c->K * c->V, st = state * sizeof(state_t), rv = (size_t)L.BT * c->V * sizeof(rp_t);
     const bool polA = c->policy == REWY_POLICY_A;
     L.ws_gate = Op::vector_gates && !polA;
@@ -403,61 +414,6 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
     return REWY_OK;
 }
 
-/* Policy R's backward in time windows (Plan::win, plan_windows), from the last window to the first: per window the
- * stages of backward() below under policy R over the window's chunks, with the per-chunk regions (C_q, S_c, R, W, U,
- * S̄⁺, P or R̄) holding that window only. The recompute of window w starts from the forward's checkpoint (the
- * caller's h0 for the first), the reverse walk from the S̄ the later window left in the carry (the caller's dht in
- * the window of a sequence's last chunk); the first window's S̄ is dh0. Each reverse block reads its carry elements
- * at its start and writes the same ones at its end (a window empty for its sequence leaves them as they are: the
- * chains skip them, the scans write back what they read), so one buffer serves all windows. */
-template <class Op>
-rewy_status windowed_backward(const rewy_bwd_params *a, const Layout &L, const Prob &p, const float *Gc, const float *A,
-                              state_t *Sbar, rp_t *PR, bool wy) {
-    const rewy_config *c = &a->cfg;
-    const Plan &pl = p.plan;
-    cudaStream_t s = (cudaStream_t)c->stream;
-    cq_t *cq = at<cq_t>(a->workspace, L.bCq);
-    state_t *sc = at<state_t>(a->workspace, L.bSc);
-    rp_t *r = at<rp_t>(a->workspace, L.bR);
-    const float *ck = at<const float>(a->saved, L.wck);
-    float *carry = at<float>(a->workspace, L.wcarry);
-    const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
-    const int bvc = L.has_bw ? pl.chain_bvc : 0;
-    if (pl.bwd_scan_wg || pl.scan_wg) return REWY_ERR_BACKEND; /* plan_windows excludes them */
-    /* the carry starts as the caller's dht: a sequence's reverse walk starts in the window of its last chunk, and the
-     * windows after it, empty for that sequence, leave its carry as it is */
-    if (a->dht) REWY_TRY(cudaMemcpyAsync(carry, a->dht, sizeof(float) * ckn, cudaMemcpyDeviceToDevice, s));
-    else REWY_TRY(cudaMemsetAsync(carry, 0, sizeof(float) * ckn, s));
-    for (int w = L.nwin - 1; w >= 0; w--) {
-        const Prob pw = window_prob(p, L, w, true);
-        const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0;
-        const float *dht = carry;
-        float *dh0 = w > 0 ? carry : a->dh0;
-        ScanGates sg;
-        WuOut wu;
-        if (bvc > 0) { /* the register chains: W, and U over R's region, from the saved A */
-            wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
-            wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
-            wu.A = A;
-            REWY_TRY(Op::gates(pw, a, L, nullptr, nullptr, cq, Gc, &sg, s, wu));
-            REWY_TRY(launch_chain_pair(pw, bvc, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
-            if (!wy) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
-        } else {
-            if (L.has_bw && pl.bwd_w) {
-                wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
-                wu.A = A;
-            }
-            REWY_TRY(Op::gates(pw, a, L, nullptr, nullptr, cq, Gc, &sg, s, wu));
-            REWY_TRY(launch_scan_pair(pw, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), h0, sc, r, a->do_, dht, dh0,
-                                      Sbar, PR, wy, s, wu.W));
-            if (wu.W && !wy) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
-        }
-        REWY_TRY(Op::pullback(pw, a, Gc, A, sc, Sbar, r, PR, wy, at<float>(a->workspace, L.Wbar),
-                              p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr, s));
-    }
-    return REWY_OK;
-}
-
 template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_test_force *force = nullptr) {
     const rewy_config *c = &a->cfg;
     if (!Op::supports(c)) return REWY_ERR_BACKEND;
@@ -474,57 +430,69 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_te
     float *Gw = L.ws_gate ? at<float>(a->workspace, L.bG) : nullptr;
     const float *Gc = L.ws_gate ? Gw : at<const float>(a->saved, L.G);
     const float *A = at<const float>(a->saved, L.A);
-    const cq_t *Cq;
-    const state_t *Sc;
-    const rp_t *R;
     ScanGates sg;
     state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
     rp_t *PR = at<rp_t>(a->workspace, L.PR);
+    float *Wbar = at<float>(a->workspace, L.Wbar), *acc = p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr;
     if (polA) {
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, nullptr, Gc, &sg, s));
-        Cq = at<const cq_t>(a->saved, L.Cq);
-        Sc = at<const state_t>(a->saved, L.Sc);
-        R = at<const rp_t>(a->saved, L.R);
+        const cq_t *Cq = at<const cq_t>(a->saved, L.Cq);
         REWY_TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, sg.GB, A, Cq, sg.vo(), a->do_, a->dht, a->dh0, Sbar,
                                        PR, wy, s));
-    } else if (L.nwin > 1) {
-        if constexpr (Op::vector_gates) return REWY_ERR_BACKEND; /* plan_windows: scalar gates only */
-        else return windowed_backward<Op>(a, L, p, Gc, A, Sbar, PR, wy);
-    } else {
-        cq_t *cq = at<cq_t>(a->workspace, L.bCq);
-        state_t *sc = at<state_t>(a->workspace, L.bSc);
-        rp_t *r = at<rp_t>(a->workspace, L.bR);
-        /* recompute: C_q only (G and A are saved; the wgmma reverse scan forms C_q itself), then S_c and R by
-         * one forward scan without output, paired with the reverse scan (independent of S_c and R). Where the
-         * reverse scan runs the W chain, the gates stage also forms W from the saved A, the scan stores R̄, and
-         * P = Aᵀ R̄ follows in parallel for ReWY. */
-        const bool cq_in_scan = !Op::vector_gates && pl.bwd_scan_wg;
+        REWY_TRY(Op::pullback(p, a, Gc, A, at<const state_t>(a->saved, L.Sc), Sbar, at<const rp_t>(a->saved, L.R), PR,
+                              wy, Wbar, acc, s));
+        return REWY_OK;
+    }
+    cq_t *cq = at<cq_t>(a->workspace, L.bCq);
+    state_t *sc = at<state_t>(a->workspace, L.bSc);
+    rp_t *r = at<rp_t>(a->workspace, L.bR);
+    /* recompute: C_q only (G and A are saved; the wgmma reverse scan forms C_q itself), then S_c and R by one forward
+     * scan without output, paired with the reverse scan (independent of S_c and R). Where the reverse scan runs the W
+     * chain, the gates stage also forms W from the saved A, the scan stores R̄, and P = Aᵀ R̄ follows in parallel for
+     * ReWY. */
+    const bool cq_in_scan = !Op::vector_gates && pl.bwd_scan_wg;
+    /* the register chains (small grids): W, and U over R's region, from the saved A; then both chains in one launch,
+     * and P = Aᵀ R̄ for ReWY */
+    const int bvc = Op::vector_gates || !L.has_bw ? 0 : pl.chain_bvc;
+    /* Policy R's time windows (Plan::win, plan_windows; else one window of every chunk): the stages above and the
+     * pullback once per window, from the last to the first, over the window's chunks, whose per-chunk regions (C_q,
+     * S_c, R, W, U, S̄⁺, P or R̄) hold that window only. The recompute of window w starts from the forward's
+     * checkpoint (the caller's h0 for the first), the reverse walk from the S̄ the later window left in the carry,
+     * which starts as the caller's dht: a sequence's walk starts in the window of its last chunk, and a window empty
+     * for a sequence leaves its carry as it is (the chains skip it, the scans write back what they read). Each reverse
+     * block reads its carry elements at its start and writes the same ones at its end, so one buffer serves all
+     * windows; the first window writes the caller's dh0. */
+    const bool win = L.nwin > 1;
+    if (win && (pl.bwd_scan_wg || pl.scan_wg)) return REWY_ERR_BACKEND; /* plan_windows excludes the wgmma scans */
+    const float *ck = at<const float>(a->saved, L.wck);
+    float *carry = at<float>(a->workspace, L.wcarry);
+    const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
+    if (win && a->dht) REWY_TRY(cudaMemcpyAsync(carry, a->dht, sizeof(float) * ckn, cudaMemcpyDeviceToDevice, s));
+    else if (win) REWY_TRY(cudaMemsetAsync(carry, 0, sizeof(float) * ckn, s));
+    for (int w = L.nwin - 1; w >= 0; w--) {
+        const Prob pw = window_prob(p, L, w, true);
+        const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0, *dht = win ? carry : a->dht;
+        float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;
-        /* the register chains (small grids): W, and U over R's region, from the saved A; then both chains in one
-         * launch, and P = Aᵀ R̄ for ReWY */
-        const int bvc = Op::vector_gates || !L.has_bw ? 0 : pl.chain_bvc;
         if (bvc > 0) {
             wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
             wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
             wu.A = A;
-            REWY_TRY(Op::gates(p, a, L, Gw, nullptr, cq, Gc, &sg, s, wu));
-            REWY_TRY(launch_chain_pair(p, bvc, a->q, a->k, sg.GB, wu.W, cq, a->h0, sc, r, a->do_, a->dht, a->dh0,
-                                       Sbar, PR, s));
-            if (!wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));
+            REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, cq, Gc, &sg, s, wu));
+            REWY_TRY(launch_chain_pair(pw, bvc, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
+            if (!wy) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
         } else {
             if (L.has_bw && !cq_in_scan && pl.bwd_w) {
                 wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
                 wu.A = A;
             }
-            REWY_TRY(Op::gates(p, a, L, Gw, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s, wu));
-            REWY_TRY(launch_scan_pair(p, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), a->h0, sc, r, a->do_, a->dht,
-                                      a->dh0, Sbar, PR, wy, s, wu.W));
-            if (wu.W && !wy) REWY_TRY(launch_p_from_rbar(p, A, PR, s));
+            REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, cq_in_scan ? nullptr : cq, Gc, &sg, s, wu));
+            REWY_TRY(launch_scan_pair(pw, c->dtype, a->q, a->k, a->v, sg.GB, A, cq, sg.vo(), h0, sc, r, a->do_, dht, dh0,
+                                      Sbar, PR, wy, s, wu.W));
+            if (wu.W && !wy) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
         }
-        Cq = cq; Sc = sc; R = r;
+        REWY_TRY(Op::pullback(pw, a, Gc, A, sc, Sbar, r, PR, wy, Wbar, acc, s));
     }
-    REWY_TRY(Op::pullback(p, a, Gc, A, Sc, Sbar, R, PR, wy, at<float>(a->workspace, L.Wbar),
-                          p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr, s));
     return REWY_OK;
 }
 

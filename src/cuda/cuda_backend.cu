@@ -50,7 +50,7 @@ struct ScalarGates {
             /* the reverse scan takes W only at 16-column tiles (small grids), the register chains (the plan's
              * chain_bvc: W, and U over R's region) on small grids too: elsewhere no bwd region */
             if (pl.scan_bv == 16 || pl.chain_bvc > 0) /* one time window's chunks where the plan takes them */
-                r.Wb = pl.win ? r.W / chh * g.N * pl.win * g.HV : r.W;
+                r.Wb = sizeof(__nv_bfloat16) * bwd_slots(g, pl) * g.BT * c->K;
         }
         return r;
     }
@@ -87,15 +87,13 @@ static rewy_sizes op_sizes(const rewy_config *cfg, const rewy_test_force *force)
     rewy_sizes z;
     const Plan pl = make_plan(cfg, force);
     if (cfg->op == REWY_OP_KDA || cfg->op == REWY_OP_GDN2) {
-        z.saved = rewy_cuda_vec_saved_size(cfg, pl);
+        z.saved = al(rewy_cuda_vec_saved_size(cfg, pl)) + RECORD_BYTES;
         z.fwd = rewy_cuda_vec_fwd_workspace_size(cfg, pl);
         z.bwd = rewy_cuda_vec_bwd_workspace_size(cfg, pl);
     } else {
         const Layout L = plan<ScalarGates>(cfg, pl);
         z.saved = L.saved_end; z.fwd = L.fwd; z.bwd = L.bwd; /* the record (and time windows' checkpoints) included */
-        return z;
     }
-    z.saved = al(z.saved) + RECORD_BYTES;
     return z;
 }
 static_assert(sizeof(rewy_saved_record) <= RECORD_BYTES, "the saved record's region (backend_common.cuh)");
