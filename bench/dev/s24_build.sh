@@ -8,7 +8,7 @@ make -j2 CUDA=1 BLAS=0 NVARCH="$ARCH" BUILD=build/cuda-on lib build/cuda-on/test
   build/cuda-on/tests/cuda/test_random build/cuda-on/bench/dev/variant_time > /tmp/s24_build.log 2>&1
 # librewy_win.so: the same library with policy R's time windows as its default (-DREWY_CUDA_WIN_DEFAULT, measurement
 # only: the two .cu files that include backend_common.cuh recompiled, build/cuda-win), for the peak memory through the
-# public Python API (bench/dev/s26_win.sh api)
+# public Python API (bench/dev/s27_run.sh api)
 rm -rf build/cuda-win && cp -a build/cuda-on build/cuda-win && rm build/cuda-win/src/cuda/{cuda,vec}_backend.o
 make CUDA=1 BLAS=0 NVARCH="$ARCH -DREWY_CUDA_WIN_DEFAULT" BUILD=build/cuda-win build/cuda-win/librewy.so >> /tmp/s24_build.log 2>&1
 cp build/cuda-win/librewy.so build/cuda-on/librewy_win.so

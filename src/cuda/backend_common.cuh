@@ -128,7 +128,9 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
 #ifdef REWY_CUDA_WIN_DEFAULT
     /* Not yet the default (written without a device, session 26). This measurement-only build takes the rule to
      * measure (DESIGN.md): a quarter of the chunks a window on sequences of at least 16 chunks, where a window still
-     * gives the pullback two blocks per SM (its grid: N·win slots × H key heads). */
+     * gives the pullback two blocks per SM (its grid: N·win slots × H key heads). Before a rule like it (it reads
+     * the SM count) becomes the default, the saved record must carry the window (session 27's review): a backward
+     * planned on another GPU than its forward would otherwise read checkpoints the forward never wrote. */
     if (f < 0) {
         const int q = ceil_div(ncs, 4);
         /* … and where a window's N·win slots are at most half the chunks (varlen) */
@@ -179,6 +181,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
     pl.chain_bvc = chain_scan_bvc(p, dt, vec);
     pl.win = plan_windows(c, p, vec);
+    pl.pb_persist = vec ? 0 : pullback_persists(p, dt, c->bwd_algo == REWY_BWD_WY); /* its blocks */
     return pl;
 }
 

@@ -128,6 +128,8 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
  * the output-gradient consumers, Gram elimination for ḡ, the reverse in-chunk cumsum of ḡ and the
  * GVA group sums of q̄, k̄. Wbar: WY scratch [NC*HV][BT][Kp] (used only when !wbar_in_smem);
  * acc: GVA scratch 2×[NC*H][BT][Kp] (used only when HV > H). */
+/* the plan's pb_persist: the fast pullback as a persistent grid that copies its next unit's first V slab early */
+int pullback_persists(const Prob &p, rewy_dtype dt, int wy);
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                             const void *beta, const float *GB, const float *A, const void *do_,
                             const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,
