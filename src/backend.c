@@ -48,7 +48,8 @@ int rewy_saved_record_diff(const rewy_saved_record *f, const rewy_saved_record *
             {"op", f->op, b->op}, {"dtype", f->dtype, b->dtype}, {"B", f->B, b->B}, {"T", f->T, b->T},
             {"H", f->H, b->H}, {"HV", f->HV, b->HV}, {"K", f->K, b->K}, {"V", f->V, b->V},
             {"chunk_size", f->chunk_size, b->chunk_size}, {"num_seqs", f->num_seqs, b->num_seqs},
-            {"policy", f->policy, b->policy}, {"state_v_first", f->state_v_first, b->state_v_first}};
+            {"policy", f->policy, b->policy}, {"state_v_first", f->state_v_first, b->state_v_first},
+            {"time_window", f->time_window, b->time_window}};
         size_t i = 0;
         while (i < sizeof x / sizeof x[0] && x[i].fwd == x[i].bwd) i++;
         if (i < sizeof x / sizeof x[0])

@@ -51,6 +51,7 @@ const rewy_backend_ops *rewy_cuda_backend_ops(void); /* built in with REWY_WITH_
 typedef struct rewy_saved_record {
     char magic[8];             /* "rewyCPU" / "rewyGPU" */
     int32_t op, dtype, B, T, H, HV, K, V, chunk_size, num_seqs, policy, state_v_first, has_h0;
+    int32_t time_window;       /* CUDA's policy-R time windows (chunks each, 0: none; its plan's); 0 on the CPU */
     float scale;
     uint64_t seqlens_hash;     /* FNV-1a over cu_seqlens[0..num_seqs] as int32; 0 without cu_seqlens */
 } rewy_saved_record;

@@ -128,9 +128,9 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
 #ifdef REWY_CUDA_WIN_DEFAULT
     /* Not yet the default (written without a device, session 26). This measurement-only build takes the rule to
      * measure (DESIGN.md): a quarter of the chunks a window on sequences of at least 16 chunks, where a window still
-     * gives the pullback two blocks per SM (its grid: N·win slots × H key heads). Before a rule like it (it reads
-     * the SM count) becomes the default, the saved record must carry the window (session 27's review): a backward
-     * planned on another GPU than its forward would otherwise read checkpoints the forward never wrote. */
+     * gives the pullback two blocks per SM (its grid: N·win slots × H key heads). The rule reads the SM count, so
+     * the saved record carries the window (cuda_backend.cu, record_of): a backward planned on another GPU than its
+     * forward is refused rather than reading checkpoints the forward never wrote. */
     if (f < 0) {
         const int q = ceil_div(ncs, 4);
         /* … and where a window's N·win slots are at most half the chunks (varlen) */
@@ -353,13 +353,23 @@ inline rewy_status recurrent_backward(const rewy_bwd_params *a, const Layout &L,
     return REWY_OK;
 }
 
-/* force: the test-only override (rewy_test.h); NULL in the library's calls */
-template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_test_force *force = nullptr) {
-    const rewy_config *c = &a->cfg;
-    if (!Op::supports(c)) return REWY_ERR_BACKEND;
+/* The plan of a forward or a backward call, with the caller's pointers (force: the test-only override, rewy_test.h;
+ * NULL in the library's calls). The caller makes it once: its time window also goes into the saved record. */
+inline Plan call_plan(const rewy_fwd_params *a, const rewy_test_force *force) {
     PlanPtrs ptr;
     ptr.q = a->q; ptr.k = a->k; ptr.v = a->v; ptr.o = a->o;
-    const Plan pl = make_plan(c, force, ptr);
+    return make_plan(&a->cfg, force, ptr);
+}
+inline Plan call_plan(const rewy_bwd_params *a, const rewy_test_force *force) {
+    PlanPtrs ptr;
+    ptr.q = a->q; ptr.k = a->k; ptr.v = a->v; ptr.do_ = a->do_;
+    return make_plan(&a->cfg, force, ptr);
+}
+
+/* pl: the call's plan (call_plan) */
+template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl) {
+    const rewy_config *c = &a->cfg;
+    if (!Op::supports(c)) return REWY_ERR_BACKEND;
     const Layout L = plan<Op>(c, pl);
     const Prob p = make_prob(c, L, a->saved, pl);
     if (pl.recurrent) return recurrent_forward(a, L, p);
@@ -417,12 +427,9 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const rewy_tes
     return REWY_OK;
 }
 
-template <class Op> rewy_status backward(const rewy_bwd_params *a, const rewy_test_force *force = nullptr) {
+template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &pl) {
     const rewy_config *c = &a->cfg;
     if (!Op::supports(c)) return REWY_ERR_BACKEND;
-    PlanPtrs ptr;
-    ptr.q = a->q; ptr.k = a->k; ptr.v = a->v; ptr.do_ = a->do_;
-    const Plan pl = make_plan(c, force, ptr);
     const Layout L = plan<Op>(c, pl);
     Prob p = make_prob(c, L, a->saved, pl);
     p.zero_h0 = a->h0 == nullptr;

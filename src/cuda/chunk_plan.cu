@@ -75,7 +75,7 @@ cudaError_t launch_window_final_state(const Prob &p, int win, const float *ck, c
 }
 
 /* The saved record (backend.h): written by the forward's last kernel, compared by the backward's first.
- * One thread each: the record is 72 bytes. */
+ * One thread each: the record is 80 bytes. */
 __global__ void record_write_kernel(rewy_saved_record r, rewy_saved_record *dst) { *dst = r; }
 
 __global__ void record_check_kernel(rewy_saved_record want, const rewy_saved_record *saved) {
@@ -88,12 +88,12 @@ __global__ void record_check_kernel(rewy_saved_record want, const rewy_saved_rec
         __trap();
     }
     const char *names[] = {"op", "dtype", "B", "T", "H", "HV", "K", "V", "chunk_size", "num_seqs", "policy",
-                           "state_v_first", "h0 given"};
+                           "state_v_first", "h0 given", "time window (chunks; the plan's, of another GPU?)"};
     const int32_t fv[] = {f.op, f.dtype, f.B, f.T, f.H, f.HV, f.K, f.V, f.chunk_size, f.num_seqs, f.policy,
-                          f.state_v_first, f.has_h0};
+                          f.state_v_first, f.has_h0, f.time_window};
     const int32_t bv[] = {want.op, want.dtype, want.B, want.T, want.H, want.HV, want.K, want.V, want.chunk_size,
-                          want.num_seqs, want.policy, want.state_v_first, want.has_h0};
-    for (int i = 0; i < 13; i++)
+                          want.num_seqs, want.policy, want.state_v_first, want.has_h0, want.time_window};
+    for (int i = 0; i < 14; i++)
         if (fv[i] != bv[i]) {
             printf("rewy_backward (CUDA): %s differs from the forward's (%d here, %d in saved): REWY_ERR_MISMATCH\n",
                    names[i], bv[i], fv[i]);

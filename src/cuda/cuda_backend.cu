@@ -106,8 +106,12 @@ static rewy_saved_record *record_at(const void *saved, const rewy_config *cfg, c
     pl.recurrent = plan_recurrent(cfg, force ? *force : rewy_test_force_none());
     return at<rewy_saved_record>(saved, al(vec ? rewy_cuda_vec_saved_size(cfg, pl) : plan<ScalarGates>(cfg, pl).saved));
 }
-static rewy_saved_record record_of(const rewy_config *cfg, const void *h0) {
-    return rewy_saved_record_of(cfg, cfg->cu_seqlens_host, h0 != nullptr, "rewyGPU");
+/* win: the plan's time window (Plan::win; 0 for the vector gates, which take none): a backward that planned other
+ * windows than its forward would read checkpoints the forward never wrote */
+static rewy_saved_record record_of(const rewy_config *cfg, const void *h0, int win) {
+    rewy_saved_record r = rewy_saved_record_of(cfg, cfg->cu_seqlens_host, h0 != nullptr, "rewyGPU");
+    r.time_window = win;
+    return r;
 }
 
 static rewy_status refuse(char *msg, size_t len, const char *fmt, long long got, long long limit) {
@@ -140,19 +144,30 @@ static rewy_status cuda_sizes(const rewy_config *c, rewy_sizes *out, char *msg, 
 
 static rewy_status forward_with(const rewy_fwd_params *a, const rewy_test_force *force) {
     const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
-    rewy_status s = vec ? rewy_cuda_vec_forward(a, force) : host::forward<ScalarGates>(a, force);
+    int win = 0;
+    rewy_status s;
+    if (vec) {
+        s = rewy_cuda_vec_forward(a, force);
+    } else {
+        const Plan pl = call_plan(a, force);
+        win = pl.win;
+        s = host::forward<ScalarGates>(a, pl);
+    }
     if (s) return s;
-    if (launch_record_write(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg, force), (cudaStream_t)a->cfg.stream))
+    if (launch_record_write(record_of(&a->cfg, a->h0, win), record_at(a->saved, &a->cfg, force), (cudaStream_t)a->cfg.stream))
         return REWY_ERR_BACKEND;
     return REWY_OK;
 }
 
 static rewy_status backward_with(const rewy_bwd_params *a, const rewy_test_force *force) {
-    /* the check runs first on the stream: on a mismatch nothing after it runs */
-    if (launch_record_check(record_of(&a->cfg, a->h0), record_at(a->saved, &a->cfg, force), (cudaStream_t)a->cfg.stream))
-        return REWY_ERR_BACKEND;
     const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
-    return vec ? rewy_cuda_vec_backward(a, force) : host::backward<ScalarGates>(a, force);
+    Plan pl = {};
+    if (!vec) pl = call_plan(a, force);
+    /* the check runs first on the stream: on a mismatch nothing after it runs */
+    if (launch_record_check(record_of(&a->cfg, a->h0, pl.win), record_at(a->saved, &a->cfg, force),
+                            (cudaStream_t)a->cfg.stream))
+        return REWY_ERR_BACKEND;
+    return vec ? rewy_cuda_vec_backward(a, force) : host::backward<ScalarGates>(a, pl);
 }
 static rewy_status cuda_forward(const rewy_fwd_params *a) { return forward_with(a, nullptr); }
 static rewy_status cuda_backward(const rewy_bwd_params *a) { return backward_with(a, nullptr); }

@@ -6,10 +6,12 @@
  *   matching backward (same cu_seqlens values in another array): runs, syncs clean;
  *   cu_seqlens values differ (same count and total, so every size is the same): the backward's
  *     first kernel traps, the sync reports an error; before the record this ran and gave wrong dk;
- *   h0 given to the forward only; scale differs: trap likewise.
+ *   h0 given to the forward only; scale differs: trap likewise;
+ *   the forward planned policy R's time windows and the backward none (the test-only override; a rule that reads
+ *     the SM count could do it on two GPUs): trap, instead of reading checkpoints that were never written.
  *
  * Run: make CUDA=1 BUILD=build/cuda-on build/cuda-on/tests/cuda/saved_check && build/cuda-on/tests/cuda/saved_check
- * Expect "4 passed, 0 failed" (and the device printf lines naming what differs). */
+ * Expect "5 passed, 0 failed" (and the device printf lines naming what differs). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +22,10 @@
 #include <cuda_runtime.h>
 
 #include "rewy.h"
+#include "cuda/rewy_test.h"
 #include "testutil.h"
 
-enum { T = 70, H = 2, K = 32, V = 32 };
+enum { T0 = 70, H = 2, K0 = 32 };
 
 static void *dev(size_t bytes, int byte) {
     void *p = NULL;
@@ -31,11 +34,16 @@ static void *dev(size_t bytes, int byte) {
     return p;
 }
 
-/* mode 0: matching backward; 1: other cu_seqlens values; 2: h0 only in the forward; 3: other scale.
+/* mode 0: matching backward; 1: other cu_seqlens values; 2: h0 only in the forward; 3: other scale; 4: time windows
+ * (one chunk each) in the forward's plan only, at T = 200 and K = V = 64, where windows apply.
  * Exit code: 0 = the backward ran and synced clean, 1 = it was refused (status or sync error), 3 = setup failed. */
 static int child(int mode) {
-    static const int32_t cu_f[3] = {0, 30, T}, cu_b[3] = {0, 50, T};
+    const int T = mode == 4 ? 200 : T0, K = mode == 4 ? 64 : K0, V = K;
+    const int32_t cu_f[3] = {0, 30, T}, cu_b[3] = {0, 50, T};
     const int32_t *cu_back = mode == 1 ? cu_b : cu_f;
+    rewy_test_force fwin = rewy_test_force_none(), fnone = rewy_test_force_none();
+    fwin.win = mode == 4 ? 1 : REWY_TEST_AUTO;
+    fnone.win = 0;
     rewy_config c;
     memset(&c, 0, sizeof c);
     c.op = REWY_OP_GDN;
@@ -52,8 +60,9 @@ static int child(int mode) {
     cudaMemcpy(dcu_b, cu_back, sizeof cu_f, cudaMemcpyHostToDevice);
     c.cu_seqlens = dcu_f;
     c.cu_seqlens_host = cu_f;
-    size_t sb, fw, bw;
-    if (rewy_saved_size(&c, &sb) || rewy_fwd_workspace_size(&c, &fw) || rewy_bwd_workspace_size(&c, &bw)) return 3;
+    size_t sb, fw, bw, bw0; /* the forward's plan's sizes (at least the public ones), and the backward's */
+    if (rewy_test_sizes(&c, &fwin, &sb, &fw, &bw) || rewy_test_sizes(&c, &fnone, NULL, NULL, &bw0)) return 3;
+    if (bw0 > bw) bw = bw0;
     const size_t nqk = (size_t)T * H * K * 2, nv = (size_t)T * H * V * 2, ns = (size_t)2 * H * K * V * 4;
     /* bf16 0x3c3c ≈ 0.0115 everywhere, log gates -0.0115·ln.. as fp32 bytes 0x3c3c3c3c negated below */
     void *q = dev(nqk, 0x3c), *k = dev(nqk, 0x3c), *v = dev(nv, 0x3c), *beta = dev((size_t)T * H * 2, 0x3c);
@@ -64,7 +73,11 @@ static int child(int mode) {
     void *saved = dev(sb, 0), *fws = dev(fw, 0), *bws = dev(bw, 0);
     rewy_fwd_params f = {.cfg = c, .q = q, .k = k, .v = v, .g = g, .beta = beta, .h0 = h0, .o = o, .saved = saved,
                          .workspace = fws, .workspace_bytes = fw, .saved_bytes = sb};
-    if (rewy_forward(&f) || cudaDeviceSynchronize() != cudaSuccess) return 3;
+    if (rewy_test_forward(&f, &fwin) || cudaDeviceSynchronize() != cudaSuccess) return 3;
+    if (mode == 4) { /* the forward took the windows (else this case tests nothing) */
+        rewy_test_plan pl;
+        if (rewy_test_get_plan(&c, &fwin, &pl) || pl.win != 1) return 3;
+    }
     rewy_bwd_params b = {.cfg = c, .q = q, .k = k, .v = v, .g = g, .beta = beta, .h0 = h0, .saved = saved,
                          .saved_bytes = sb, .do_ = do_, .dq = dq, .dk = dk, .dv = dv, .dg = dg, .dbeta = dbeta,
                          .dh0 = dh0, .workspace = bws, .workspace_bytes = bw};
@@ -81,7 +94,7 @@ static int child(int mode) {
     /* The check kernel is the backward's first launch: after its trap the next launch already fails, so
      * rewy_backward itself returns REWY_ERR_BACKEND (seen on the H200), or, if every launch was queued
      * first, the sync reports the trap. Either is the backward refusing this saved buffer. */
-    rewy_status bs = rewy_backward(&b);
+    rewy_status bs = mode == 4 ? rewy_test_backward(&b, &fnone) : rewy_backward(&b);
     cudaError_t e = cudaDeviceSynchronize();
     fprintf(stderr, "mode %d: rewy_backward: %s; sync: %s\n", mode, rewy_strerror(bs), cudaGetErrorString(e));
     return bs == REWY_OK && e == cudaSuccess ? 0 : 1;
@@ -104,8 +117,8 @@ int main(void) {
         return 2;
     }
     static const char *names[] = {"matching backward", "other cu_seqlens values", "h0 only in the forward",
-                                  "other scale"};
-    for (int mode = 0; mode < 4; mode++) {
+                                  "other scale", "time windows in the forward's plan only"};
+    for (int mode = 0; mode < 5; mode++) {
         const int want = mode == 0 ? 0 : 1, got = run_child(mode);
         CHECK(&tc, got == want, "%s: child exit %d, want %d (0 = clean, 1 = the backward refused, 3 = setup)",
               names[mode], got, want);
