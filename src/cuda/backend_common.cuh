@@ -174,7 +174,8 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wg = state_scan_wg_ok(p, dt, ptr.k, ptr.v, vec);
     pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
     pl.scan_wg2 = plan_scan_wg2(p);
-    pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
+    pl.fwd_ws = fwd_ws_ok(p, dt, vec, c->policy == REWY_POLICY_A, ptr.q, ptr.k, ptr.o);
+    pl.fwd_chain = pl.fwd_ws ? 0 : chain_forward_bvc(p, dt, vec, ptr.o);
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
@@ -385,10 +386,11 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     /* the register chain with the output in its steps (the whole forward after kkt), or the scan computing o itself
      * (scalar gates only: vector gates' operands come from the gates stage); both run the two-product chain, with W
      * and U from the gates stage, where the shapes allow */
+    const bool ws = !Op::vector_gates && pl.fwd_ws && L.has_wu; /* fwd_ws.cu's block (policy R: no S_c, R) */
     const bool chain = !Op::vector_gates && pl.fwd_chain > 0 && L.has_wu;
     const bool fo = !Op::vector_gates && pl.fuse_output;
     WuOut wu;
-    if (chain || (fo && L.has_wu && pl.scan_wu)) {
+    if (ws || chain || (fo && L.has_wu && pl.scan_wu)) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
         if (pl.beside_kkt) { /* the scan starts beside kkt and waits per chunk on its flags */
@@ -407,7 +409,9 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
         const Prob pw = window_prob(p, L, w, false);
         const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0;
         float *ht = L.nwin > 1 ? ck + w * ckn : a->ht;
-        if (chain) { /* S_c and R only where policy A saves them */
+        if (ws) {
+            REWY_TRY(launch_fwd_ws(pw, a->q, a->k, sg.GB, wu.W, wu.U, Cq, h0, ht, a->o, s));
+        } else if (chain) { /* S_c and R only where policy A saves them */
             REWY_TRY(launch_chain_forward(pw, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, h0, ht,
                                           polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
         } else if (fo) {
@@ -422,7 +426,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
             REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, ht, Sc, R, s));
         }
     }
-    if (!chain && !fo) REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
+    if (!ws && !chain && !fo) REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
     if (L.nwin > 1 && a->ht) REWY_TRY(launch_window_final_state(p, pl.win, ck, a->h0, a->ht, s));
     return REWY_OK;
 }
