@@ -8,9 +8,9 @@
 #           proposed default) / 8; the random campaign with windows
 #   pb      the persistent pullback against the plain one: GPU-bound backward ms at the six suite shapes (GDN, DeltaNet),
 #           then each kernel's time at GDN (4,4096,16) both ways (ncu)
-#   ws      the warp-specialized forward (fwd_ws.cu) first alone (the oracle matrix, with windows; memcheck, racecheck,
-#           synccheck: a hang shows as the timeout), then GPU-bound forward ms at the six shapes against the default,
-#           and each kernel's time at GDN (4,4096,16) both ways
+#   ws      the warp-specialized chains (chain_ws.cu) first alone (the oracle matrix, with windows; memcheck, racecheck,
+#           synccheck: a hang shows as the timeout), then GPU-bound forward and backward ms at the six shapes against the
+#           default, and each kernel's time at GDN (4,4096,16) both ways
 #   api     the public Python API (bench/bench_api.py, rewy alone): the library against librewy_win.so (windows as its
 #           default, measurement only): times and peak memory
 source "$(dirname "$0")/carried_bins.sh"
@@ -59,17 +59,18 @@ pb)
     echo "kernels, GDN (4,4096,16) [$e]"; env $e kernel_table $V gdn 4 4096 16
   done ;;
 ws)
-  matrix REWY_CUDA_FWD_WS=1 "REWY_CUDA_FWD_WS=1 REWY_CUDA_WIN=1"
-  sanitize memcheck REWY_CUDA_FWD_WS=1
-  sanitize racecheck REWY_CUDA_FWD_WS=1
-  sanitize synccheck REWY_CUDA_FWD_WS=1
+  WS="REWY_CUDA_FWD_WS=1 REWY_CUDA_BWD_WS=1"
+  matrix "$WS" "$WS REWY_CUDA_WIN=1"
+  sanitize memcheck "$WS"
+  sanitize racecheck "$WS"
+  sanitize synccheck "$WS"
   for op in gdn delta; do for s in "1 2048 4" "1 8192 16" "4 4096 16" "8 2048 32" "2 16384 8" "16 1024 16"; do
-    for e in REWY_CUDA_FWD_WS=0 REWY_CUDA_FWD_WS=1; do
-      r=$(env $e timeout 30 $V $op $s 2>&1 | tr -s ' ' | grep -oE 'fwd_chain [0-9]+ fwd_ws [0-9]+|forward median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
+    for e in "REWY_CUDA_FWD_WS=0 REWY_CUDA_BWD_WS=0" "$WS"; do
+      r=$(env $e timeout 30 $V $op $s 2>&1 | tr -s ' ' | grep -oE 'fwd_chain [0-9]+ fwd_ws [0-9]+ bwd_ws [0-9]+|(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
       echo "[$op $s] [$e] $r"
     done
   done; done
-  for e in REWY_CUDA_FWD_WS=0 REWY_CUDA_FWD_WS=1; do
+  for e in "REWY_CUDA_FWD_WS=0 REWY_CUDA_BWD_WS=0" "$WS"; do
     echo "kernels, GDN (4,4096,16) [$e]"; env $e kernel_table $V gdn 4 4096 16
   done ;;
 api)

@@ -180,7 +180,8 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
     pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
-    pl.chain_bvc = chain_scan_bvc(p, dt, vec);
+    pl.bwd_ws = bwd_ws_ok(p, dt, vec, c->policy == REWY_POLICY_A, ptr.q, ptr.k, ptr.do_);
+    pl.chain_bvc = pl.bwd_ws ? 0 : chain_scan_bvc(p, dt, vec);
     pl.win = plan_windows(c, p, vec);
     pl.pb_persist = vec ? 0 : pullback_persists(p, dt, c->bwd_algo == REWY_BWD_WY); /* its blocks */
     return pl;
@@ -466,8 +467,9 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
      * ReWY. */
     const bool cq_in_scan = !Op::vector_gates && pl.bwd_scan_wg;
     /* the register chains (small grids): W, and U over R's region, from the saved A; then both chains in one launch,
-     * and P = Aᵀ R̄ for ReWY */
+     * and P = Aᵀ R̄ for ReWY. chain_ws.cu's blocks (bws) take the same W and U, in two launches. */
     const int bvc = Op::vector_gates || !L.has_bw ? 0 : pl.chain_bvc;
+    const bool bws = !Op::vector_gates && L.has_bw && pl.bwd_ws;
     /* Policy R's time windows (Plan::win, plan_windows; else one window of every chunk): the stages above and the
      * pullback once per window, from the last to the first, over the window's chunks, whose per-chunk regions (C_q,
      * S_c, R, W, U, S̄⁺, P or R̄) hold that window only. The recompute of window w starts from the forward's
@@ -488,12 +490,13 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0, *dht = win ? carry : a->dht;
         float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;
-        if (bvc > 0) {
+        if (bvc > 0 || bws) {
             wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
             wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
             wu.A = A;
             REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, cq, Gc, &sg, s, wu));
-            REWY_TRY(launch_chain_pair(pw, bvc, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
+            if (bws) REWY_TRY(launch_bwd_ws(pw, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
+            else REWY_TRY(launch_chain_pair(pw, bvc, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
             if (!wy) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
         } else {
             if (L.has_bw && !cq_in_scan && pl.bwd_w) {
