@@ -31,19 +31,23 @@
  *   B_F       WG2 is done with the state's copy (and Ro)          WG2 → WG0 (before its next copy) (256)
  *   B_O       reverse: Ō' is in the stage                         WG2 → WG0                      (256)
  * No generation can be overtaken: WG0 copies the next chunk's state only after B_F and B_R of this one, that is
- * after WG1 and WG2 have passed this B_S; WG1 writes the next Rs only after the next B_S; in the reverse WG0 waits
- * for B_O before it gives B_S, so WG2 gives the next B_O only after WG0 has passed this one; the copy warp refills
- * a stage only after its EMPTY, and the warpgroups take a stage's next FULL only after giving its EMPTY. Every
- * arrival has its wait (the copy warp and WG0 drain the last chunks' EMPTY and B_F), so no barrier is left mid-count.
+ * after WG1 and WG2 have passed this B_S; WG1 writes the next Rs only after the next B_S; the copy warp refills a
+ * stage only after its EMPTY, and the warpgroups take a stage's next FULL only after giving its EMPTY. FULL is a
+ * bar.sync of all three warpgroups, so no warpgroup starts a chunk before every other has finished the one before:
+ * in the reverse, WG2 gives the next B_O only after WG0 has passed this one. Every arrival has its wait (the copy warp
+ * and WG0 drain the last chunks' EMPTY and B_F), so no barrier is left mid-count. (That meeting at FULL also keeps
+ * each warpgroup's work of a chunk inside that chunk's step; decoupling it, one FULL per warpgroup, would need the
+ * state's copy and the R tiles double-buffered and B_S, B_R, B_F per parity.)
  * Generic stores that a product reads (the state's copy, Rs, Ro, Ō') are fenced to the async proxy before their
- * barrier; so are the copy warp's tiles, once its cp.async copies have landed. (Session 27's desk review checked the
- * forward's protocol with a model of count-based barriers under random schedules, and its layouts and math with an
- * fp64 emulation of the kernel, against the token recurrence.)
+ * barrier; so are the copy warp's tiles, once its cp.async copies have landed. (Session 27's desk reviews checked both
+ * kernels' protocols with a model of count-based barriers under random schedules, wgmma reads live from issue to
+ * wait, and their layouts and math with an fp64 emulation of the kernels' own offsets and descriptors, against the
+ * token recurrence and its adjoint, time windows included.)
  *
  * Shared memory (wgmma.cuh's no-swizzle layouts): two stages of the chunk's tiles, then the state's copy (cm_mn<64>,
- * KPC rows) and the R tiles (cm_mn<64>, 64 rows); 161 KB (forward) and 154 KB (reverse) at K = 128: one block per
- * SM, 416 threads, no register limit that binds (96 registers). Test-forced until measured (the plan's fwd_ws,
- * bwd_ws); policy R: the forward pass stores neither S_c nor R. */
+ * KPC rows) and the R tiles (cm_mn<64>, 64 rows); 161 KB (forward) and 169 KB (reverse) at K = 128: one block per
+ * SM, 416 threads, no register limit that binds (96–123 registers, no spill). Test-forced until measured (the plan's
+ * fwd_ws, bwd_ws); policy R: the forward pass stores neither S_c nor R. */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 
@@ -297,7 +301,6 @@ bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
             const float *Gs = reinterpret_cast<const float *>(sb + L::GB);
             nbar_sync(WS_FULL + st, WS_THREADS);
             if (j > 0) nbar_sync(WS_BF, 256); /* WG2 has stored the last chunk's S̄⁺ */
-            nbar_sync(WS_BO, 256);            /* Ō' is in (before B_S: WG2's next Ō' waits for this chunk's B_S) */
             wg_state_spill<MB, NA, WS_BV>(s, Sbs); /* S̄⁺ */
             wg_proxy_fence();
             nbar_arrive(WS_BS, 384);
@@ -306,6 +309,7 @@ bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                 for (int e = 0; e < NA; e++) s[mb][e] *= gn;
+            nbar_sync(WS_BO, 256); /* Ō' is in (formed while S̄⁺ was copied) */
             wg_arrive();
             wg_state_add<KPC, WS_BV, MB>(s, wg_lo<WS::KT_LBO>(sb + L::Q), wg_lo<WS::N_LBO>(sb + L::OP)); /* + Qᵀ Ō' */
             wg_commit();
