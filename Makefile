@@ -93,8 +93,9 @@ $(BUILD)/src/cuda/%.o: src/cuda/%.cu $(HDRS) $(wildcard src/cuda/*.cuh src/cuda/
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
+# archives made afresh (ar would keep the member of a deleted source)
 $(BUILD)/librewy.a: $(LIB_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 # The soname carries the major version (librewy.so.0); the librewy.so.0 link beside it lets programs
 # linked with -L$(BUILD) -lrewy (the device tests) find it. --exclude-libs: the static CUDA
@@ -104,13 +105,13 @@ $(BUILD)/librewy.so: $(LIB_OBJ)
 	ln -sf librewy.so $(BUILD)/librewy.so.$(SOVERSION)
 
 $(BUILD)/asan/librewy.a: $(ASAN_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/librewy_check.a: $(CHECK_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/asan/librewy_check.a: $(ASAN_CHECK_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/rewy: tools/rewy.c $(BUILD)/librewy_check.a $(BUILD)/librewy.a $(HDRS)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $< $(BUILD)/librewy_check.a $(BUILD)/librewy.a $(LDLIBS) -o $@
