@@ -100,6 +100,24 @@ __device__ __forceinline__ void ws_stage_full(int st, float *dg, const float *sg
     nbar_arrive(WS_FULL + st, WS_THREADS);
 }
 
+/* WG0's opening of a chunk step, both chains: the stage is in (FULL), WG2 is done with the last chunk's copy of the
+ * state (B_F), the state goes out as its bf16 copy (B_S: the B operand of WG1's product, and what WG2 reads), and it
+ * decays by γ_n = e^{G_{n−1}} (G from the stage) for the update's products to add to */
+template <int MB, int NA>
+__device__ __forceinline__ void ws_state_out(const Prob &p, float (&s)[MB][NA], T16 *copy, const float *Gs, int n, int st,
+                                             int j) {
+    nbar_sync(WS_FULL + st, WS_THREADS);
+    if (j > 0) nbar_sync(WS_BF, 256);
+    wg_state_spill<MB, NA, WS_BV>(s, copy);
+    wg_proxy_fence();
+    nbar_arrive(WS_BS, 384);
+    const float gn = gexp(p, Gs[n - 1]);
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+        for (int e = 0; e < NA; e++) s[mb][e] *= gn;
+}
+
 /* byte offsets in dynamic shared memory. Forward stage: K, W, Q (cm_k<KPC>), U (cm_mn<64>), C_q (cm_k<64>), G, β;
  * reverse stage: K, W, Q, C_q, Ō and Ō' (cm_mn<64>; Ō' written by WG2), G, β. Then the state's copy and the R tiles. */
 template <int KPC, bool REV> struct WsLayout {
@@ -160,17 +178,8 @@ fwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
             const int st = j & 1, n = p.ctab[c_begin + j].n;
             const char *sb = stage(st);
             const float *Gs = reinterpret_cast<const float *>(sb + L::GB);
-            nbar_sync(WS_FULL + st, WS_THREADS);
-            if (j > 0) nbar_sync(WS_BF, 256); /* WG2 is done with the last chunk's Ss (and Ro) */
-            wg_state_spill<MB, NA, WS_BV>(s, Ss);
-            wg_proxy_fence();
-            nbar_arrive(WS_BS, 384);
-            const float gn = gexp(p, Gs[n - 1]);
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                for (int e = 0; e < NA; e++) s[mb][e] *= gn;
-            nbar_sync(WS_BR, 384); /* R̃ is in Rs */
+            ws_state_out(p, s, Ss, Gs, n, st, j); /* S → Ss; S ← γ_n S */
+            nbar_sync(WS_BR, 384);                /* R̃ is in Rs */
             wg_arrive();
             wg_state_add<KPC, WS_BV, MB>(s, wg_lo<WS::KT_LBO>(sb + L::K), rslo); /* S += Kᵀ R̃ */
             wg_commit();
@@ -299,17 +308,8 @@ bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
             const int st = j & 1, n = p.ctab[c_end - 1 - j].n;
             const char *sb = stage(st);
             const float *Gs = reinterpret_cast<const float *>(sb + L::GB);
-            nbar_sync(WS_FULL + st, WS_THREADS);
-            if (j > 0) nbar_sync(WS_BF, 256); /* WG2 has stored the last chunk's S̄⁺ */
-            wg_state_spill<MB, NA, WS_BV>(s, Sbs); /* S̄⁺ */
-            wg_proxy_fence();
-            nbar_arrive(WS_BS, 384);
-            const float gn = gexp(p, Gs[n - 1]);
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-                for (int e = 0; e < NA; e++) s[mb][e] *= gn;
-            nbar_sync(WS_BO, 256); /* Ō' is in (formed while S̄⁺ was copied) */
+            ws_state_out(p, s, Sbs, Gs, n, st, j); /* S̄⁺ → Sbs; S̄ ← γ_n S̄⁺ */
+            nbar_sync(WS_BO, 256);                 /* Ō' is in (formed while S̄⁺ was copied) */
             wg_arrive();
             wg_state_add<KPC, WS_BV, MB>(s, wg_lo<WS::KT_LBO>(sb + L::Q), wg_lo<WS::N_LBO>(sb + L::OP)); /* + Qᵀ Ō' */
             wg_commit();
