@@ -1,5 +1,6 @@
 #!/bin/bash
-# Sessions 26–27: policy R's time windows (Plan::win) and the persistent pullback (Plan::pb_persist) on the device, one
+# Sessions 26–27: policy R's time windows (Plan::win), the persistent pullback (Plan::pb_persist) and the warp-specialized
+# chains (Plan::fwd_ws, bwd_ws) on the device, one
 # mode a call (each under 600 s). Carried: .carry/bins.tar.xz (bench/dev/s24_build.sh). Output also in $OUT/run.log.
 #   check1  the oracle matrix (test_cuda) at the default and under the first window forcings of `make test-cuda`
 #   check2  the other window forcings, the persistent pullback's (3 blocks: each walks several units; one per SM),
@@ -8,9 +9,10 @@
 #           proposed default) / 8; the random campaign with windows
 #   pb      the persistent pullback against the plain one: GPU-bound backward ms at the six suite shapes (GDN, DeltaNet),
 #           then each kernel's time at GDN (4,4096,16) both ways (ncu)
-#   ws      the warp-specialized chains (chain_ws.cu) first alone (the oracle matrix, with windows; memcheck, racecheck,
-#           synccheck: a hang shows as the timeout), then GPU-bound forward and backward ms at the six shapes against the
-#           default, and each kernel's time at GDN (4,4096,16) both ways
+#   ws      the warp-specialized chains (chain_ws.cu): the oracle matrix (also with time windows), memcheck, racecheck,
+#           synccheck (a hang shows as the step's timeout)
+#   wst     their GPU-bound forward and backward ms at the six shapes against the default, and each kernel's time at
+#           GDN (4,4096,16) both ways
 #   api     the public Python API (bench/bench_api.py, rewy alone): the library against librewy_win.so (windows as its
 #           default, measurement only): times and peak memory
 source "$(dirname "$0")/carried_bins.sh"
@@ -63,7 +65,9 @@ ws)
   matrix "$WS" "$WS REWY_CUDA_WIN=1"
   sanitize memcheck "$WS"
   sanitize racecheck "$WS"
-  sanitize synccheck "$WS"
+  sanitize synccheck "$WS" ;;
+wst)
+  WS="REWY_CUDA_FWD_WS=1 REWY_CUDA_BWD_WS=1"
   for op in gdn delta; do for s in "1 2048 4" "1 8192 16" "4 4096 16" "8 2048 32" "2 16384 8" "16 1024 16"; do
     for e in "REWY_CUDA_FWD_WS=0 REWY_CUDA_BWD_WS=0" "$WS"; do
       r=$(env $e timeout 30 $V $op $s 2>&1 | tr -s ' ' | grep -oE 'fwd_chain [0-9]+ fwd_ws [0-9]+ bwd_ws [0-9]+|(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
