@@ -39,10 +39,10 @@
  * each warpgroup's work of a chunk inside that chunk's step; decoupling it, one FULL per warpgroup, would need the
  * state's copy and the R tiles double-buffered and B_S, B_R, B_F per parity.)
  * Generic stores that a product reads (the state's copy, Rs, Ro, Ō') are fenced to the async proxy before their
- * barrier; so are the copy warp's tiles, once its cp.async copies have landed. (Session 27's desk reviews checked both
- * kernels' protocols with a model of count-based barriers under random schedules, wgmma reads live from issue to
- * wait, and their layouts and math with an fp64 emulation of the kernels' own offsets and descriptors, against the
- * token recurrence and its adjoint, time windows included.)
+ * barrier; so are the copy warp's tiles, once its cp.async copies have landed. bench/dev/ws_protocol.py checks this
+ * protocol as written here (count-based barriers under random schedules, wgmma reads live from issue to wait): a
+ * change to it goes there first. (Session 27's desk reviews also checked the layouts and math with an fp64 emulation
+ * of the kernels' own offsets and descriptors, against the token recurrence and its adjoint, time windows included.)
  *
  * Shared memory (wgmma.cuh's no-swizzle layouts): two stages of the chunk's tiles, then the state's copy (cm_mn<64>,
  * KPC rows) and the R tiles (cm_mn<64>, 64 rows); 161 KB (forward) and 169 KB (reverse) at K = 128: one block per
