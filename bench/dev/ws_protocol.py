@@ -20,7 +20,7 @@ B_F wait, an EMPTY wait or moving Ō' after its B_O arrival makes it fail.
 import random
 import sys
 
-FULL, EMPTY, BS, BR, BF, BO = 1, 3, 5, 6, 7, 8  # chain_ws.cu's barrier ids (FULL, EMPTY: + stage)
+FULL, EMPTY, BS, BR, BF, BO, BT = 1, 3, 5, 6, 7, 8, 9  # chain_ws.cu's barrier ids (FULL, EMPTY: + stage)
 THREADS = {'C': 32, 'W0': 128, 'W1': 128, 'W2': 128}
 ALL = 416
 
@@ -97,8 +97,9 @@ def forward(role, nch, rec):
     return p.ops
 
 
-def reverse(role, nch):
-    """bwd_ws_kernel: the reverse chain, W form; Ō' (op) written by W2 into the stage."""
+def reverse(role, nch, pf=True):
+    """bwd_ws_kernel: the reverse chain, W form; Ō' (op) written by W2 into the stage; pf: W1 forms P = Aᵀ R̄ (its own
+    tile Rt, A from the stage) after handing −R̄ to W0"""
     p = Prog()
     if role == 'C':
         copy_warp(p, nch)
@@ -120,7 +121,13 @@ def reverse(role, nch):
             p.issue('k', 'st%d' % st, j); p.issue('s', 'Sbs', j); p.wait('y', 'k', 's')  # K S̄⁺
             p.rd('st%d' % st, j)  # G
             p.wr('Rs', j)
-            p.arrive(BR, 256, j); p.arrive(EMPTY + st, ALL, j)
+            if pf:
+                p.wr('Rt', j)
+            p.arrive(BR, 256, j)
+            if pf:
+                p.sync(BT, 128, j)
+                p.issue('a', 'st%d' % st, j); p.issue('t', 'Rt', j); p.wait('a', 't')  # P = Aᵀ R̄
+            p.arrive(EMPTY + st, ALL, j)
         else:  # W2: Ō', then the store of S̄⁺
             p.sync(FULL + st, ALL, j)
             p.rd('st%d' % st, j); p.wr('op%d' % st, j)
@@ -191,7 +198,7 @@ def check(progs, seed):
 def main():
     schedules = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
     kernels = {'forward': lambda r, n: forward(r, n, False), 'recompute': lambda r, n: forward(r, n, True),
-               'reverse': reverse}
+               'reverse': reverse, 'reverse (WY: R̄)': lambda r, n: reverse(r, n, False)}
     bad = 0
     for name, make in kernels.items():
         for nch in range(7):
@@ -201,7 +208,7 @@ def main():
                 res = check(progs, seed)
                 results[res] = results.get(res, 0) + 1
             bad += sum(v for k, v in results.items() if k != 'ok')
-            print('%-9s %d chunks: %s' % (name, nch, results))
+            print('%-16s %d chunks: %s' % (name, nch, results))
     sys.exit(1 if bad else 0)
 
 

@@ -495,9 +495,10 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
             wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
             wu.A = A;
             REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, cq, Gc, &sg, s, wu));
-            if (bws) REWY_TRY(launch_bwd_ws(pw, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
+            if (bws) /* P = Aᵀ R̄ formed in the reverse chain's block (ReWY) */
+                REWY_TRY(launch_bwd_ws(pw, a->q, a->k, sg.GB, A, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, wy, s));
             else REWY_TRY(launch_chain_pair(pw, bvc, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
-            if (!wy) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
+            if (!wy && !bws) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
         } else {
             if (L.has_bw && !cq_in_scan && pl.bwd_w) {
                 wu.W = at<__nv_bfloat16>(a->workspace, L.bW);

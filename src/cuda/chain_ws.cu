@@ -16,9 +16,10 @@
  * last, the adjoint S̄ (K × 64, fp32) in WG0's registers:
  *   R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_j = e^{G_n − G_j}, 0 on rows ≥ n);   S̄ ← γ_n S̄⁺ + Qᵀ (scale·γ ⊙ Ō) − Wᵀ R̄
  *   WG0 (chain)   S̄⁺ → its bf16 copy Sbs;  S̄ ← γ_n S̄⁺ + Qᵀ Ō' (issued at once) − Wᵀ R̄ (once R̄ is in)
- *   WG1 (R̄)       C_qᵀ Ō (before S̄⁺ is in), K S̄⁺;  −R̄ → Rs (the B operand of Wᵀ R̄), R̄ stored
+ *   WG1 (R̄)       C_qᵀ Ō (before S̄⁺ is in), K S̄⁺;  −R̄ → Rs (the B operand of Wᵀ R̄); then, off the chain,
+ *                 P = Aᵀ R̄ (tf32, Aᵀ copied into the stage) stored for the pullback (WY: R̄ stored instead)
  *   WG2           Ō' = scale·γ ⊙ Ō into the stage (the B operand of Qᵀ Ō'); S̄⁺ stored for the pullback
- * and dh0 = S̄ at the walk's end. P = Aᵀ R̄ follows in parallel (pullback_p.cu), as after the register chains.
+ * and dh0 = S̄ at the walk's end (the register chains leave P = Aᵀ R̄ to a pass after them, pullback_p.cu).
  * A chunk step's critical path is then the copy of the state, one product with it (W S or K S̄⁺), an epilogue and
  * the state update (Kᵀ R̃ or Wᵀ R̄): two products of 0.5 M multiply-adds, about 0.15 µs each at one SM's peak.
  *
@@ -30,6 +31,7 @@
  *   B_R       forward: Rs, Ro hold R̃, R;  reverse: Rs holds −R̄    WG1 → WG0 (and WG2, forward)   (384; reverse 256)
  *   B_F       WG2 is done with the state's copy (and Ro)          WG2 → WG0 (before its next copy) (256)
  *   B_O       reverse: Ō' is in the stage                         WG2 → WG0                      (256)
+ *   B_T       reverse: WG1's own tf32 copy of R̄ is in (for P)      WG1 → WG1                      (128)
  * No generation can be overtaken: WG0 copies the next chunk's state only after B_F and B_R of this one, that is
  * after WG1 and WG2 have passed this B_S; WG1 writes the next Rs only after the next B_S; the copy warp refills a
  * stage only after its EMPTY, and the warpgroups take a stage's next FULL only after giving its EMPTY. FULL is a
@@ -45,8 +47,9 @@
  * of the kernels' own offsets and descriptors, against the token recurrence and its adjoint, time windows included.)
  *
  * Shared memory (wgmma.cuh's no-swizzle layouts): two stages of the chunk's tiles, then the state's copy (cm_mn<64>,
- * KPC rows) and the R tiles (cm_mn<64>, 64 rows); 161 KB (forward) and 169 KB (reverse) at K = 128: one block per
- * SM, 416 threads, no register limit that binds (96–123 registers, no spill). Test-forced until measured (the plan's
+ * KPC rows) and the R tiles (cm_mn<64>, 64 rows; the reverse's tf32 R̄ cm_t<64>); 161 KB (forward) and 217 KB
+ * (reverse, with Aᵀ in its stages) at K = 128: one block per SM, 416 threads, no register limit that binds (95–123
+ * registers, no spill). Test-forced until measured (the plan's
  * fwd_ws, bwd_ws); policy R: the forward pass stores neither S_c nor R. */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
@@ -57,7 +60,7 @@ using T16 = __nv_bfloat16;
 constexpr int WS_BV = 64;                /* value columns per block */
 constexpr int WS_THREADS = 3 * 128 + 32; /* three math warpgroups and the copy warp */
 /* named barriers (0 is __syncthreads): FULL and EMPTY per stage, then the hand-offs of the header */
-enum { WS_FULL = 1, WS_EMPTY = 3, WS_BS = 5, WS_BR = 6, WS_BF = 7, WS_BO = 8 };
+enum { WS_FULL = 1, WS_EMPTY = 3, WS_BS = 5, WS_BR = 6, WS_BF = 7, WS_BO = 8, WS_BT = 9 }; /* BT: WG1's own (R̄ in tf32) */
 
 __device__ __forceinline__ void nbar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void nbar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -121,10 +124,12 @@ __device__ __forceinline__ void ws_state_out(const Prob &p, float (&s)[MB][NA], 
 /* byte offsets in dynamic shared memory. Forward stage: K, W, Q (cm_k<KPC>), U (cm_mn<64>), C_q (cm_k<64>), G, β;
  * reverse stage: K, W, Q, C_q, Ō and Ō' (cm_mn<64>; Ō' written by WG2), G, β. Then the state's copy and the R tiles. */
 template <int KPC, bool REV> struct WsLayout {
-    static constexpr int KT = MAXBT * KPC * 2, NT = MAXBT * WS_BV * 2, CT = MAXBT * MAXBT * 2;
-    static constexpr int K = 0, W = KT, Q = 2 * KT, CQ = 3 * KT, U = CQ + CT, O = U, OP = O + NT, GB = REV ? OP + NT : U + NT;
+    static constexpr int KT = MAXBT * KPC * 2, NT = MAXBT * WS_BV * 2, CT = MAXBT * MAXBT * 2, FT = MAXBT * MAXBT * 4;
+    static constexpr int K = 0, W = KT, Q = 2 * KT, CQ = 3 * KT, U = CQ + CT, O = U, OP = O + NT;
+    static constexpr int AT = OP + NT, GB = REV ? AT + FT : U + NT; /* reverse: Aᵀ (tf32 cm_t<64>, for P = Aᵀ R̄) */
     static constexpr int STAGE = (GB + 2 * MAXBT * 4 + 127) / 128 * 128;
-    static constexpr int SS = 2 * STAGE, RS = SS + KPC * WS_BV * 2, RO = RS + NT, BYTES = RO + (REV ? 0 : NT);
+    /* then the state's copy, Rs; forward: Ro (bf16 R); reverse: R̄ as tf32 [column][token] (cm_t<64>), WG1's own */
+    static constexpr int SS = 2 * STAGE, RS = SS + KPC * WS_BV * 2, RO = RS + NT, BYTES = RO + (REV ? FT : NT);
 };
 
 /* The forward chain (header): o (REC = false) or S_c and R by workspace slot (REC: policy R's recompute, U read from
@@ -259,11 +264,13 @@ fwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
 }
 
 /* The reverse chain (header), W form: S̄⁺ and R̄ by workspace slot, dh0 at the walk's end (a time window's carry:
- * dht and dh0 the same buffer, each element read and written by the same thread). */
-template <int KPC>
+ * dht and dh0 the same buffer, each element read and written by the same thread). PF (ReWY): WG1 also forms
+ * P = Aᵀ R̄ once it has handed −R̄ to WG0, off the chain (tf32: A is fp32 by contract, MATH §10), and stores P in
+ * R̄'s place, so no P pass follows (pullback_p.cu; 76 µs at GDN (4,4096,16), session 22). */
+template <int KPC, bool PF>
 __global__ void __launch_bounds__(WS_THREADS, 1)
-bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W, const cq_t *Cq, const T16 *do_,
-              const float *dht, float *dh0, state_t *Sbar, rp_t *PR) {
+bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const float *A, const T16 *W, const cq_t *Cq,
+              const T16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR) {
 #if REWY_WGMMA
     using L = WsLayout<KPC, true>;
     using WS = WgStrides<KPC, WS_BV>;
@@ -271,6 +278,7 @@ bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
     constexpr int C_LBO = MAXBT / 8 * 128, C_SBO = 128; /* C_qᵀ: the MN-major view of cm_k<64> (bwd_state_scan_wg.cu) */
     extern __shared__ __align__(128) char smc[];
     T16 *const Sbs = reinterpret_cast<T16 *>(smc + L::SS), *const Rs = reinterpret_cast<T16 *>(smc + L::RS);
+    float *const Rt = reinterpret_cast<float *>(smc + L::RO);
     auto stage = [&](int st) { return smc + st * L::STAGE; };
 
     const ScanBlock blk = ScanBlock::get<WS_BV>(p, blockIdx.x);
@@ -293,6 +301,7 @@ bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
             ws_rows_k<KPC>(reinterpret_cast<T16 *>(sb + L::Q), q + (size_t)ci.tok0 * rsk + (size_t)h * p.K, rsk, ci.n, lane);
             ws_cols(reinterpret_cast<T16 *>(sb + L::O), do_ + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0, rsv, ci.n, lane);
             ws_cq(reinterpret_cast<cq_t *>(sb + L::CQ), Cq + cw * MAXBT * MAXBT, ci.n, lane);
+            if (PF) wg_copy_at<32>(reinterpret_cast<float *>(sb + L::AT), A, p, hv, c, lane);
             ws_stage_full(st, reinterpret_cast<float *>(sb + L::GB), GB + ch * 2 * MAXBT, lane);
         }
         for (int j = nch > 2 ? nch - 2 : 0; j < nch; j++) nbar_sync(WS_EMPTY + (j & 1), WS_THREADS);
@@ -367,7 +376,7 @@ bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
         wg_k_times_state<KPC, WS_BV>(x, wg_lo<WS::K_LBO>(sb + L::K), slo);
         wg_commit();
         wg_wait();
-        /* R̄ = f ⊙ x + y (f_i = e^{G_n − G_i}, 0 on rows ≥ n): −R̄ → Rs, the B operand of Wᵀ R̄; R̄ stored */
+        /* R̄ = f ⊙ x + y (f_i = e^{G_n − G_i}, 0 on rows ≥ n): −R̄ → Rs, the B operand of Wᵀ R̄; R̄ stored, or P */
         const float gl = Gs[n - 1];
 #pragma unroll
         for (int e = 0; e < NA; e += 2) {
@@ -376,12 +385,24 @@ bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
             x[e] = f * x[e] + y[e];
             x[e + 1] = f * x[e + 1] + y[e + 1];
             *reinterpret_cast<__nv_bfloat162 *>(Rs + cm_mn<WS_BV>(jc, i)) = __floats2bfloat162_rn(-x[e], -x[e + 1]);
+            if (PF) { /* R̄ as the tf32 B operand of Aᵀ R̄ */
+                Rt[cm_t<MAXBT>(jc, i)] = __uint_as_float(to_tf32(x[e]));
+                Rt[cm_t<MAXBT>(jc + 1, i)] = __uint_as_float(to_tf32(x[e + 1]));
+            }
         }
         wg_proxy_fence();
         nbar_arrive(WS_BR, 256);
+        if (PF) { /* P = Aᵀ R̄ (k over the tokens), once all of WG1's R̄ is in */
+            nbar_sync(WS_BT, 128);
+            wg_arrive();
+            wg_tf32_product<WS_BV>(x, wg_lo<WgStrides<64, WS_BV>::T_LBO>(sb + L::AT),
+                                   wg_lo<WgStrides<64, WS_BV>::T_LBO>(Rt));
+            wg_commit();
+            wg_wait();
+        }
         nbar_arrive(WS_EMPTY + st, WS_THREADS);
 #pragma unroll
-        for (int e = 0; e < NA; e += 2) { /* R̄ (P follows from it in parallel: pullback_p.cu) */
+        for (int e = 0; e < NA; e += 2) { /* P, or R̄ (then P follows from it in parallel: pullback_p.cu) */
             const int i = wg_row(e), jc = wg_col(e);
             if (i < n)
                 *reinterpret_cast<__nv_bfloat162 *>(PR + cw * MAXBT * p.V + (size_t)i * p.V + v0 + jc) =
@@ -389,7 +410,7 @@ bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
         }
     }
 #else
-    (void)p, (void)q, (void)k, (void)GB, (void)W, (void)Cq, (void)do_, (void)dht, (void)dh0, (void)Sbar, (void)PR;
+    (void)p, (void)q, (void)k, (void)GB, (void)A, (void)W, (void)Cq, (void)do_, (void)dht, (void)dh0, (void)Sbar, (void)PR;
 #endif
 }
 
@@ -430,24 +451,28 @@ cudaError_t launch_fwd_ws(const Prob &p, const void *q, const void *k, const flo
     return p.Kp == 64 ? fire_fwd<64, false>(p, q, k, GB, W, U, Cq, h0, ht, o, nullptr, nullptr, s)
                       : fire_fwd<128, false>(p, q, k, GB, W, U, Cq, h0, ht, o, nullptr, nullptr, s);
 }
-cudaError_t launch_bwd_ws(const Prob &p, const void *q, const void *k, const float *GB, const T16 *W, const cq_t *Cq,
-                          const float *h0, state_t *Sc, rp_t *R, const void *do_, const float *dht, float *dh0,
-                          state_t *Sbar, rp_t *PR, cudaStream_t s) {
+cudaError_t launch_bwd_ws(const Prob &p, const void *q, const void *k, const float *GB, const float *A, const T16 *W,
+                          const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_, const float *dht,
+                          float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s) {
     /* policy R's recompute (R's region holds U, from kkt_inverse, and takes R chunk by chunk), then the reverse chain:
      * two launches, one block per SM each (their grids would not share the SMs) */
     cudaError_t e = p.Kp == 64 ? fire_fwd<64, true>(p, q, k, GB, W, R, Cq, h0, nullptr, nullptr, Sc, R, s)
                                : fire_fwd<128, true>(p, q, k, GB, W, R, Cq, h0, nullptr, nullptr, Sc, R, s);
     if (e != cudaSuccess) return e;
-    auto go = [&](auto kp) {
+    auto go = [&](auto kp, auto pf) { /* pf: P in the kernel (ReWY), else R̄ (WY: its pullback starts from R̄) */
         constexpr int KPC = decltype(kp)::value;
+        constexpr bool PF = decltype(pf)::value;
         constexpr size_t smem = WsLayout<KPC, true>::BYTES;
-        cudaError_t e2 = ensure_smem<bwd_ws_kernel<KPC>>(smem);
+        cudaError_t e2 = ensure_smem<bwd_ws_kernel<KPC, PF>>(smem);
         if (e2 != cudaSuccess) return e2;
-        bwd_ws_kernel<KPC><<<scan_grid(p, WS_BV), WS_THREADS, smem, s>>>(p, (const T16 *)q, (const T16 *)k, GB, W, Cq,
-                                                                          (const T16 *)do_, dht, dh0, Sbar, PR);
+        bwd_ws_kernel<KPC, PF><<<scan_grid(p, WS_BV), WS_THREADS, smem, s>>>(p, (const T16 *)q, (const T16 *)k, GB, A, W, Cq,
+                                                                              (const T16 *)do_, dht, dh0, Sbar, PR);
         return cudaGetLastError();
     };
-    return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});
+    using K64 = std::integral_constant<int, 64>;
+    using K128 = std::integral_constant<int, 128>;
+    if (wy) return p.Kp == 64 ? go(K64{}, std::false_type{}) : go(K128{}, std::false_type{});
+    return p.Kp == 64 ? go(K64{}, std::true_type{}) : go(K128{}, std::true_type{});
 }
 
 } // namespace rewy_cuda
