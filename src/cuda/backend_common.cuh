@@ -467,7 +467,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
      * ReWY. */
     const bool cq_in_scan = !Op::vector_gates && pl.bwd_scan_wg;
     /* the register chains (small grids): W, and U over R's region, from the saved A; then both chains in one launch,
-     * and P = Aᵀ R̄ for ReWY. chain_ws.cu's blocks (bws) take the same W and U, in two launches. */
+     * and P = Aᵀ R̄ for ReWY. chain_ws.cu's blocks (bws) take the same W and U, in two launches, and form P themselves. */
     const int bvc = Op::vector_gates || !L.has_bw ? 0 : pl.chain_bvc;
     const bool bws = !Op::vector_gates && L.has_bw && pl.bwd_ws;
     /* Policy R's time windows (Plan::win, plan_windows; else one window of every chunk): the stages above and the

@@ -84,7 +84,9 @@ __device__ __forceinline__ void ws_cols(T16 *dst, const T16 *src, size_t rs, int
         cp_async16(dst + cm_mn<WS_BV>(f, r), ok ? src + (size_t)r * rs + f : src, ok);
     }
 }
-/* C_q ([64][64] a chunk, row i, column j) as cm_k<64>(i, j) */
+/* C_q ([64][64] a chunk, row i, column j) as cm_k<64>(i, j). (The reverse's Aᵀ goes in with scan_wg.cuh's wg_copy_at,
+ * 4-byte copies whose warp-wide stores meet 8 of the 32 banks: a mapping of 8 columns × 4 tokens a warp would spread
+ * them, if the copy warp shows on the step's time.) */
 __device__ __forceinline__ void ws_cq(cq_t *dc, const cq_t *sc, int n, int lane) {
 #pragma unroll 4
     for (int qq = lane; qq < MAXBT * MAXBT / 8; qq += 32) {
@@ -263,7 +265,7 @@ fwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
 #endif
 }
 
-/* The reverse chain (header), W form: S̄⁺ and R̄ by workspace slot, dh0 at the walk's end (a time window's carry:
+/* The reverse chain (header), W form: S̄⁺ and P (PF) or R̄ by workspace slot, dh0 at the walk's end (a time window's carry:
  * dht and dh0 the same buffer, each element read and written by the same thread). PF (ReWY): WG1 also forms
  * P = Aᵀ R̄ once it has handed −R̄ to WG0, off the chain (tf32: A is fp32 by contract, MATH §10), and stores P in
  * R̄'s place, so no P pass follows (pullback_p.cu; 76 µs at GDN (4,4096,16), session 22). */
