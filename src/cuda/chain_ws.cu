@@ -123,6 +123,16 @@ __device__ __forceinline__ void ws_state_out(const Prob &p, float (&s)[MB][NA], 
         for (int e = 0; e < NA; e++) s[mb][e] *= gn;
 }
 
+/* a warpgroup's 64 × 64 accumulator (wgmma.cuh's layout), rows i < n, into a bf16 matrix at dst (its row 0, the block's
+ * first column) of row stride ld: two columns a store, from the registers */
+__device__ __forceinline__ void ws_store_rows(T16 *dst, size_t ld, const float (&x)[WS_BV / 2], int n) {
+#pragma unroll
+    for (int e = 0; e < WS_BV / 2; e += 2) {
+        const int i = wg_row(e), jc = wg_col(e);
+        if (i < n) *reinterpret_cast<__nv_bfloat162 *>(dst + (size_t)i * ld + jc) = __floats2bfloat162_rn(x[e], x[e + 1]);
+    }
+}
+
 /* byte offsets in dynamic shared memory. Forward stage: K, W, Q (cm_k<KPC>), U (cm_mn<64>), C_q (cm_k<64>), G, β;
  * reverse stage: K, W, Q, C_q, Ō and Ō' (cm_mn<64>; Ō' written by WG2), G, β. Then the state's copy and the R tiles. */
 template <int KPC, bool REV> struct WsLayout {
@@ -252,13 +262,7 @@ fwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const T16 *W,
         wg_wait();
         nbar_arrive(WS_BF, 256);
         nbar_arrive(WS_EMPTY + st, WS_THREADS);
-#pragma unroll
-        for (int e = 0; e < NA; e += 2) { /* two columns a store (the register layout) */
-            const int i = wg_row(e), jc = wg_col(e);
-            if (i < n)
-                *reinterpret_cast<__nv_bfloat162 *>(o + (size_t)(ci.tok0 + i) * rsv + (size_t)hv * p.V + v0 + jc) =
-                    __floats2bfloat162_rn(x[e], x[e + 1]);
-        }
+        ws_store_rows(o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0, rsv, x, n);
     }
 #else
     (void)p, (void)q, (void)k, (void)GB, (void)W, (void)U, (void)Cq, (void)h0, (void)ht, (void)o, (void)Sc, (void)R;
@@ -403,13 +407,7 @@ bwd_ws_kernel(Prob p, const T16 *q, const T16 *k, const float *GB, const float *
             wg_wait();
         }
         nbar_arrive(WS_EMPTY + st, WS_THREADS);
-#pragma unroll
-        for (int e = 0; e < NA; e += 2) { /* P, or R̄ (then P follows from it in parallel: pullback_p.cu) */
-            const int i = wg_row(e), jc = wg_col(e);
-            if (i < n)
-                *reinterpret_cast<__nv_bfloat162 *>(PR + cw * MAXBT * p.V + (size_t)i * p.V + v0 + jc) =
-                    __floats2bfloat162_rn(x[e], x[e + 1]);
-        }
+        ws_store_rows(PR + cw * MAXBT * p.V + v0, p.V, x, n); /* P, or R̄ (WY) */
     }
 #else
     (void)p, (void)q, (void)k, (void)GB, (void)A, (void)W, (void)Cq, (void)do_, (void)dht, (void)dh0, (void)Sbar, (void)PR;
