@@ -15,7 +15,7 @@
  * Reverse (bwd_ws_kernel; Plan::bwd_ws), the W form of MATH §3 (as chain_scan.cu's reverse chain), chunks from the
  * last, the adjoint S̄ (K × 64, fp32) in WG0's registers:
  *   R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_j = e^{G_n − G_j}, 0 on rows ≥ n);   S̄ ← γ_n S̄⁺ + Qᵀ (scale·γ ⊙ Ō) − Wᵀ R̄
- *   WG0 (chain)   S̄⁺ → its bf16 copy Sbs;  S̄ ← γ_n S̄⁺ + Qᵀ Ō' (issued at once) − Wᵀ R̄ (once R̄ is in)
+ *   WG0 (chain)   S̄⁺ → its bf16 copy Sbs;  S̄ ← γ_n S̄⁺ + Qᵀ Ō' (once Ō' is in) − Wᵀ R̄ (once R̄ is in)
  *   WG1 (R̄)       C_qᵀ Ō (before S̄⁺ is in), K S̄⁺;  −R̄ → Rs (the B operand of Wᵀ R̄); then, off the chain,
  *                 P = Aᵀ R̄ (tf32, Aᵀ copied into the stage) stored for the pullback (WY: R̄ stored instead)
  *   WG2           Ō' = scale·γ ⊙ Ō into the stage (the B operand of Qᵀ Ō'); S̄⁺ stored for the pullback
@@ -48,9 +48,9 @@
  *
  * Shared memory (wgmma.cuh's no-swizzle layouts): two stages of the chunk's tiles, then the state's copy (cm_mn<64>,
  * KPC rows) and the R tiles (cm_mn<64>, 64 rows; the reverse's tf32 R̄ cm_t<64>); 161 KB (forward) and 217 KB
- * (reverse, with Aᵀ in its stages) at K = 128: one block per SM, 416 threads, no register limit that binds (95–123
- * registers, no spill). Test-forced until measured (the plan's
- * fwd_ws, bwd_ws); policy R: the forward pass stores neither S_c nor R. */
+ * (reverse, with Aᵀ in its stages) at K = 128: one block per SM, 416 threads, no register limit that binds (95–126
+ * registers, no spill). Test-forced until measured (the plan's fwd_ws, bwd_ws); policy R: the forward pass stores
+ * neither S_c nor R. */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 
