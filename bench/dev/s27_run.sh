@@ -66,6 +66,18 @@ ws)
   sanitize memcheck "$WS"
   sanitize racecheck "$WS"
   sanitize synccheck "$WS" ;;
+ws1) # one call that says most if only one is lent: the matrix, GDN times at the six shapes, memcheck, the matrix with windows
+  WS="REWY_CUDA_FWD_WS=1 REWY_CUDA_BWD_WS=1"
+  matrix "$WS"
+  for s in "1 2048 4" "1 8192 16" "4 4096 16" "8 2048 32" "2 16384 8" "16 1024 16"; do
+    for e in "REWY_CUDA_FWD_WS=0 REWY_CUDA_BWD_WS=0" "$WS"; do
+      r=$(env $e timeout 30 $V gdn $s 2>&1 | tr -s ' ' | grep -oE 'fwd_ws [0-9]+ bwd_ws [0-9]+|(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
+      echo "[gdn $s] [$e] $r"
+    done
+  done
+  echo "$(el)"
+  sanitize memcheck "$WS"
+  matrix "$WS REWY_CUDA_WIN=1" ;;
 wst)
   WS="REWY_CUDA_FWD_WS=1 REWY_CUDA_BWD_WS=1"
   for op in gdn delta; do for s in "1 2048 4" "1 8192 16" "4 4096 16" "8 2048 32" "2 16384 8" "16 1024 16"; do
