@@ -58,7 +58,7 @@ pb)
     done
   done; done
   for e in REWY_CUDA_PB_PERSIST=0 REWY_CUDA_PB_PERSIST=1; do
-    echo "kernels, GDN (4,4096,16) [$e]"; env $e kernel_table $V gdn 4 4096 16
+    echo "kernels, GDN (4,4096,16) [$e]"; (export $e; kernel_table $V gdn 4 4096 16)
   done ;;
 ws)
   WS="REWY_CUDA_FWD_WS=1 REWY_CUDA_BWD_WS=1"
@@ -87,8 +87,12 @@ wst)
     done
   done; done
   for e in "REWY_CUDA_FWD_WS=0 REWY_CUDA_BWD_WS=0" "$WS"; do
-    echo "kernels, GDN (4,4096,16) [$e]"; env $e kernel_table $V gdn 4 4096 16
+    echo "kernels, GDN (4,4096,16) [$e]"; (export $e; kernel_table $V gdn 4 4096 16)
   done ;;
+diag) # each kernel's time, the default against the ws chains, at GDN (1,8192,16) and (4,4096,16)
+  for s in "1 8192 16" "4 4096 16"; do for e in "REWY_CUDA_FWD_WS=0 REWY_CUDA_BWD_WS=0" "REWY_CUDA_FWD_WS=1 REWY_CUDA_BWD_WS=1"; do
+    echo "kernels, GDN ($s) [$e]"; (export $e; kernel_table $V gdn $s)
+  done; done ;;
 api)
   for lib in librewy.so librewy_win.so; do
     REWY_LIBRARY=$PWD/$B/$lib timeout 250 python3 bench/bench_api.py --ops gdn,deltanet --impls rewy \
