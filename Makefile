@@ -262,19 +262,14 @@ test-cuda:
 	@# forward as the register chain with its output, the default where 16-column blocks would fill the SMs, on the test
 	@# shapes only where told (REWY_CUDA_FWD_CHAIN=1: the plan's width, =32, =64 (the width the default takes)); policy R's
 	@# time windows (REWY_CUDA_WIN=n chunks a window: the test shapes' 4 chunks a sequence in 4, 2 or 3 + 1 windows) over
-	@# the scan pair, the register chains and the forward's scan, fused-output scan and chain; the persistent pullback
-	@# (REWY_CUDA_PB_PERSIST=1: one block per SM, =n: n blocks, so that each walks several units on the test shapes); the
-	@# forward as the warp-specialized wgmma block (REWY_CUDA_FWD_WS=1, sm_90a; also under synccheck: named barriers), and
-	@# policy R's recompute and reverse chain as such blocks (REWY_CUDA_BWD_WS=1)
+	@# the scan pair, the register chains and the forward's scan, fused-output scan and chain
 	@set -eo pipefail; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; \
 	  for e in REWY_CUDA_RECURRENT=1 REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" \
 	    "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1" "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" \
 	    "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1" "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=32" \
 	    "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_FWD_CHAIN=32 REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_CHAIN=1 REWY_CUDA_CHAIN=2 REWY_CUDA_SCAN_WF=0 REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_WU=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BESIDE=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32 REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" \
-	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0" REWY_CUDA_PB_PERSIST=1 REWY_CUDA_PB_PERSIST=3 \
-	    "REWY_CUDA_PB_PERSIST=2 REWY_CUDA_WIN=3" REWY_CUDA_FWD_WS=1 "REWY_CUDA_FWD_WS=1 REWY_CUDA_WIN=1" \
-	    REWY_CUDA_BWD_WS=1 "REWY_CUDA_BWD_WS=1 REWY_CUDA_WIN=1" "REWY_CUDA_BWD_WS=1 REWY_CUDA_FWD_WS=1 REWY_CUDA_WIN=3"; do \
+	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0"; do \
 	    echo "== $$t, $$e"; env $$e $$t | tail -1; done; \
 	  echo "== $$t --quick under compute-sanitizer memcheck, racecheck"; \
 	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
@@ -285,14 +280,6 @@ test-cuda:
 	  REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_WIN=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_PB_PERSIST=3 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_FWD_WS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_FWD_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_FWD_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool synccheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_BWD_WS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_BWD_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_BWD_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool synccheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_PB_PERSIST=3 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_FWD_CHAIN=64 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \

@@ -29,9 +29,6 @@ static inline rewy_test_force env_force(void) {
     f.recurrent = env_force_int("REWY_CUDA_RECURRENT");
     f.fwd_chain = env_force_int("REWY_CUDA_FWD_CHAIN");
     f.win = env_force_int("REWY_CUDA_WIN");
-    f.fwd_ws = env_force_int("REWY_CUDA_FWD_WS");
-    f.bwd_ws = env_force_int("REWY_CUDA_BWD_WS");
-    f.pb_persist = env_force_int("REWY_CUDA_PB_PERSIST");
     return f;
 }
 

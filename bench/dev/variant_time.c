@@ -159,10 +159,10 @@ int main(int argc, char **argv) {
     const rewy_test_force fo = env_force();
     RK(rewy_test_get_plan(&c, &fo, &pl));
     printf("%s B=%d T=%d H=%d K=V=128 bf16, policy %c: scan_bv %d 8w %d wg %d/%d fuse_output %d wu %d beside %d "
-           "bwd_w %d chain %d fwd_chain %d fwd_ws %d bwd_ws %d win %d pb_persist %d; saved %.1f MiB, ws fwd %.1f / bwd %.1f MiB (the plan's own layout: "
+           "bwd_w %d chain %d fwd_chain %d win %d; saved %.1f MiB, ws fwd %.1f / bwd %.1f MiB (the plan's own layout: "
            "saved %.1f, bwd %.1f MiB)\n",
            gdn ? "GDN" : "DeltaNet", B, T, H, c.policy == REWY_POLICY_A ? 'A' : 'R', pl.scan_bv, pl.scan_8w, pl.scan_wg, pl.bwd_scan_wg, pl.fuse_output,
-           pl.scan_wu, pl.beside_kkt, pl.bwd_w, pl.chain_bvc, pl.fwd_chain, pl.fwd_ws, pl.bwd_ws, pl.win, pl.pb_persist, saved_b / 1048576.0, fwd_b / 1048576.0,
+           pl.scan_wu, pl.beside_kkt, pl.bwd_w, pl.chain_bvc, pl.fwd_chain, pl.win, saved_b / 1048576.0, fwd_b / 1048576.0,
            bwd_b / 1048576.0, pl.saved_bytes / 1048576.0, pl.bwd_bytes / 1048576.0);
     if (argc > 5 && strcmp(argv[5], "once") == 0) {
         RK(forced_forward(&f));

@@ -174,16 +174,13 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wg = state_scan_wg_ok(p, dt, ptr.k, ptr.v, vec);
     pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
     pl.scan_wg2 = plan_scan_wg2(p);
-    pl.fwd_ws = fwd_ws_ok(p, dt, vec, c->policy == REWY_POLICY_A, ptr.q, ptr.k, ptr.o);
-    pl.fwd_chain = pl.fwd_ws ? 0 : chain_forward_bvc(p, dt, vec, ptr.o);
+    pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
     pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
-    pl.bwd_ws = bwd_ws_ok(p, dt, vec, c->policy == REWY_POLICY_A, ptr.q, ptr.k, ptr.do_);
-    pl.chain_bvc = pl.bwd_ws ? 0 : chain_scan_bvc(p, dt, vec);
+    pl.chain_bvc = chain_scan_bvc(p, dt, vec);
     pl.win = plan_windows(c, p, vec);
-    pl.pb_persist = vec ? 0 : pullback_persists(p, dt, c->bwd_algo == REWY_BWD_WY); /* its blocks */
     return pl;
 }
 
@@ -387,11 +384,10 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     /* the register chain with the output in its steps (the whole forward after kkt), or the scan computing o itself
      * (scalar gates only: vector gates' operands come from the gates stage); both run the two-product chain, with W
      * and U from the gates stage, where the shapes allow */
-    const bool ws = !Op::vector_gates && pl.fwd_ws && L.has_wu; /* fwd_ws.cu's block (policy R: no S_c, R) */
     const bool chain = !Op::vector_gates && pl.fwd_chain > 0 && L.has_wu;
     const bool fo = !Op::vector_gates && pl.fuse_output;
     WuOut wu;
-    if (ws || chain || (fo && L.has_wu && pl.scan_wu)) {
+    if (chain || (fo && L.has_wu && pl.scan_wu)) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
         if (pl.beside_kkt) { /* the scan starts beside kkt and waits per chunk on its flags */
@@ -410,9 +406,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
         const Prob pw = window_prob(p, L, w, false);
         const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0;
         float *ht = L.nwin > 1 ? ck + w * ckn : a->ht;
-        if (ws) {
-            REWY_TRY(launch_fwd_ws(pw, a->q, a->k, sg.GB, wu.W, wu.U, Cq, h0, ht, a->o, s));
-        } else if (chain) { /* S_c and R only where policy A saves them */
+        if (chain) { /* S_c and R only where policy A saves them */
             REWY_TRY(launch_chain_forward(pw, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, h0, ht,
                                           polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
         } else if (fo) {
@@ -427,7 +421,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
             REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, ht, Sc, R, s));
         }
     }
-    if (!ws && !chain && !fo) REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
+    if (!chain && !fo) REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
     if (L.nwin > 1 && a->ht) REWY_TRY(launch_window_final_state(p, pl.win, ck, a->h0, a->ht, s));
     return REWY_OK;
 }
@@ -467,9 +461,8 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
      * ReWY. */
     const bool cq_in_scan = !Op::vector_gates && pl.bwd_scan_wg;
     /* the register chains (small grids): W, and U over R's region, from the saved A; then both chains in one launch,
-     * and P = Aᵀ R̄ for ReWY. chain_ws.cu's blocks (bws) take the same W and U, in two launches, and form P themselves. */
+     * and P = Aᵀ R̄ for ReWY */
     const int bvc = Op::vector_gates || !L.has_bw ? 0 : pl.chain_bvc;
-    const bool bws = !Op::vector_gates && L.has_bw && pl.bwd_ws;
     /* Policy R's time windows (Plan::win, plan_windows; else one window of every chunk): the stages above and the
      * pullback once per window, from the last to the first, over the window's chunks, whose per-chunk regions (C_q,
      * S_c, R, W, U, S̄⁺, P or R̄) hold that window only. The recompute of window w starts from the forward's
@@ -490,15 +483,13 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0, *dht = win ? carry : a->dht;
         float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;
-        if (bvc > 0 || bws) {
+        if (bvc > 0) {
             wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
             wu.U = reinterpret_cast<__nv_bfloat16 *>(r);
             wu.A = A;
             REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, cq, Gc, &sg, s, wu));
-            if (bws) /* P = Aᵀ R̄ formed in the reverse chain's block (ReWY) */
-                REWY_TRY(launch_bwd_ws(pw, a->q, a->k, sg.GB, A, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, wy, s));
-            else REWY_TRY(launch_chain_pair(pw, bvc, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
-            if (!wy && !bws) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
+            REWY_TRY(launch_chain_pair(pw, bvc, a->q, a->k, sg.GB, wu.W, cq, h0, sc, r, a->do_, dht, dh0, Sbar, PR, s));
+            if (!wy) REWY_TRY(launch_p_from_rbar(pw, A, PR, s));
         } else {
             if (L.has_bw && !cq_in_scan && pl.bwd_w) {
                 wu.W = at<__nv_bfloat16>(a->workspace, L.bW);

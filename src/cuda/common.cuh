@@ -66,12 +66,6 @@ struct Plan {
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
-    int fwd_ws;                    /* the forward pass as chain_ws.cu's warp-specialized wgmma block (fwd_ws_ok; taken
-                                    * before fwd_chain and fuse_output, which it excludes) */
-    int bwd_ws;                    /* policy R's recompute and reverse chain as chain_ws.cu's blocks (bwd_ws_ok; taken
-                                    * before chain_bvc, which it excludes) */
-    int pb_persist;                /* the scalar-gate fast pullback as a persistent grid of this many blocks, 0: not
-                                    * (pullback_persists, pullback.cu) */
 };
 
 struct Prob {

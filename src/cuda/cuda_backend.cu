@@ -49,7 +49,7 @@ struct ScalarGates {
             if (u_shape_ok(c->V)) r.U = sizeof(__nv_bfloat16) * chh * g.BT * c->V;
             /* the reverse scan takes W only at 16-column tiles (small grids), the register chains (the plan's
              * chain_bvc: W, and U over R's region) on small grids too: elsewhere no bwd region */
-            if (pl.scan_bv == 16 || pl.chain_bvc > 0 || pl.bwd_ws) /* one time window's chunks where the plan takes them */
+            if (pl.scan_bv == 16 || pl.chain_bvc > 0) /* one time window's chunks where the plan takes them */
                 r.Wb = sizeof(__nv_bfloat16) * bwd_slots(g, pl) * g.BT * c->K;
         }
         return r;
@@ -213,7 +213,6 @@ extern "C" rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_tes
     out->bwd_scan_wg = pl.bwd_scan_wg; out->scan_wg2 = pl.scan_wg2; out->fuse_output = pl.fuse_output;
     out->scan_wu = pl.scan_wu; out->beside_kkt = pl.beside_kkt; out->bwd_w = pl.bwd_w; out->chain_bvc = pl.chain_bvc;
     out->recurrent = pl.recurrent; out->fwd_chain = pl.fwd_chain; out->win = pl.win;
-    out->fwd_ws = pl.fwd_ws; out->bwd_ws = pl.bwd_ws; out->pb_persist = pl.pb_persist;
     const rewy_sizes z = op_sizes(cfg, f); /* this plan's own layout (rewy_test_sizes reports at least the public one) */
     out->saved_bytes = z.saved; out->fwd_bytes = z.fwd; out->bwd_bytes = z.bwd;
     return REWY_OK;

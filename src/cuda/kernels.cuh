@@ -116,16 +116,6 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
  * 32 or 64 value columns per block; 0: not here), after kkt_inverse's G, A, C_q, W and U: o, ht, and S_c and R where
  * they are given (policy A saves them; NULL: not stored). o must be 16-B aligned (NULL in a size query). */
 int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o); /* Plan::fwd_chain */
-/* chain_ws.cu: the same chains as warp-specialized blocks on wgmma (sm_90a; test-forced, policy R): the forward pass
- * with its output (Plan::fwd_ws), and policy R's recompute and reverse chain, W form, P = Aᵀ R̄ stored (WY: R̄)
- * (Plan::bwd_ws; U in R's region as for the register chains, W from kkt_inverse) */
-int fwd_ws_ok(const Prob &p, rewy_dtype dt, bool vec, bool policy_a, const void *q, const void *k, const void *o);
-int bwd_ws_ok(const Prob &p, rewy_dtype dt, bool vec, bool policy_a, const void *q, const void *k, const void *do_);
-cudaError_t launch_fwd_ws(const Prob &p, const void *q, const void *k, const float *GB, const __nv_bfloat16 *W,
-                          const __nv_bfloat16 *U, const cq_t *Cq, const float *h0, float *ht, void *o, cudaStream_t s);
-cudaError_t launch_bwd_ws(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
-                          const __nv_bfloat16 *W, const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_,
-                          const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy, cudaStream_t s);
 cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const float *GB,
                                  const __nv_bfloat16 *W, const __nv_bfloat16 *U, const cq_t *Cq, const float *h0,
                                  float *ht, state_t *Sc, rp_t *R, void *o, cudaStream_t s);
@@ -138,8 +128,6 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
  * the output-gradient consumers, Gram elimination for ḡ, the reverse in-chunk cumsum of ḡ and the
  * GVA group sums of q̄, k̄. Wbar: WY scratch [NC*HV][BT][Kp] (used only when !wbar_in_smem);
  * acc: GVA scratch 2×[NC*H][BT][Kp] (used only when HV > H). */
-/* the plan's pb_persist: the fast pullback as a persistent grid that copies its next unit's first V slab early */
-int pullback_persists(const Prob &p, rewy_dtype dt, int wy);
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                             const void *beta, const float *GB, const float *A, const void *do_,
                             const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,

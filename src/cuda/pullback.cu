@@ -463,26 +463,20 @@ struct PfLayout {
     int slab[SL_NT][2];                      /* V-slab tiles (region X): PR (P; WY R̄), V, R, Ō, S_c, S̄⁺ */
     int db;                                  /* double-buffered tiles (bit set over SL_*) */
     int Ps;                                  /* WY: P = Aᵀ R̄ of the slab (computed; region X) */
-    int Gm, Gbt, Hm, Ht, Ab, Tm, Wb;         /* after the V loop: over region X, or their own region (own) */
-    int stage;                               /* k̄, q̄ staging (G = 1), after the K-side products: where Γ … were */
-    int own;                                 /* Γ … in their own region: region X is free after the V loop */
+    int Gm, Gbt, Hm, Ht, Ab, Tm, Wb;         /* after the V loop, over region X */
     int Ks, Qs, As, sf, total;               /* resident */
 };
-/* own: Γ, (WY: Ā, T, W̄) and the k̄, q̄ staging get a region of their own instead of going over region X, so that the
- * persistent pullback can copy its next unit's first V slab into region X while it finishes the current one */
-__host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db, int gsz, bool own = false) {
+__host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db, int gsz) {
     PfLayout L = {};
     const int f = MAXBT * PF_LDF * 4, h = MAXBT * PF_LDH * 2, s = KS * PF_LDH * 2;
     const int gm = MAXBT * (gsz == 2 ? PF_LDH : PF_LDF) * gsz; /* a Γ tile (pf_gam_t) */
     const int r = MAXBT * PF_LDR * (int)sizeof(rp_t);
     const int sz[SL_NT] = {r, h, r, h, s, s};
     L.db = (int)db;
-    L.own = own;
     int o = place_slabs(L.slab, sz, db, 0);
     L.Ps = o; o += wy ? r : 0; /* ReWY: P is the PR tile */
     const int x = o;
-    o = own ? x : 0;
-    const int y = o;
+    o = 0;
     L.Gm = o; o += gm;
     L.Gbt = o; o += gm;
     L.Hm = o; o += gm;
@@ -490,8 +484,6 @@ __host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db, int 
     L.Ab = o; o += wy ? f : 0;
     L.Tm = o; o += wy ? f : 0;
     L.Wb = o; o += wy ? MAXBT * (KS + 4) * 4 : 0;
-    L.stage = y; /* two [64][LDK] tiles of 2-byte elements */
-    if (o < y + 2 * MAXBT * pf_ldk(KS) * 2) o = y + 2 * MAXBT * pf_ldk(KS) * 2;
     o = x > o ? x : o;
     L.Ks = o; o += MAXBT * pf_ldk(KS) * 2;
     L.Qs = o; o += MAXBT * pf_ldk(KS) * 2;
@@ -502,42 +494,29 @@ __host__ __device__ inline PfLayout pf_layout(int KS, bool wy, unsigned db, int 
 }
 /* The layout with the most double-buffered V-slab tiles (sl_db_pref order) that fits in `optin`
  * bytes; total = 0 when even single buffering does not fit. */
-inline PfLayout pf_pick(int KS, bool wy, int gsz, size_t optin, bool own = false) {
+inline PfLayout pf_pick(int KS, bool wy, int gsz, size_t optin) {
     for (int i = 0; i < SL_NPREF; i++) {
-        const PfLayout L = pf_layout(KS, wy, sl_db_pref(i), gsz, own);
+        const PfLayout L = pf_layout(KS, wy, sl_db_pref(i), gsz);
         if ((size_t)L.total <= optin) return L;
     }
     return PfLayout{};
 }
 
-/* The persistent form (PRE, the plan's pb_persist): a grid of one block per SM walks the units (slot, key head,
- * value head) in turn, and once a unit's V loop is done it copies the next unit's first V slab into region X while
- * it finishes the current one (Γ …, the K-side products, k̄, q̄, β̄, Ḡ): Γ … and the k̄, q̄ staging then have their
- * own region (PfLayout::own). The unit's start waits only for its gates, K and Q (the first value head's), and
- * that slab is in already or in flight. Without PRE each block takes one (slot, key head) of a (slots, H) grid. */
-template <class T, int KS, bool WY, bool PRE>
+template <class T, int KS, bool WY>
 __global__ void __launch_bounds__(PF_THREADS)
 pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, const float *A, const T *do_,
                      const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, float *acc, T *dq, T *dk,
-                     T *dv, T *dbeta, const float *graw, float *dg, const PfLayout L /* pf_layout(KS, WY, db, sizeof(pf_gam_t<T>), PRE) */) {
+                     T *dv, T *dbeta, const float *graw, float *dg, const PfLayout L /* pf_layout(KS, WY, db, sizeof(pf_gam_t<T>)) */) {
     extern __shared__ __align__(16) char smc[];
     constexpr int NSK = KS / 32;     /* 8-column blocks per warp in the K-wide results (KS/4 columns) */
     constexpr int NSN = 2;           /* … in the 64×64 results (16 columns) */
     constexpr int LDK = pf_ldk(KS);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int c = slot_chunk(p, blockIdx.x), h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    if (c < 0) return; /* the grid: chunk_slots */
     const int g = lane >> 2, t = lane & 3;
-    /* the items (slot, key head): item x is slot x % S of key head x / S; an item whose slot is past its sequence's end
-     * (a window's backward) or whose chunk is empty has nothing to do */
-    const int S = chunk_slots(p), items = S * p.H, stride = (int)gridDim.x;
-    auto live = [&](int x) {
-        const int c = slot_chunk(p, x % S);
-        return c >= 0 && p.ctab[c].n > 0;
-    };
-    auto seek = [&](int x) { /* PRE: the first live item from x on, in this block's stride (items: none) */
-        for (; x < items; x += stride)
-            if (live(x)) return x;
-        return items;
-    };
+    const ChunkInfo ci = p.ctab[c];
+    const int n = ci.n, tok0 = ci.tok0;
+    if (n == 0) return;
     using GT = pf_gam_t<T>;
     constexpr int LDG = pf_ldg<T>();
     GT *Gm = reinterpret_cast<GT *>(smc + L.Gm), *Gbt = reinterpret_cast<GT *>(smc + L.Gbt);
@@ -569,310 +548,261 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
     auto kv = [&](int i, int cc) { return ldf(Ks + i * LDK + cc); };
     auto qv = [&](int i, int cc) { return ldf(Qs + i * LDK + cc); };
 
-    /* PRE: the copies of V slab sl's tiles in `set` of another unit (slot, value head hv; its chunk's first token and
-     * rows), as each unit's own `issue` below makes them */
-    auto unit_slab = [&](unsigned set, int sl, int slot, int hv, int tok0, int n) {
-        const size_t cs = (size_t)slot * p.HV + hv;
-        copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS>(smc, L.slab, set, sl, p, n, PR + cs * MAXBT * p.V,
-                                                v + (size_t)tok0 * rsv + (size_t)hv * p.V, R + cs * MAXBT * p.V,
-                                                do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, Sc + cs * p.K * p.V,
-                                                Sbar + cs * p.K * p.V, rsv);
-    };
-    bool pre = false; /* PRE: this unit's first V slab was copied by the unit before */
-    int it = PRE ? seek(blockIdx.x) : 0; /* PRE: this block's item */
-    if (PRE && it >= items) return;
-    for (;;) {
-        /* the item's slot, unsigned as blockIdx.x: widened with a sign (an int), the plain form's slot offsets took the
-         * one more register that its K = 128 instance does not have (ptxas spilled 16–24 B) */
-        auto slot = [&] { return PRE ? (unsigned)(it % S) : blockIdx.x; };
-        const int c = slot_chunk(p, (int)slot()), h = PRE ? it / S : (int)blockIdx.y;
-        if (!PRE && c < 0) return; /* the plain grid: (chunk_slots, H) */
-        const ChunkInfo ci = p.ctab[c];
-        const int n = ci.n, tok0 = ci.tok0;
-        if (!PRE && n == 0) return;
-        const int next = PRE ? seek(it + stride) : items; /* this block's next live item */
-        for (int r = 0; r < p.G; r++) {
-            const int hv = h * p.G + r;
-            /* G, β, A by chunk; R, P (R̄), S_c, S̄⁺ by workspace slot */
-            const size_t ch = (size_t)c * p.HV + hv, cs = (size_t)slot() * p.HV + hv;
-            const rp_t *Rc = R + cs * MAXBT * p.V, *PRc = PR + cs * MAXBT * p.V;
-            const state_t *Scc = Sc + cs * p.K * p.V, *Sbc = Sbar + cs * p.K * p.V;
-            const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
-            /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
-            const int ns = ceil_div(p.V, PF_BV);
-            auto issue = [&](unsigned set, int sl) {
-                copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
-            };
-            const unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
+    for (int r = 0; r < p.G; r++) {
+        const int hv = h * p.G + r;
+        /* G, β, A by chunk; R, P (R̄), S_c, S̄⁺ by workspace slot (blockIdx.x) */
+        const size_t ch = (size_t)c * p.HV + hv, cs = (size_t)blockIdx.x * p.HV + hv;
+        const rp_t *Rc = R + cs * MAXBT * p.V, *PRc = PR + cs * MAXBT * p.V;
+        const state_t *Scc = Sc + cs * p.K * p.V, *Sbc = Sbar + cs * p.K * p.V;
+        const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
+        /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
+        const int ns = ceil_div(p.V, PF_BV);
+        auto issue = [&](unsigned set, int sl) {
+            copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
+        };
+        const unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
 
-            copy_gates(ch);
-            if (r == 0)
-                for (int w = 0; w < 2; w++)
-                    copy_tile<T>(w ? Qs : Ks, LDK, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
-            cp_async_commit();
-            /* slab 0, all tiles (region X is free: the previous value head's last reads of Γ … ended before its
-             * closing barriers), unless the unit before copied them; waited on at the top of slab 0 */
-            if (!pre) issue(SL_ALL, 0);
-            cp_async_commit();
-            cp_async_wait_group<1>(); /* G, β (and A; K and Q with value head 0) */
-            __syncthreads();
-            const float gl = Gs[n - 1];
-            if (tid < MAXBT) {
-                gam[tid] = expf(Gs[tid]);
-                eF[tid] = tid < n ? expf(gl - Gs[tid]) : 0.f;
-                rdb[tid] = 0.f;
+        copy_gates(ch);
+        if (r == 0)
+            for (int w = 0; w < 2; w++)
+                copy_tile<T>(w ? Qs : Ks, LDK, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
+        cp_async_commit();
+        /* slab 0, all tiles (region X is free: the previous value head's last reads of Γ … ended before its
+         * closing barriers); waited on at the top of slab 0 */
+        issue(SL_ALL, 0);
+        cp_async_commit();
+        cp_async_wait_group<1>(); /* G, β (and A; K and Q with value head 0) */
+        __syncthreads();
+        const float gl = Gs[n - 1];
+        if (tid < MAXBT) {
+            gam[tid] = expf(Gs[tid]);
+            eF[tid] = tid < n ? expf(gl - Gs[tid]) : 0.f;
+            rdb[tid] = 0.f;
+        }
+        __syncthreads();
+        const float gam_lo = gam[i0 + g], gam_hi = gam[i0 + g + 8];
+
+        float Bh[4][4] = {}, Ch[4][4] = {}, Fh[4][4] = {}, Qh[4][4] = {}; /* K-wide results (WY: Bh holds R̄ S_cᵀ first) */
+        float Dh[4][4] = {}, Hh[4][4] = {};                                /* P Rᵀ (WY: R̄ Zᵀ), Ō Rᵀ */
+        float lam = 0.f;
+
+        /* ---- the V slabs: every product with a V-long inner dimension ----
+         * Copies run one slab ahead (see the kernel's header for the schedule and its barriers):
+         * top of slab sl (slab_top): [single late tiles of sl] commit, [double-buffered tiles of sl+1] commit, wait for all
+         * but the newest group, B1; first half (reads every tile); if one_early: B2, [one_early tiles of sl+1]
+         * commit; second half (reads R, Ō, S_c, S̄⁺ only); B3. */
+        for (int sl = 0; sl < ns; sl++) {
+            const int v0 = sl * PF_BV, b = sl & 1;
+            slab_top(issue, (unsigned)L.db, sl, ns);
+            const auto [Prs, Rs, Os, Vs, Scs, Sbs] = slab_tiles<T>(smc, L.slab, b); /* slab sl's tiles */
+            const rp_t *Xs = Prs;                                              /* WY: R̄ */
+            rp_t *Ps = WY ? reinterpret_cast<rp_t *>(smc + L.Ps) : Prs;        /* P */
+            if (WY) { /* P = Aᵀ R̄ */
+                bgemm<PF_NW>(MAXBT, PF_BV, MAXBT, As, 1, PF_LDF, Xs, PF_LDR, 1,
+                             [&](int i, int j, float cc) { st<rp_t>(Ps + i * PF_LDR + j, cc); });
+                __syncthreads();
             }
-            __syncthreads();
-            const float gam_lo = gam[i0 + g], gam_hi = gam[i0 + g + 8];
-
-            float Bh[4][4] = {}, Ch[4][4] = {}, Fh[4][4] = {}, Qh[4][4] = {}; /* K-wide results (WY: Bh holds R̄ S_cᵀ first) */
-            float Dh[4][4] = {}, Hh[4][4] = {};                                /* P Rᵀ (WY: R̄ Zᵀ), Ō Rᵀ */
-            float lam = 0.f;
-
-            /* ---- the V slabs: every product with a V-long inner dimension ----
-             * Copies run one slab ahead (see the kernel's header for the schedule and its barriers):
-             * top of slab sl (slab_top): [single late tiles of sl] commit, [double-buffered tiles of sl+1] commit, wait for all
-             * but the newest group, B1; first half (reads every tile); if one_early: B2, [one_early tiles of sl+1]
-             * commit; second half (reads R, Ō, S_c, S̄⁺ only); B3. */
-            for (int sl = 0; sl < ns; sl++) {
-                const int v0 = sl * PF_BV, b = sl & 1;
-                slab_top(issue, (unsigned)L.db, sl, ns);
-                const auto [Prs, Rs, Os, Vs, Scs, Sbs] = slab_tiles<T>(smc, L.slab, b); /* slab sl's tiles */
-                const rp_t *Xs = Prs;                                              /* WY: R̄ */
-                rp_t *Ps = WY ? reinterpret_cast<rp_t *>(smc + L.Ps) : Prs;        /* P */
-                if (WY) { /* P = Aᵀ R̄ */
-                    bgemm<PF_NW>(MAXBT, PF_BV, MAXBT, As, 1, PF_LDF, Xs, PF_LDR, 1,
-                                 [&](int i, int j, float cc) { st<rp_t>(Ps + i * PF_LDR + j, cc); });
-                    __syncthreads();
-                }
-                { /* dv = β P and ⟨P, v⟩: eight columns per thread, eight threads per row */
-                    const int i = tid >> 3, j = (tid & 7) * 8;
-                    float s = 0.f;
-                    if (i < n && v0 + j < p.V) {
-                        uint4 pk;
-                        T *o8 = reinterpret_cast<T *>(&pk);
-                        float pv[8], vv[8];
-                        ld8(Ps + i * PF_LDR + j, pv);
-                        ld8(Vs + i * PF_LDH + j, vv);
-    #pragma unroll
-                        for (int m = 0; m < 8; m++) {
-                            st<T>(o8 + m, bs[i] * pv[m]);
-                            s += pv[m] * vv[m];
-                        }
-                        *reinterpret_cast<uint4 *>(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + v0 + j) = pk;
+            { /* dv = β P and ⟨P, v⟩: eight columns per thread, eight threads per row */
+                const int i = tid >> 3, j = (tid & 7) * 8;
+                float s = 0.f;
+                if (i < n && v0 + j < p.V) {
+                    uint4 pk;
+                    T *o8 = reinterpret_cast<T *>(&pk);
+                    float pv[8], vv[8];
+                    ld8(Ps + i * PF_LDR + j, pv);
+                    ld8(Vs + i * PF_LDH + j, vv);
+#pragma unroll
+                    for (int m = 0; m < 8; m++) {
+                        st<T>(o8 + m, bs[i] * pv[m]);
+                        s += pv[m] * vv[m];
                     }
-                    s += __shfl_xor_sync(0xffffffffu, s, 1);
-                    s += __shfl_xor_sync(0xffffffffu, s, 2);
-                    s += __shfl_xor_sync(0xffffffffu, s, 4);
-                    if ((tid & 7) == 0) rdb[i] += s;
+                    *reinterpret_cast<uint4 *>(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + v0 + j) = pk;
                 }
-                if (gated) /* ⟨S̄⁺, S_c⟩ for Ḡ_n, eight columns per step (DeltaNet has no gate gradient) */
-                    for (int e = 8 * tid; e < KS * PF_BV; e += 8 * PF_THREADS)
-                        lam += dot8(Scs + (e / PF_BV) * PF_LDH + e % PF_BV, Sbs + (e / PF_BV) * PF_LDH + e % PF_BV);
-                if (WY) {
-                    pf_mma<NSN, true, true>(Dh, PF_BV, Xs, PF_LDR, 1, Vs, 1, PF_LDH, i0, jn);   /* R̄ Zᵀ (β_j later) */
-                    pf_mma<NSK, true, true>(Bh, PF_BV, Xs, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
-                } else {
-                    pf_mma<NSN, true, true>(Dh, PF_BV, Ps, PF_LDR, 1, Rs, 1, PF_LDR, i0, jn);   /* P Rᵀ */
-                    pf_mma<NSK, true, true>(Bh, PF_BV, Ps, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);  /* P S_cᵀ (× −γ below) */
-                }
-                if (one_early) {
-                    __syncthreads(); /* B2: PR, V (and WY's P) are read no more in this slab */
-                    if (sl + 1 < ns) issue(one_early, sl + 1);
-                    cp_async_commit();
-                }
-                /* second half: R, Ō, S_c, S̄⁺ only */
-                pf_mma<NSN, true, true>(Hh, PF_BV, Os, PF_LDH, 1, Rs, 1, PF_LDR, i0, jn);       /* Ō Rᵀ */
-                pf_mma<NSK, true, true>(Qh, PF_BV, Os, PF_LDH, 1, Scs, 1, PF_LDH, i0, jk);  /* Ō S_cᵀ (× scale·γ below) */
-                pf_mma<NSK, true, true>(Fh, PF_BV, Rs, PF_LDR, 1, Sbs, 1, PF_LDH, i0, jk);  /* R S̄⁺ᵀ (× e^{G_n−G} below) */
-                __syncthreads(); /* B3: slab sl's buffers are free (the next top refills them) */
+                s += __shfl_xor_sync(0xffffffffu, s, 1);
+                s += __shfl_xor_sync(0xffffffffu, s, 2);
+                s += __shfl_xor_sync(0xffffffffu, s, 4);
+                if ((tid & 7) == 0) rdb[i] += s;
             }
-            cp_async_wait_group<0>(); /* none in flight (the last slab issued none); Γ … go over region X below (or their own) */
-            pre = false;
-            if constexpr (PRE) { /* the next unit's first slab into region X, free since the last slab's B3 */
-                if (r + 1 < p.G) {
-                    unit_slab(SL_ALL, 0, (int)slot(), hv + 1, tok0, n);
-                    pre = true;
-                } else if (next < items) {
-                    const ChunkInfo cn = p.ctab[slot_chunk(p, next % S)];
-                    unit_slab(SL_ALL, 0, next % S, next / S * p.G, cn.tok0, cn.n);
-                    pre = true;
-                }
+            if (gated) /* ⟨S̄⁺, S_c⟩ for Ḡ_n, eight columns per step (DeltaNet has no gate gradient) */
+                for (int e = 8 * tid; e < KS * PF_BV; e += 8 * PF_THREADS)
+                    lam += dot8(Scs + (e / PF_BV) * PF_LDH + e % PF_BV, Sbs + (e / PF_BV) * PF_LDH + e % PF_BV);
+            if (WY) {
+                pf_mma<NSN, true, true>(Dh, PF_BV, Xs, PF_LDR, 1, Vs, 1, PF_LDH, i0, jn);   /* R̄ Zᵀ (β_j later) */
+                pf_mma<NSK, true, true>(Bh, PF_BV, Xs, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);  /* R̄ S_cᵀ = −W̄ */
+            } else {
+                pf_mma<NSN, true, true>(Dh, PF_BV, Ps, PF_LDR, 1, Rs, 1, PF_LDR, i0, jn);   /* P Rᵀ */
+                pf_mma<NSK, true, true>(Bh, PF_BV, Ps, PF_LDR, 1, Scs, 1, PF_LDH, i0, jk);  /* P S_cᵀ (× −γ below) */
+            }
+            if (one_early) {
+                __syncthreads(); /* B2: PR, V (and WY's P) are read no more in this slab */
+                if (sl + 1 < ns) issue(one_early, sl + 1);
                 cp_async_commit();
             }
-            /* the row scalings of the V-long products, once over their sums across the slabs */
-            if (!WY) pf_scale_rows<NSK>(Bh, -gam_lo, -gam_hi);
-            pf_scale_rows<NSK>(Qh, sc * gam_lo, sc * gam_hi);
-            pf_scale_rows<NSK>(Fh, eF[i0 + g], eF[i0 + g + 8]);
-
-            /* ---- the n×n coefficients, masked and decayed: Γ = 𝓛_<(D) ⊙ e^{G_i−G_j}, Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j};
-             * stored with Γ_βᵀ and Γ_H'ᵀ so that all four K-side products read k-contiguous operands ---- */
-            /* the decay e^{G_i−G_j} with the mask (DeltaNet: the mask alone, gexp); at this warp's n×n elements
-             * (slot e of column block s) from G read once into registers: the stores in between would make the
-             * compiler re-read Gs for every element */
-            float gr[2], gc[NSN][2];
-            gr[0] = Gs[i0 + g];
-            gr[1] = Gs[i0 + g + 8];
-    #pragma unroll
-            for (int s = 0; s < NSN; s++) gc[s][0] = Gs[jn + 8 * s + 2 * t], gc[s][1] = Gs[jn + 8 * s + 2 * t + 1];
-            auto decay_at = [&](int i, int j, int s, int e) {
-                return (i < n && j <= i) ? gexp(p, gr[e >> 1] - gc[s][e & 1]) : 0.f;
-            };
-            auto decay = [&](int i, int j) { return (i < n && j <= i) ? gexp(p, Gs[i] - Gs[j]) : 0.f; };
-            pf_each<NSN>(i0, jn, Hh, [&](int i, int j, int s, int e) {
-                const float x = sc * Hh[s][e] * decay_at(i, j, s, e);
-                st<GT>(Hm + i * LDG + j, x);
-                st<GT>(Ht + j * LDG + i, x);
-            });
-            const float b_lo = bs[i0 + g], b_hi = bs[i0 + g + 8];
-            /* Γ_ij = d·decay (strict), with β_i for Γ_βᵀ */
-            auto put_gamma = [&](int i, int j, float d, float f, float b) {
-                const float x = j < i ? d * f : 0.f;
-                st<GT>(Gm + i * LDG + j, x);
-                st<GT>(Gbt + j * LDG + i, b * x);
-            };
-            if (!WY) {
-                pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { put_gamma(i, j, -Dh[s][e], decay_at(i, j, s, e), (e >> 1) ? b_hi : b_lo); });
-            } else {
-                /* Ā = R̄ Zᵀ + W̄ Eᵀ (Z = β⊙V, E = βγ⊙K, W̄ = −R̄ S_cᵀ); M̄ = −Aᵀ Ā Aᵀ; D = 𝓛_<(M̄) */
-                pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { Ab[i * PF_LDF + j] = bs[j] * Dh[s][e]; });
-                pf_each<NSK>(i0, jk, Bh, [&](int i, int j, int s, int e) { Wb[i * ldw + j] = -Bh[s][e]; });
-                __syncthreads();
-                bgemm<PF_NW>(MAXBT, MAXBT, KS, Wb, ldw, 1, Ks, 1, LDK,
-                             [&](int i, int j, float cc) { Ab[i * PF_LDF + j] += bs[j] * gam[j] * cc; });
-                __syncthreads();
-                bgemm<PF_NW>(MAXBT, MAXBT, MAXBT, As, 1, PF_LDF, Ab, PF_LDF, 1,
-                             [&](int i, int j, float cc) { Tm[i * PF_LDF + j] = cc; });
-                __syncthreads();
-                bgemm<PF_NW>(MAXBT, MAXBT, MAXBT, Tm, PF_LDF, 1, As, 1, PF_LDF,
-                             [&](int i, int j, float cc) { put_gamma(i, j, -cc, decay(i, j), bs[i]); });
-                /* B̂'s first term: −γ⊙Xp with Xp = −Aᵀ W̄ */
-    #pragma unroll
-                for (int s = 0; s < 4; s++) Bh[s][0] = Bh[s][1] = Bh[s][2] = Bh[s][3] = 0.f;
-                pf_mma_rows<NSK, false, false>(Bh, gam_lo, gam_hi, MAXBT, As, 1, PF_LDF, Wb, ldw, 1, i0, jk);
-            }
-            __syncthreads();
-
-            /* ---- the K-side products (inner dimension: the chunk's tokens) ---- */
-            pf_mma<NSK, true, false>(Bh, MAXBT, Gm, LDG, 1, Ks, LDK, 1, i0, jk);   /* Γ K */
-            pf_mma<NSK, true, false>(Ch, MAXBT, Gbt, LDG, 1, Ks, LDK, 1, i0, jk);  /* Γ_βᵀ K */
-            pf_mma<NSK, true, false>(Ch, MAXBT, Ht, LDG, 1, Qs, LDK, 1, i0, jk);   /* Γ_H'ᵀ Q */
-            pf_mma<NSK, true, false>(Qh, MAXBT, Hm, LDG, 1, Ks, LDK, 1, i0, jk);   /* Γ_H' K */
-
-            /* ---- k̄, q̄ and the row terms of β̄, Ḡ from the registers ---- */
-            float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f}, endp = 0.f;
-            float dkv[4][4], dqv[4][4];
-            pf_each<NSK>(i0, jk, Bh, [&](int i, int j, int s, int e) {
-                const float kk = kv(i, j), bb = (e >> 1) ? b_hi : b_lo, B_ = Bh[s][e], F_ = Fh[s][e];
-                const float dkx = bb * B_ + Ch[s][e] + F_;
-                dkv[s][e] = dkx;
-                dqv[s][e] = Qh[s][e];
-                sb[e >> 1] += kk * B_;
-                if (gated) {
-                    sg[e >> 1] += kk * (2.f * bb * B_ - dkx) + qv(i, j) * Qh[s][e];
-                    endp += kk * F_;
-                }
-            });
-            /* k̄, q̄ (one key head): staged in region X as [64][LDK] tiles, so that the global stores after the block
-             * sums below are whole 16-byte row pieces (two-column stores from the registers left half of every sector
-             * unused, with a bounds check per pair). Region X is free once every warp's K-side products are done. */
-            T *Dks = reinterpret_cast<T *>(smc + (PRE ? L.stage : 0)), *Dqs = Dks + MAXBT * LDK;
-            if (p.G == 1) {
-                __syncthreads();
-                pf_each<NSK>(i0, jk, dkv, [&](int i, int j, int s, int e) {
-                    st<T>(Dks + i * LDK + j, dkv[s][e]);
-                    st<T>(Dqs + i * LDK + j, dqv[s][e]);
-                });
-            } else { /* GVA: q̄, k̄ summed over the group's value heads in fp32 scratch, written at the last */
-                pf_each<NSK>(i0, jk, dkv, [&](int i, int j, int s, int e) {
-                    if (i >= n || j >= p.K) return;
-                    const size_t ab = (((size_t)c * p.H + h) * MAXBT + i) * p.Kp + j;
-                    float *aq = acc + ab, *ak = acc + (size_t)p.NC * p.H * MAXBT * p.Kp + ab;
-                    float x = dqv[s][e], y = dkv[s][e];
-                    if (r > 0) {
-                        x += *aq;
-                        y += *ak;
-                    }
-                    if (r == p.G - 1) {
-                        const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + j;
-                        st<T>(dq + o, x);
-                        st<T>(dk + o, y);
-                    } else {
-                        *aq = x;
-                        *ak = y;
-                    }
-                });
-            }
-    #pragma unroll
-            for (int u = 0; u < 2; u++) {
-                sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 1);
-                sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 2);
-                sg[u] += __shfl_xor_sync(0xffffffffu, sg[u], 1);
-                sg[u] += __shfl_xor_sync(0xffffffffu, sg[u], 2);
-            }
-            if (t == 0) {
-                redb[cq * MAXBT + i0 + g] = sb[0];
-                redb[cq * MAXBT + i0 + g + 8] = sb[1];
-                redg[cq * MAXBT + i0 + g] = sg[0];
-                redg[cq * MAXBT + i0 + g + 8] = sg[1];
-            }
-            const float2 sums = block_sum2<PF_NW>(lam, endp, red); /* (synchronizes the block) */
-            const float lam_all = sums.x, endp_all = sums.y;
-            if (p.G == 1) { /* the staged k̄, q̄ rows, eight columns per store */
-                const bool vec = p.K % 8 == 0 && (((uintptr_t)dk | (uintptr_t)dq) & 15) == 0;
-                for (int qi = tid; qi < 2 * MAXBT * (KS / 8); qi += PF_THREADS) {
-                    const int w = qi / (MAXBT * (KS / 8)), rc = qi % (MAXBT * (KS / 8)), i = rc / (KS / 8), j = rc % (KS / 8) * 8;
-                    if (i >= n || j >= p.K) continue;
-                    const T *src = (w ? Dqs : Dks) + i * LDK + j;
-                    T *dst = (w ? dq : dk) + ((size_t)(tok0 + i) * p.H + h) * p.K + j;
-                    if (vec) *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
-                    else
-                        for (int m = 0; m < 8 && j + m < p.K; m++) dst[m] = src[m];
-                }
-            }
-            if (tid < MAXBT) {
-                const int i = tid;
-                float b_ = rdb[i], g_ = 0.f;
-    #pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    b_ += redb[u * MAXBT + i];
-                    g_ += redg[u * MAXBT + i];
-                }
-                if (dbeta && i < n) st<T>(dbeta + (size_t)(tok0 + i) * p.HV + hv, b_);
-                rdb[i] = g_; /* Ḡ row terms, for the cumsum below */
-            }
-            __syncthreads();
-            if (gated && tid < 32) { /* dg_i = Ḡ_n's state term + Σ_{m ≥ i} (row terms): a suffix scan, lane l rows 2l, 2l+1 */
-                const int i = 2 * lane;
-                const float a = i < n ? rdb[i] : 0.f, b2 = i + 1 < n ? rdb[i + 1] : 0.f;
-                float t = a + b2;
-    #pragma unroll
-                for (int o = 1; o < 32; o <<= 1) {
-                    const float u = __shfl_down_sync(0xffffffffu, t, o);
-                    if (lane + o < 32) t += u;
-                }
-                const float s0 = expf(gl) * lam_all + endp_all;
-                const size_t th = (size_t)(tok0 + i) * p.HV + hv; /* a floored gate's ḡ is 0 (gates.h) */
-                if (i < n) dg[th] = rewy_gate_grad(graw[th], s0 + t, p.zero_h0 && ci.idx == 0 && i == 0);
-                if (i + 1 < n) dg[th + p.HV] = rewy_gate_grad(graw[th + p.HV], s0 + t - a, 0);
-            }
-            __syncthreads();
+            /* second half: R, Ō, S_c, S̄⁺ only */
+            pf_mma<NSN, true, true>(Hh, PF_BV, Os, PF_LDH, 1, Rs, 1, PF_LDR, i0, jn);       /* Ō Rᵀ */
+            pf_mma<NSK, true, true>(Qh, PF_BV, Os, PF_LDH, 1, Scs, 1, PF_LDH, i0, jk);  /* Ō S_cᵀ (× scale·γ below) */
+            pf_mma<NSK, true, true>(Fh, PF_BV, Rs, PF_LDR, 1, Sbs, 1, PF_LDH, i0, jk);  /* R S̄⁺ᵀ (× e^{G_n−G} below) */
+            __syncthreads(); /* B3: slab sl's buffers are free (the next top refills them) */
         }
-        if (!PRE || next >= items) break;
-        it = next;
-    }
-}
+        cp_async_wait_group<0>(); /* none in flight (the last slab issued none); Γ … go over region X below */
+        /* the row scalings of the V-long products, once over their sums across the slabs */
+        if (!WY) pf_scale_rows<NSK>(Bh, -gam_lo, -gam_hi);
+        pf_scale_rows<NSK>(Qh, sc * gam_lo, sc * gam_hi);
+        pf_scale_rows<NSK>(Fh, eF[i0 + g], eF[i0 + g + 8]);
 
-/* The persistent fast pullback's grid (PRE, the header of pullback_fast_kernel), 0 for the plain one: one block per SM,
- * for ReWY, 2-byte inputs, chunk 64, K ≤ 128, V a multiple of 8, where its layout with Γ's own region fits the device.
- * Not yet a default (written without a device, session 27): only where the test-only override asks (force.pb_persist:
- * 1 one block per SM, n ≥ 2 n blocks, so that the tests' small grids walk several units a block). */
-int pullback_persists(const Prob &p, rewy_dtype dt, int wy) {
-    const int f = p.plan.force.pb_persist;
-    if (f < 1 || wy || dt == REWY_F32 || p.BT != MAXBT || p.K > 128 || p.V % 8 || p.plan.sms <= 0) return 0;
-    const int gsz = dt == REWY_BF16 && PB_GAMMA_BF16 ? 2 : 4; /* sizeof(pf_gam_t<T>) */
-    if (pf_pick(p.K <= 64 ? 64 : 128, false, gsz, p.plan.smem_optin, true).total == 0) return 0;
-    return f == 1 ? p.plan.sms : f;
+        /* ---- the n×n coefficients, masked and decayed: Γ = 𝓛_<(D) ⊙ e^{G_i−G_j}, Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j};
+         * stored with Γ_βᵀ and Γ_H'ᵀ so that all four K-side products read k-contiguous operands ---- */
+        /* the decay e^{G_i−G_j} with the mask (DeltaNet: the mask alone, gexp); at this warp's n×n elements
+         * (slot e of column block s) from G read once into registers: the stores in between would make the
+         * compiler re-read Gs for every element */
+        float gr[2], gc[NSN][2];
+        gr[0] = Gs[i0 + g];
+        gr[1] = Gs[i0 + g + 8];
+#pragma unroll
+        for (int s = 0; s < NSN; s++) gc[s][0] = Gs[jn + 8 * s + 2 * t], gc[s][1] = Gs[jn + 8 * s + 2 * t + 1];
+        auto decay_at = [&](int i, int j, int s, int e) {
+            return (i < n && j <= i) ? gexp(p, gr[e >> 1] - gc[s][e & 1]) : 0.f;
+        };
+        auto decay = [&](int i, int j) { return (i < n && j <= i) ? gexp(p, Gs[i] - Gs[j]) : 0.f; };
+        pf_each<NSN>(i0, jn, Hh, [&](int i, int j, int s, int e) {
+            const float x = sc * Hh[s][e] * decay_at(i, j, s, e);
+            st<GT>(Hm + i * LDG + j, x);
+            st<GT>(Ht + j * LDG + i, x);
+        });
+        const float b_lo = bs[i0 + g], b_hi = bs[i0 + g + 8];
+        /* Γ_ij = d·decay (strict), with β_i for Γ_βᵀ */
+        auto put_gamma = [&](int i, int j, float d, float f, float b) {
+            const float x = j < i ? d * f : 0.f;
+            st<GT>(Gm + i * LDG + j, x);
+            st<GT>(Gbt + j * LDG + i, b * x);
+        };
+        if (!WY) {
+            pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { put_gamma(i, j, -Dh[s][e], decay_at(i, j, s, e), (e >> 1) ? b_hi : b_lo); });
+        } else {
+            /* Ā = R̄ Zᵀ + W̄ Eᵀ (Z = β⊙V, E = βγ⊙K, W̄ = −R̄ S_cᵀ); M̄ = −Aᵀ Ā Aᵀ; D = 𝓛_<(M̄) */
+            pf_each<NSN>(i0, jn, Dh, [&](int i, int j, int s, int e) { Ab[i * PF_LDF + j] = bs[j] * Dh[s][e]; });
+            pf_each<NSK>(i0, jk, Bh, [&](int i, int j, int s, int e) { Wb[i * ldw + j] = -Bh[s][e]; });
+            __syncthreads();
+            bgemm<PF_NW>(MAXBT, MAXBT, KS, Wb, ldw, 1, Ks, 1, LDK,
+                         [&](int i, int j, float cc) { Ab[i * PF_LDF + j] += bs[j] * gam[j] * cc; });
+            __syncthreads();
+            bgemm<PF_NW>(MAXBT, MAXBT, MAXBT, As, 1, PF_LDF, Ab, PF_LDF, 1,
+                         [&](int i, int j, float cc) { Tm[i * PF_LDF + j] = cc; });
+            __syncthreads();
+            bgemm<PF_NW>(MAXBT, MAXBT, MAXBT, Tm, PF_LDF, 1, As, 1, PF_LDF,
+                         [&](int i, int j, float cc) { put_gamma(i, j, -cc, decay(i, j), bs[i]); });
+            /* B̂'s first term: −γ⊙Xp with Xp = −Aᵀ W̄ */
+#pragma unroll
+            for (int s = 0; s < 4; s++) Bh[s][0] = Bh[s][1] = Bh[s][2] = Bh[s][3] = 0.f;
+            pf_mma_rows<NSK, false, false>(Bh, gam_lo, gam_hi, MAXBT, As, 1, PF_LDF, Wb, ldw, 1, i0, jk);
+        }
+        __syncthreads();
+
+        /* ---- the K-side products (inner dimension: the chunk's tokens) ---- */
+        pf_mma<NSK, true, false>(Bh, MAXBT, Gm, LDG, 1, Ks, LDK, 1, i0, jk);   /* Γ K */
+        pf_mma<NSK, true, false>(Ch, MAXBT, Gbt, LDG, 1, Ks, LDK, 1, i0, jk);  /* Γ_βᵀ K */
+        pf_mma<NSK, true, false>(Ch, MAXBT, Ht, LDG, 1, Qs, LDK, 1, i0, jk);   /* Γ_H'ᵀ Q */
+        pf_mma<NSK, true, false>(Qh, MAXBT, Hm, LDG, 1, Ks, LDK, 1, i0, jk);   /* Γ_H' K */
+
+        /* ---- k̄, q̄ and the row terms of β̄, Ḡ from the registers ---- */
+        float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f}, endp = 0.f;
+        float dkv[4][4], dqv[4][4];
+        pf_each<NSK>(i0, jk, Bh, [&](int i, int j, int s, int e) {
+            const float kk = kv(i, j), bb = (e >> 1) ? b_hi : b_lo, B_ = Bh[s][e], F_ = Fh[s][e];
+            const float dkx = bb * B_ + Ch[s][e] + F_;
+            dkv[s][e] = dkx;
+            dqv[s][e] = Qh[s][e];
+            sb[e >> 1] += kk * B_;
+            if (gated) {
+                sg[e >> 1] += kk * (2.f * bb * B_ - dkx) + qv(i, j) * Qh[s][e];
+                endp += kk * F_;
+            }
+        });
+        /* k̄, q̄ (one key head): staged in region X as [64][LDK] tiles, so that the global stores after the block
+         * sums below are whole 16-byte row pieces (two-column stores from the registers left half of every sector
+         * unused, with a bounds check per pair). Region X is free once every warp's K-side products are done. */
+        T *Dks = reinterpret_cast<T *>(smc), *Dqs = Dks + MAXBT * LDK;
+        if (p.G == 1) {
+            __syncthreads();
+            pf_each<NSK>(i0, jk, dkv, [&](int i, int j, int s, int e) {
+                st<T>(Dks + i * LDK + j, dkv[s][e]);
+                st<T>(Dqs + i * LDK + j, dqv[s][e]);
+            });
+        } else { /* GVA: q̄, k̄ summed over the group's value heads in fp32 scratch, written at the last */
+            pf_each<NSK>(i0, jk, dkv, [&](int i, int j, int s, int e) {
+                if (i >= n || j >= p.K) return;
+                const size_t ab = (((size_t)c * p.H + h) * MAXBT + i) * p.Kp + j;
+                float *aq = acc + ab, *ak = acc + (size_t)p.NC * p.H * MAXBT * p.Kp + ab;
+                float x = dqv[s][e], y = dkv[s][e];
+                if (r > 0) {
+                    x += *aq;
+                    y += *ak;
+                }
+                if (r == p.G - 1) {
+                    const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + j;
+                    st<T>(dq + o, x);
+                    st<T>(dk + o, y);
+                } else {
+                    *aq = x;
+                    *ak = y;
+                }
+            });
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 1);
+            sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 2);
+            sg[u] += __shfl_xor_sync(0xffffffffu, sg[u], 1);
+            sg[u] += __shfl_xor_sync(0xffffffffu, sg[u], 2);
+        }
+        if (t == 0) {
+            redb[cq * MAXBT + i0 + g] = sb[0];
+            redb[cq * MAXBT + i0 + g + 8] = sb[1];
+            redg[cq * MAXBT + i0 + g] = sg[0];
+            redg[cq * MAXBT + i0 + g + 8] = sg[1];
+        }
+        const float2 sums = block_sum2<PF_NW>(lam, endp, red); /* (synchronizes the block) */
+        const float lam_all = sums.x, endp_all = sums.y;
+        if (p.G == 1) { /* the staged k̄, q̄ rows, eight columns per store */
+            const bool vec = p.K % 8 == 0 && (((uintptr_t)dk | (uintptr_t)dq) & 15) == 0;
+            for (int qi = tid; qi < 2 * MAXBT * (KS / 8); qi += PF_THREADS) {
+                const int w = qi / (MAXBT * (KS / 8)), rc = qi % (MAXBT * (KS / 8)), i = rc / (KS / 8), j = rc % (KS / 8) * 8;
+                if (i >= n || j >= p.K) continue;
+                const T *src = (w ? Dqs : Dks) + i * LDK + j;
+                T *dst = (w ? dq : dk) + ((size_t)(tok0 + i) * p.H + h) * p.K + j;
+                if (vec) *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+                else
+                    for (int m = 0; m < 8 && j + m < p.K; m++) dst[m] = src[m];
+            }
+        }
+        if (tid < MAXBT) {
+            const int i = tid;
+            float b_ = rdb[i], g_ = 0.f;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                b_ += redb[u * MAXBT + i];
+                g_ += redg[u * MAXBT + i];
+            }
+            if (dbeta && i < n) st<T>(dbeta + (size_t)(tok0 + i) * p.HV + hv, b_);
+            rdb[i] = g_; /* Ḡ row terms, for the cumsum below */
+        }
+        __syncthreads();
+        if (gated && tid < 32) { /* dg_i = Ḡ_n's state term + Σ_{m ≥ i} (row terms): a suffix scan, lane l rows 2l, 2l+1 */
+            const int i = 2 * lane;
+            const float a = i < n ? rdb[i] : 0.f, b2 = i + 1 < n ? rdb[i + 1] : 0.f;
+            float t = a + b2;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float u = __shfl_down_sync(0xffffffffu, t, o);
+                if (lane + o < 32) t += u;
+            }
+            const float s0 = expf(gl) * lam_all + endp_all;
+            const size_t th = (size_t)(tok0 + i) * p.HV + hv; /* a floored gate's ḡ is 0 (gates.h) */
+            if (i < n) dg[th] = rewy_gate_grad(graw[th], s0 + t, p.zero_h0 && ci.idx == 0 && i == 0);
+            if (i + 1 < n) dg[th + p.HV] = rewy_gate_grad(graw[th + p.HV], s0 + t - a, 0);
+        }
+        __syncthreads();
+    }
 }
 
 template <class T>
@@ -884,38 +814,25 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const void *
         /* the fast path (see pullback_fast_kernel) where its tiles apply */
         const bool al = ((uintptr_t)dv & 15) == 0 && ((uintptr_t)dq & 3) == 0 && ((uintptr_t)dk & 3) == 0;
         /* the layout with the most double-buffered V-slab tiles that fits the device (none fits: general) */
-        const bool fast = p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al;
-        const int ks = p.K <= 64 ? 64 : 128, gsz = (int)sizeof(pf_gam_t<T>);
-        /* the persistent form (pullback_persists) with its own Γ region, where the plan took it */
-        bool pre = fast && !wy && p.plan.pb_persist;
-        PfLayout pl = fast ? pf_pick(ks, wy != 0, gsz, p.plan.smem_optin, pre) : PfLayout{};
-        if (pre && pl.total == 0) { /* (the plan took it where its layout fits) */
-            pre = false;
-            pl = pf_pick(ks, wy != 0, gsz, p.plan.smem_optin);
-        }
+        const PfLayout pl = (p.BT == MAXBT && p.K <= 128 && p.V % 8 == 0 && al)
+                                ? pf_pick(p.K <= 64 ? 64 : 128, wy != 0, (int)sizeof(pf_gam_t<T>), p.plan.smem_optin)
+                                : PfLayout{};
         if (pl.total > 0) {
-            auto go = [&](auto ksc, auto wyc, auto prec) {
-                constexpr int KS = decltype(ksc)::value;
-                constexpr bool WY = decltype(wyc)::value, PRE = decltype(prec)::value;
+            auto go = [&](auto ks, auto wyc) {
+                constexpr int KS = decltype(ks)::value;
+                constexpr bool WY = decltype(wyc)::value;
                 const size_t sm = pl.total;
-                cudaError_t e = ensure_smem<pullback_fast_kernel<T, KS, WY, PRE>>(sm);
+                cudaError_t e = ensure_smem<pullback_fast_kernel<T, KS, WY>>(sm);
                 if (e != cudaSuccess) return e;
-                const int items = chunk_slots(p) * p.H;
-                /* PRE: the plan's blocks (one per SM: its shared memory and 512 threads leave room for no second) */
-                const int nb = p.plan.pb_persist;
-                const dim3 grid = PRE ? dim3((unsigned)(items < nb ? items : nb)) : dim3(chunk_slots(p), p.H);
-                pullback_fast_kernel<T, KS, WY, PRE><<<grid, PF_THREADS, sm, s>>>(
+                pullback_fast_kernel<T, KS, WY><<<dim3(chunk_slots(p), p.H), PF_THREADS, sm, s>>>(
                     p, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_, Sc, Sbar, R, PR, acc, (T *)dq,
                     (T *)dk, (T *)dv, (T *)dbeta, graw, dg, pl);
                 return cudaGetLastError();
             };
             using K64 = std::integral_constant<int, 64>;
             using K128 = std::integral_constant<int, 128>;
-            using Y = std::true_type;
-            using N = std::false_type;
-            if (pre) return ks == 64 ? go(K64{}, N{}, Y{}) : go(K128{}, N{}, Y{});
-            if (ks == 64) return wy ? go(K64{}, Y{}, N{}) : go(K64{}, N{}, N{});
-            return wy ? go(K128{}, Y{}, N{}) : go(K128{}, N{}, N{});
+            if (p.K <= 64) return wy ? go(K64{}, std::true_type{}) : go(K64{}, std::false_type{});
+            return wy ? go(K128{}, std::true_type{}) : go(K128{}, std::false_type{});
         }
     }
     const size_t smem = pb_layout(sizeof(T), wy, p.Kp).total_bytes;

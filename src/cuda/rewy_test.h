@@ -34,18 +34,12 @@ typedef struct rewy_test_force {
                       * grids only), where the shape allows: 1 on, 16, 32 or 64 on with that many value columns per block, 0 off */
     int win;         /* policy R's time windows (scalar gates, 2-byte inputs, the mma.sync chains and scans): n > 0 chunks
                       * per window where they apply, 0 off */
-    int fwd_ws;      /* the forward pass as the warp-specialized wgmma block (fwd_ws.cu; sm_90a, bf16, policy R, K and V
-                      * of 64 or 128): 1 on where it applies, 0 off */
-    int bwd_ws;      /* policy R's recompute and reverse chain as the warp-specialized wgmma blocks (chain_ws.cu; as
-                      * fwd_ws): 1 on where they apply, 0 off */
-    int pb_persist;  /* the scalar-gate fast pullback (ReWY) as a persistent grid that copies its next unit's first V slab
-                      * early, where its layout fits: 1 one block per SM, n ≥ 2 n blocks, 0 off */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
@@ -58,9 +52,6 @@ typedef struct rewy_test_plan {
     int recurrent; /* the token recurrence instead of the chunk path (then the chunk path's choices above are 0) */
     int fwd_chain; /* the forward pass's register chain: value columns per block, 0: not */
     int win;       /* policy R's time windows: chunks per window, 0: none */
-    int fwd_ws;     /* the forward pass as the warp-specialized wgmma block */
-    int bwd_ws;     /* policy R's recompute and reverse chain as the warp-specialized wgmma blocks */
-    int pb_persist; /* the scalar-gate fast pullback as a persistent grid: its blocks, 0: not */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */
 } rewy_test_plan;

@@ -81,22 +81,6 @@ __device__ __forceinline__ void wg_copy_cols(wg_bf16 *dst, const wg_bf16 *x, con
         cp_async16(dst + cm_mn<BVT>(c, r), ok ? src + (size_t)r * rs + c : x, ok);
     }
 }
-/* a 4-byte cp.async (the transposed copies of fp32 tiles: tf32 operands must be K-major) */
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-}
-/* A of chunk cj, value head hv ([64][64] fp32 by chunk), transposed as the tf32 K-major operand Aᵀ: element (j, i) =
- * A[i][j] at cm_t<64>(j, i), one 4-byte copy each, by NT threads from thread t */
-template <int NT>
-__device__ __forceinline__ void wg_copy_at(float *dst, const float *A, const Prob &p, int hv, int cj, int t) {
-    const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
-#pragma unroll 1
-    for (int m = 0; m < MAXBT * MAXBT / NT; m++) {
-        const int qq = t + NT * m, i = qq / MAXBT, j = qq % MAXBT;
-        cp_async4(dst + cm_t<MAXBT>(j, i), src + qq);
-    }
-}
 /* G, β of chunk cj, value head hv (the GB table) */
 __device__ __forceinline__ void wg_copy_gates(float *dst, const float *GB, const Prob &p, int hv, int cj) {
     const int t = threadIdx.x;

@@ -37,7 +37,7 @@ static cudaError_t run(const Prob &p, const void *k, const void *v, const float 
  * idle SMs). force.scan_out = 0 / 1 forces it off / on (the tests run the matrix both ways). */
 bool state_scan_fuses_output(const Prob &p, rewy_dtype dt, bool vec) {
     if (vec || dt != REWY_BF16 || SCAN_LO || p.BT != MAXBT || (p.Kp != 64 && p.Kp != 128)) return false;
-    if (p.plan.scan_wg || p.plan.fwd_chain || p.plan.fwd_ws) return false;
+    if (p.plan.scan_wg || p.plan.fwd_chain) return false;
     if (p.plan.force.scan_out != REWY_TEST_AUTO) return p.plan.force.scan_out != 0;
     return 2L * scan_grid(p, scan_bv(p)).x >= (long)p.plan.sms;
 }
