@@ -3,7 +3,7 @@
 # github:fla-org/flash-linear-attention gives /work/.mirror/fla-org+flash-linear-attention/repo), with the one check
 # that refuses its GDN backward on Hopper with Triton < 3.7.1 (its #640: wrong results there) turned off, so that it
 # can be timed; never a correctness reference (the fp64 oracle is). Then .carry/e2e/fla.tar.xz for `run`'s carry.
-#   bench/dev/fla_ref.sh /work/.mirror/fla-org+flash-linear-attention/repo
+#   bench/dev/peer_fla.sh /work/.mirror/fla-org+flash-linear-attention/repo
 set -eu; cd "$(dirname "$0")/../.."
 MIRROR=${1:?the FLA git mirror}
 rm -rf .ref/fla-src && mkdir -p .ref/fla-src .carry/e2e
