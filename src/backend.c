@@ -17,7 +17,8 @@ static uint64_t seqlens_hash(const int32_t *cu, int n) {
     return h;
 }
 
-rewy_saved_record rewy_saved_record_of(const rewy_config *c, const int32_t *cu, int has_h0, const char *magic) {
+rewy_saved_record rewy_saved_record_of(const rewy_config *c, const int32_t *cu, int has_h0, int time_window,
+                                       const char *magic) {
     rewy_saved_record r;
     memset(&r, 0, sizeof r); /* every byte defined: the record is copied to the saved buffer whole */
     memcpy(r.magic, magic, strlen(magic) < 8 ? strlen(magic) : 7);
@@ -34,6 +35,7 @@ rewy_saved_record rewy_saved_record_of(const rewy_config *c, const int32_t *cu, 
     r.policy = c->policy;
     r.state_v_first = c->state_v_first != 0;
     r.has_h0 = has_h0 != 0;
+    r.time_window = time_window;
     r.scale = c->scale != 0.0f ? c->scale : 1.0f / sqrtf((float)c->K);
     r.seqlens_hash = cu ? seqlens_hash(cu, c->num_seqs) : 0;
     return r;

@@ -56,8 +56,9 @@ typedef struct rewy_saved_record {
     uint64_t seqlens_hash;     /* FNV-1a over cu_seqlens[0..num_seqs] as int32; 0 without cu_seqlens */
 } rewy_saved_record;
 
-/* cu: the host copy of the cu_seqlens values, NULL without varlen. */
-rewy_saved_record rewy_saved_record_of(const rewy_config *cfg, const int32_t *cu, int has_h0, const char *magic);
+/* cu: the host copy of the cu_seqlens values, NULL without varlen; time_window: the plan's (CUDA), 0 on the CPU. */
+rewy_saved_record rewy_saved_record_of(const rewy_config *cfg, const int32_t *cu, int has_h0, int time_window,
+                                       const char *magic);
 /* 0 when the records are equal; else 1, with "<field> differs from the forward's (.. here, .. in
  * saved)" in msg (may be NULL). */
 int rewy_saved_record_diff(const rewy_saved_record *fwd, const rewy_saved_record *bwd, char *msg, size_t msg_len);

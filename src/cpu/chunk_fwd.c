@@ -86,7 +86,7 @@ static void write_header(const rewy_fwd_params *p) {
     _Static_assert(sizeof(rewy_saved_record) <= SAVED_HEADER_BYTES, "saved header too large");
     const rewy_config *c = &p->cfg;
     const rewy_saved_record h = rewy_saved_record_of(c, c->cu_seqlens_host ? c->cu_seqlens_host : c->cu_seqlens,
-                                                     p->h0 != NULL, SAVED_MAGIC);
+                                                     p->h0 != NULL, 0, SAVED_MAGIC);
     memset(p->saved, 0, SAVED_HEADER_BYTES); /* every byte of the header written */
     memcpy(p->saved, &h, sizeof h);
 }

@@ -39,7 +39,7 @@ static rewy_status cpu_check_saved(const rewy_bwd_params *p, char *msg, size_t l
     rewy_saved_record fwd;
     memcpy(&fwd, p->saved, sizeof fwd);
     const rewy_saved_record bwd = rewy_saved_record_of(c, c->cu_seqlens_host ? c->cu_seqlens_host : c->cu_seqlens,
-                                                       p->h0 != NULL, SAVED_MAGIC);
+                                                       p->h0 != NULL, 0, SAVED_MAGIC);
     return rewy_saved_record_diff(&fwd, &bwd, msg, len) ? REWY_ERR_MISMATCH : REWY_OK;
 }
 

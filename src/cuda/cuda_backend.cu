@@ -109,9 +109,7 @@ static rewy_saved_record *record_at(const void *saved, const rewy_config *cfg, c
 /* win: the plan's time window (Plan::win; 0 for the vector gates, which take none): a backward that planned other
  * windows than its forward would read checkpoints the forward never wrote */
 static rewy_saved_record record_of(const rewy_config *cfg, const void *h0, int win) {
-    rewy_saved_record r = rewy_saved_record_of(cfg, cfg->cu_seqlens_host, h0 != nullptr, "rewyGPU");
-    r.time_window = win;
-    return r;
+    return rewy_saved_record_of(cfg, cfg->cu_seqlens_host, h0 != nullptr, win, "rewyGPU");
 }
 
 static rewy_status refuse(char *msg, size_t len, const char *fmt, long long got, long long limit) {
