@@ -329,7 +329,7 @@ e2e:
 	  FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=$(CURDIR)/.fla-cache/triton TRITON_CACHE_AUTOTUNING=1 \
 	  $(PYTHON) bench/e2e.py $(E2E_ARGS)
 
-# Issue 24's acceptance benchmark, on a GPU with FLA in .ref/fla-src (bench/dev/peer_fla.sh) and FlashQLA where
+# Issue 24's acceptance benchmark, on a GPU with FLA in .ref/fla-src (.ref/peer_fla.sh) and FlashQLA where
 # it imports (PEERS_SITE: its unpacked site-packages, bench/dev/peers_pack.sh): rewy's public Python
 # functions, FLA and FlashQLA in one process, GDN and DeltaNet on the six shapes; the acceptance lines last.
 # FLA autotunes and FlashQLA compiles (about 150 s a shape; keep TILELANG_CACHE_DIR) on their first calls.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 24's acceptance benchmark on the device (bench/bench_api.py): rewy's public Python functions, FLA and FlashQLA
 # in one process. Carried (64 MiB in all): .carry/e2e (librewy.so.xz: `xz -9 -T1 -k build/cuda-on/librewy.so`, moved
-# there; fla.tar.xz from bench/dev/peer_fla.sh) and .peers (peers-site.tar.xz from bench/dev/peers_pack.sh, and
+# there; fla.tar.xz from .ref/peer_fla.sh) and .peers (peers-site.tar.xz from bench/dev/peers_pack.sh, and
 # tl-cache.tar.xz where an earlier call returned one: FlashQLA's compiled kernels). FlashQLA compiles about 150 s a
 # shape on first use, so a cold call covers two or three shapes (SHAPES); the TileLang cache comes back under $OUT as
 # tl-cache.tar.xz for the next call (move it into .peers). FLA's compile and autotune land in .fla-cache.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 24: the binaries for the next device calls, built here (about 12 minutes on 2 cores): librewy.so, test_cuda,
 # test_random and variant_time for sm_90a (build/cuda-on); librewy_win.so (below); test_cuda as sm_80 PTX (build/cuda-80, s24_check.sh). Packed into .carry/bins.tar.xz; FLA goes beside it in .carry/e2e/fla.tar.xz
-# (bench/dev/peer_fla.sh).
+# (.ref/peer_fla.sh).
 set -eu; cd "$(dirname "$0")/../.."
 ARCH="-gencode arch=compute_90a,code=sm_90a"
 make -j2 CUDA=1 BLAS=0 NVARCH="$ARCH" BUILD=build/cuda-on lib build/cuda-on/tests/cuda/test_cuda \
@@ -19,5 +19,5 @@ B=build/cuda-on; mkdir -p .carry
 # one xz stream with the largest dictionary: the binaries share most of their device code (about 40 MB each)
 tar cf - $B/librewy.so $B/librewy_win.so $B/tests/cuda/test_cuda $B/tests/cuda/test_random $B/bench/dev/variant_time \
   build/cuda-80/tests/cuda/test_cuda | xz -9 -T1 > .carry/bins.tar.xz
-[ -f .carry/e2e/fla.tar.xz ] || echo "no .carry/e2e/fla.tar.xz: run bench/dev/peer_fla.sh with the FLA mirror"
+[ -f .carry/e2e/fla.tar.xz ] || echo "no .carry/e2e/fla.tar.xz: run .ref/peer_fla.sh with the FLA mirror"
 ls -la .carry .carry/e2e

@@ -7,7 +7,7 @@
 # 3. GPU-bound forward ms, default against the forward chain at the plan's width, GDN and DeltaNet, six shapes.
 # 4. bench/e2e.py, GDN then DeltaNet (as far as the call's time reaches), FLA then rewy in one process each, with
 #    librewy_fo.so (the forward chain as default) where step 2 passed, else librewy.so.
-# Carried: .carry (bins.tar.xz from bench/dev/s24_build.sh, e2e/fla.tar.xz from bench/dev/peer_fla.sh).
+# Carried: .carry (bins.tar.xz from bench/dev/s24_build.sh, e2e/fla.tar.xz from .ref/peer_fla.sh).
 # Then bench/dev/s24_check.sh (the rest: CHAIN=2, campaign, racecheck, ncu) if the budget allows.
 source "$(dirname "$0")/carried_bins.sh"
 mkdir -p /tmp/fla /tmp/e2e .fla-cache/triton && tar xJf .carry/e2e/fla.tar.xz -C /tmp/fla
