@@ -261,8 +261,9 @@ test-cuda:
 	@# plan's path for K < 16, runs the whole matrix where told (REWY_CUDA_RECURRENT=1: at every K, a cross-check); the
 	@# forward as the register chain with its output, the default where 16-column blocks would fill the SMs, on the test
 	@# shapes only where told (REWY_CUDA_FWD_CHAIN=1: the plan's width, =32, =64 (the width the default takes)); policy R's
-	@# time windows (REWY_CUDA_WIN=n chunks a window: the test shapes' 4 chunks a sequence in 4, 2 or 3 + 1 windows) over
-	@# the scan pair, the register chains and the forward's scan, fused-output scan and chain
+	@# time windows (the default on long sequences; REWY_CUDA_WIN=n chunks a window: the test shapes' 4 chunks a sequence
+	@# in 4, 2 or 3 + 1 windows) over the scan pair, the register chains, and the checkpoints of the forward's scan,
+	@# fused-output scan and chain
 	@set -eo pipefail; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; \
 	  for e in REWY_CUDA_RECURRENT=1 REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" \
 	    "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1" "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" \
@@ -278,6 +279,7 @@ test-cuda:
 	  REWY_CUDA_FWD_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_WIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
+	  REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_WIN=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_FWD_CHAIN=64 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \

@@ -24,8 +24,8 @@
  *
  * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ (vector gates: policy A only) | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q cq_t [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
- *          then the record (cuda_backend.cu), and with time windows (Plan::win, nwin of them) their end states
- *          fp32 [nwin][N*HV][K][V]
+ *          then the record (cuda_backend.cu), and with time windows (Plan::win, nwin of them) the start states of
+ *          all but the first, fp32 [nwin − 1][N*HV][K][V] (Prob::ck)
  * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved), vector gates' ⟨gate table⟩ | ⟨W, U⟩ (over S_c, R under
  *          policy R: the forward that reads W, U fuses the output and stores neither) | with W, U: int
  *          ready flags [NC*HV] (the scan beside kkt); at least 256 B
@@ -94,15 +94,15 @@ struct PlanPtrs {
 /* Policy R's time windows (DESIGN.md, "Memory"): chunks per window, 0 for none. The backward walks each sequence's
  * chunks in windows of `win` from the last; per window the gates stage (C_q, W, U), the pair of chains or scans and the
  * pullback run over that window's chunks only, so every per-chunk workspace region holds one window. The recompute
- * of window w starts from the state the forward pass left at its first chunk (checkpoints in the saved buffer: the
- * forward runs its sequential stage window by window, each ending in the next one's start state), the reverse walk
+ * of window w starts from the state the forward pass left at its first chunk (checkpoints in the saved buffer, which
+ * the forward's one walk writes on its way: Prob::ck), the reverse walk
  * from the S̄ its later window left (an fp32 carry in the workspace).
  * Where: policy R; scalar gates; 2-byte inputs, chunk 64, K tile of 64, 128 or 256 (kkt's fast path, the mma.sync
  * chains and scans, which index the regions by window slot); no grid the wgmma scans could take (their reverse scan
  * has no window slots; judged with aligned pointers, so that the forward and the backward, whose pointers differ,
  * decide alike). Windows count from each
  * sequence's start; a sequence shorter than the longest is done after fewer (varlen). force.win = n > 0: n chunks a
- * window where it applies; otherwise none. */
+ * window where it applies, 0 none; otherwise the rule below. */
 /* the chunks of the longest sequence (cu_seqlens_host: the CUDA backend requires it with varlen) */
 inline int max_seq_chunks(const rewy_config *c, int BT) {
     if (!c->cu_seqlens_host) return ceil_div(c->T, BT);
@@ -116,27 +116,22 @@ inline int max_seq_chunks(const rewy_config *c, int BT) {
 inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
     const Plan &pl = p.plan;
     const int f = pl.force.win;
-#ifndef REWY_CUDA_WIN_DEFAULT
-    if (f < 0) return 0; /* not yet a default: the library's own calls stop here */
-#endif
     if (f == 0 || c->policy != REWY_POLICY_R || vec || c->dtype == REWY_F32 || p.BT != MAXBT ||
         (p.Kp != 64 && p.Kp != 128 && p.Kp != 256))
         return 0;
     if (state_scan_wg_ok(p, c->dtype, nullptr, nullptr, false)) return 0;
     const int ncs = max_seq_chunks(c, p.BT);
-    int win = f; /* forced, or (the measurement build) the rule below */
-#ifdef REWY_CUDA_WIN_DEFAULT
-    /* Not yet the default (written without a device, session 26). This measurement-only build takes the rule to
-     * measure (DESIGN.md): a quarter of the chunks a window on sequences of at least 16 chunks, where a window still
-     * gives the pullback two blocks per SM (its grid: N·win slots × H key heads). The rule reads the SM count, so
-     * the saved record carries the window (cuda_backend.cu, record_of): a backward planned on another GPU than its
-     * forward is refused rather than reading checkpoints the forward never wrote. */
+    int win = f; /* forced (the tests), or the rule below */
+    /* The rule: a quarter of the chunks a window on sequences of at least 16 chunks, where a window still gives the
+     * pullback two blocks per SM (its grid: N·win slots × H key heads) and its N·win slots are at most half the
+     * chunks (varlen). H200, session 28: the backward's peak memory halves ((4,4096,16) 677.5 → 321.5 MiB, (1,8192,16)
+     * 337.8 → 158.8) for 7–10 % of the backward's time (docs/PERF.md). The rule reads the SM count, so the saved
+     * record carries the window (cuda_backend.cu, record_of): a backward planned on another GPU than its forward is
+     * refused rather than reading checkpoints the forward never wrote. */
     if (f < 0) {
         const int q = ceil_div(ncs, 4);
-        /* … and where a window's N·win slots are at most half the chunks (varlen) */
         win = ncs >= 16 && (long)p.N * q * p.H >= 2L * pl.sms && 2L * p.N * q <= p.NC ? q : 0;
     }
-#endif
     return win > 0 && win < ncs ? win : 0; /* one window: none */
 }
 
@@ -232,10 +227,11 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.A = o; o += al(sizeof(float) * chh * nn);
     if (polA) cq_sc_r(L.Cq, L.Sc, L.R, chh);
     L.saved = o;
-    /* time windows: each window's end state from the forward, fp32 [nwin][N·HV][K][V], after the record (whose place,
-     * cuda_backend.cu's record_at, is taken without the plan's windows) */
+    /* time windows: every window's start state but the first's (the forward's checkpoints, Prob::ck), fp32
+     * [nwin − 1][N·HV][K][V], after the record (whose place, cuda_backend.cu's record_at, is taken without the plan's
+     * windows) */
     L.wck = al(L.saved) + RECORD_BYTES;
-    L.saved_end = L.wck + (L.nwin > 1 ? al(sizeof(float) * L.nwin * L.N * L.HV * state) : 0);
+    L.saved_end = L.wck + (L.nwin > 1 ? al(sizeof(float) * (L.nwin - 1) * L.N * L.HV * state) : 0);
     o = r.head;
     if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR, chh);
     L.fG = o;
@@ -284,16 +280,17 @@ inline Prob make_prob(const rewy_config *c, const Layout &L, const void *saved, 
     p.ctab = (const ChunkInfo *)((const char *)saved + L.ctab);
     p.coff = (const int *)((const char *)saved + L.coff);
     p.win_lo = 0; p.win_hi = INT_MAX; p.win_len = 0; /* every chunk; window_prob narrows it */
+    p.ck = nullptr; p.ck_win = 0; /* forward() sets them under time windows */
     return p;
 }
 
-/* p narrowed to time window w of the layout's (Plan::win); slots: the backward's, whose regions hold that window */
-inline Prob window_prob(const Prob &p, const Layout &L, int w, bool slots) {
+/* p narrowed to time window w of the layout's (Plan::win) for the backward, whose regions hold that window */
+inline Prob window_prob(const Prob &p, const Layout &L, int w) {
     Prob q = p;
     if (L.nwin > 1) {
         q.win_lo = w * p.plan.win;
         q.win_hi = q.win_lo + p.plan.win;
-        q.win_len = slots ? p.plan.win : 0;
+        q.win_len = p.plan.win;
     }
     return q;
 }
@@ -397,32 +394,26 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
         }
     }
     REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
-    /* the sequential stage, window by window where the plan takes time windows (else once): window w starts from the
-     * state the one before left in the saved checkpoints (the caller's h0 first) and leaves its own there; the
-     * backward's recompute restarts from them, and each sequence's last one is its final state */
-    float *ck = at<float>(a->saved, L.wck);
-    const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
-    for (int w = 0; w < L.nwin; w++) {
-        const Prob pw = window_prob(p, L, w, false);
-        const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0;
-        float *ht = L.nwin > 1 ? ck + w * ckn : a->ht;
-        if (chain) { /* S_c and R only where policy A saves them */
-            REWY_TRY(launch_chain_forward(pw, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, h0, ht,
-                                          polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
-        } else if (fo) {
-            /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward. Only the first
-             * window starts beside kkt; every window waits on kkt's flags (a plain launch after a programmatic
-             * dependent one is not ordered after kkt itself) */
-            ScanOut so;
-            so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U; so.ready = wu.ready; so.beside = w == 0;
-            REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, ht, polA ? Sc : nullptr,
-                                       polA ? R : nullptr, s, &so));
-        } else {
-            REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, ht, Sc, R, s));
-        }
+    /* the sequential stage: one walk of every sequence, which under time windows also leaves each later window's
+     * start state in the saved checkpoints (Prob::ck), from which the backward recomputes that window */
+    Prob pf = p;
+    if (L.nwin > 1) {
+        if (pl.scan_wg) return REWY_ERR_BACKEND; /* plan_windows excludes the wgmma scans */
+        pf.ck = at<float>(a->saved, L.wck);
+        pf.ck_win = pl.win;
     }
-    if (!chain && !fo) REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
-    if (L.nwin > 1 && a->ht) REWY_TRY(launch_window_final_state(p, pl.win, ck, a->h0, a->ht, s));
+    if (chain) { /* S_c and R only where policy A saves them */
+        REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, a->h0, a->ht,
+                                      polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
+    } else if (fo) { /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
+        ScanOut so;
+        so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U; so.ready = wu.ready;
+        REWY_TRY(launch_state_scan(pf, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, polA ? Sc : nullptr,
+                                   polA ? R : nullptr, s, &so));
+    } else {
+        REWY_TRY(launch_state_scan(pf, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), a->h0, a->ht, Sc, R, s));
+        REWY_TRY(launch_output(p, c->dtype, a->q, sg.GB, Cq, Sc, R, sg.vo(), a->o, s));
+    }
     return REWY_OK;
 }
 
@@ -479,7 +470,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
     if (win && a->dht) REWY_TRY(cudaMemcpyAsync(carry, a->dht, sizeof(float) * ckn, cudaMemcpyDeviceToDevice, s));
     else if (win) REWY_TRY(cudaMemsetAsync(carry, 0, sizeof(float) * ckn, s));
     for (int w = L.nwin - 1; w >= 0; w--) {
-        const Prob pw = window_prob(p, L, w, true);
+        const Prob pw = window_prob(p, L, w);
         const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0, *dht = win ? carry : a->dht;
         float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;

@@ -382,6 +382,11 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                     mma_kstep<NT, false>(O, rf[ks], Cs, LDA, ks);
                 }
                 store_acc<NT>(O, stg, o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V, rsv, vw, n);
+                if (float *ck = window_checkpoint(p, c_begin, c, c_end)) /* a time window's start state */
+#pragma unroll
+                    for (int s = 0; s < NK; s++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) ck[sidx(s, e)] = S[s][e];
             } else {
                 /* S ← γ_n S + Fᵀ R:  Sᵀ ← γ_n Sᵀ + (Rᵀ diag(f)) K */
                 scale_cols();

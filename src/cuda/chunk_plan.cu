@@ -55,25 +55,6 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
     return cudaGetLastError();
 }
 
-/* Time windows (Plan::win): each sequence's final state is the end state of the window holding its last chunk,
- * m = (chunks − 1) / win, among the forward's checkpoints ck [nwin][N·HV][K][V]; a sequence without tokens keeps its
- * initial state (h0, or 0). Blocks (sequence, part): a sequence's HV·K·V floats are contiguous in both. */
-__global__ void window_final_state_kernel(Prob p, int win, const float *ck, const float *h0, float *ht) {
-    const int sq = blockIdx.x, nc = p.coff[sq + 1] - p.coff[sq];
-    const size_t per = (size_t)p.HV * p.K * p.V, base = (size_t)sq * per;
-    const float *src = nc > 0 ? ck + (size_t)((nc - 1) / win) * p.N * per + base : h0 ? h0 + base : nullptr;
-    for (size_t e = (size_t)blockIdx.y * blockDim.x + threadIdx.x; e < per; e += (size_t)gridDim.y * blockDim.x)
-        ht[base + e] = src ? src[e] : 0.f;
-}
-
-cudaError_t launch_window_final_state(const Prob &p, int win, const float *ck, const float *h0, float *ht,
-                                      cudaStream_t s) {
-    const size_t per = (size_t)p.HV * p.K * p.V;
-    const unsigned parts = (unsigned)((per + 1023) / 1024 < 64 ? (per + 1023) / 1024 : 64);
-    window_final_state_kernel<<<dim3(p.N, parts), 256, 0, s>>>(p, win, ck, h0, ht);
-    return cudaGetLastError();
-}
-
 /* The saved record (backend.h): written by the forward's last kernel, compared by the backward's first.
  * One thread each: the record is 80 bytes. */
 __global__ void record_write_kernel(rewy_saved_record r, rewy_saved_record *dst) { *dst = r; }

@@ -85,6 +85,11 @@ struct Prob {
      * hold the window's chunks only, local chunk j of sequence sq at slot sq·win_len + j − win_lo, and the
      * parallel stages run over the slots. */
     int win_lo, win_hi, win_len;
+    /* The forward pass under time windows (Plan::win): its one walk of every sequence also leaves the state after
+     * each ck_win-th chunk but the sequence's last in ck, fp32 [window][N·HV][K][V] (the ht layout): checkpoint w is
+     * window w + 1's start, from which the backward recomputes it. NULL: none (the backward, and no windows). */
+    float *ck;
+    int ck_win;
 };
 
 /* the chunks [b, e) of sequence sq that a scan walks: the whole sequence, or its part in the window */
@@ -92,6 +97,13 @@ __device__ __forceinline__ void seq_chunks(const Prob &p, int sq, int &b, int &e
     const int c0 = p.coff[sq], nc = p.coff[sq + 1] - c0;
     b = c0 + (nc < p.win_lo ? nc : p.win_lo);
     e = c0 + (nc < p.win_hi ? nc : p.win_hi);
+}
+/* where the forward's step of chunk c (of a walk over [c_begin, c_end), one whole sequence) leaves a time window's
+ * checkpoint (Prob::ck), else NULL: after every ck_win-th chunk but the last (whose state is the final one, ht) */
+__device__ __forceinline__ float *window_checkpoint(const Prob &p, int c_begin, int c, int c_end) {
+    const int done = c + 1 - c_begin;
+    if (!p.ck || c + 1 >= c_end || done % p.ck_win) return nullptr;
+    return p.ck + (size_t)(done / p.ck_win - 1) * p.N * p.HV * p.K * p.V;
 }
 /* the parallel stages' grid over chunks: every chunk-table entry, or the window's slots */
 __host__ __device__ inline int chunk_slots(const Prob &p) { return p.win_len ? p.N * p.win_len : p.NC; }

@@ -11,9 +11,6 @@ namespace rewy_cuda {
 
 /* chunk_plan.cu: the chunk table (ChunkInfo [NC]) and per-sequence chunk offsets [N+1]. */
 cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInfo *ctab, int *coff, cudaStream_t s);
-/* chunk_plan.cu: time windows' final states (ht) from the forward's per-window end states ck */
-cudaError_t launch_window_final_state(const Prob &p, int win, const float *ck, const float *h0, float *ht,
-                                      cudaStream_t s);
 
 /* kkt_inverse.cu: chunk-local gate cumsum (G, MATH §2), L = 𝓛_<(E Yᵀ), A = (I+L)⁻¹, C_q = 𝓛_≤(Q_g Yᵀ).
  * GB: per chunk and value head, [2][BT] fp32 = G then β (the gather every later stage reads with one
@@ -44,8 +41,6 @@ struct ScanOut {
     void *o = nullptr;
     const __nv_bfloat16 *W = nullptr, *U = nullptr;
     const int *ready = nullptr; /* WuOut's flags: the scan runs beside kkt_inverse and waits on them */
-    bool beside = true;         /* with ready: launched beside kkt (programmatic dependent launch); false: a later
-                                 * time window's scan, launched after the first but still waiting on the flags */
 };
 
 /* state_scan.cu: forward chunk scan: store S_c; R = A(Z − E S) (stored); S ← Λ S + Fᵀ R; ht at the end.

@@ -18,7 +18,7 @@ static cudaError_t run(const Prob &p, const void *k, const void *v, const float 
         constexpr int NT = decltype(nt)::value;
         cudaError_t e = ensure_smem<state_scan_kernel<T, VEC, KPC, BVT, NT, FO, WU>>(smem);
         if (e != cudaSuccess) return e;
-        if (so.ready && so.beside)
+        if (so.ready)
             return launch_beside(state_scan_kernel<T, VEC, KPC, BVT, NT, FO, WU>, scan_grid(p, BVT), NT, smem, s, p,
                                  (const T *)k, (const T *)v, GB, A, vo, h0, ht, Sc, R, so);
         state_scan_kernel<T, VEC, KPC, BVT, NT, FO, WU><<<scan_grid(p, BVT), NT, smem, s>>>(

@@ -281,6 +281,12 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             __syncthreads();
             kb ^= 1;
         }
+        /* a time window's checkpoint: the state after this chunk (the non-REG tile is rewritten only after the next
+         * step's barriers) */
+        if (float *ck = window_checkpoint(p, c_begin, c, c_end)) {
+            if constexpr (REG) tiles.save(Sf, p, ck, sbase, v0);
+            else state_to<BVT>(St, lds, p, ck, sbase, v0);
+        }
         cur ^= 1;
         ci = cn;
         cn = cnn;

@@ -211,6 +211,11 @@ static void test_forced_plan(test_counts *tc) {
             CHECK(tc, pb.fwd_chain == want && !(pb.fwd_chain && pb.fuse_output),
                   "plan: GDN (%d,4096,%d) took the forward chain at %d columns (fused output %d), want %d (%d SMs)",
                   big.B, big.H, pb.fwd_chain, pb.fuse_output, want, pb.sms);
+            /* the time windows' rule (plan_windows): a quarter of the 64 chunks where N·16·H ≥ 2·SMs, unless the
+             * wgmma scans take the shape */
+            const int wwant = !pb.scan_wg && big.B * 16 * big.H >= 2 * pb.sms ? 16 : 0;
+            CHECK(tc, pb.win == wwant, "plan: GDN (%d,4096,%d) took windows of %d chunks, want %d (%d SMs)", big.B,
+                  big.H, pb.win, wwant, pb.sms);
         }
     }
     if (f.scan_bv == 16 || f.scan_bv == 32 || f.scan_bv == 64)
