@@ -8,6 +8,7 @@
 #   check2  more forcings (64-column forward chain, register chains), memcheck, the random campaign with windows
 #   race    racecheck with windows
 #   time    GPU-bound forward/backward ms and the layout's MiB at the long suite shapes, windows off / default
+#   kernels each kernel's summed device time and launches at GDN (4,4096,16) (ncu), windows off and by default
 #   api     the public Python API (bench/bench_api.py, rewy alone): times and peak memory
 source "$(dirname "$0")/carried_bins.sh"
 V=$B/bench/dev/variant_time
@@ -43,6 +44,12 @@ time)
       echo "[$op $s] [$e] $r"
     done
   done; done ;;
+kernels) # where the windows' backward time goes: each kernel's device time (ncu), windows off and by default
+  for e in REWY_CUDA_WIN=0 REWY_TEST_DEFAULT=1; do
+    echo "[ncu gdn 4 4096 16, $e]"; ( export $e; kernel_table $V gdn 4 4096 16 | awk '{k = substr($0, index($0, "us") + 4);
+      sub(/^void /, "", k); sub(/[<(].*/, "", k); t[k] += $1; n[k]++}
+      END {for (k in t) printf "%9.1f us  %3d launches  %s\n", t[k], n[k], k}' | sort -rn )
+  done ;;
 api)
   timeout 250 python3 bench/bench_api.py --ops gdn,deltanet --impls rewy > /tmp/api.log 2>&1
   echo "bench_api rc=$? $(el)"; tail -30 /tmp/api.log ;;
