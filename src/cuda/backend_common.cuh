@@ -113,7 +113,8 @@ inline int max_seq_chunks(const rewy_config *c, int BT) {
     }
     return m;
 }
-inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
+inline int plan_windows(const rewy_config *c, const Prob &p, bool vec, int *nwin) {
+    *nwin = 1;
     const Plan &pl = p.plan;
     const int f = pl.force.win;
     if (f == 0 || c->policy != REWY_POLICY_R || vec || c->dtype == REWY_F32 || p.BT != MAXBT ||
@@ -132,7 +133,9 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec) {
         const int q = ceil_div(ncs, 4);
         win = ncs >= 16 && (long)p.N * q * p.H >= 2L * pl.sms && 2L * p.N * q <= p.NC ? q : 0;
     }
-    return win > 0 && win < ncs ? win : 0; /* one window: none */
+    if (win <= 0 || win >= ncs) return 0; /* one window: none */
+    *nwin = ceil_div(ncs, win);
+    return win;
 }
 
 /* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's */
@@ -175,7 +178,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.beside_kkt = state_scan_beside_kkt(p);
     pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
     pl.chain_bvc = chain_scan_bvc(p, dt, vec);
-    pl.win = plan_windows(c, p, vec);
+    pl.win = plan_windows(c, p, vec, &pl.nwin);
     return pl;
 }
 
@@ -209,7 +212,7 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
     /* the backward's per-chunk regions: every chunk, or one time window's (Plan::win) */
-    L.nwin = pl.win ? ceil_div(max_seq_chunks(c, L.BT), pl.win) : 1;
+    L.nwin = pl.win ? pl.nwin : 1; /* (record_at plans with no windows) */
     const size_t bchh = bwd_slots(g, pl);
     const size_t state = (size_t)c->K * c->V, st = state * sizeof(state_t), rv = (size_t)L.BT * c->V * sizeof(rp_t);
     const bool polA = c->policy == REWY_POLICY_A;

@@ -66,6 +66,7 @@ struct Plan {
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
+    int nwin;                      /* and how many over the longest sequence (1: none) */
 };
 
 struct Prob {
