@@ -683,6 +683,21 @@ __device__ __forceinline__ void slab_top(Issue &issue, unsigned db, int sl, int 
     __syncthreads();          /* B1 */
 }
 
+/* What the pullbacks read of one chunk and value head: R and P (R̄ under WY) [BT][V] and S_c, S̄⁺ [K][V] at workspace
+ * entry x (slot · HV + hv), dO and v [tokens][HV][V] from the chunk's first token */
+template <class T> struct PbSlices {
+    const rp_t *R, *PR;
+    const state_t *Sc, *Sb;
+    const T *dO, *v;
+};
+template <class T>
+__device__ __forceinline__ PbSlices<T> pb_slices(const Prob &p, size_t x, size_t tok0, int hv, const rp_t *R,
+                                                 const rp_t *PR, const state_t *Sc, const state_t *Sb, const T *dO,
+                                                 const T *v) {
+    const size_t rows = x * p.BT * p.V, st = x * p.K * p.V, tk = tok0 * p.HV * p.V + (size_t)hv * p.V;
+    return {R + rows, PR + rows, Sc + st, Sb + st, dO + tk, v + tk};
+}
+
 /* Slab sl's buffers of those tiles (buffer b = sl & 1), as copy_slab filled them */
 template <class T> struct SlabTiles {
     rp_t *PR;

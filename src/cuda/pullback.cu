@@ -149,9 +149,7 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
         const int hv = h * p.G + r;
         /* G, β, A (and W̄ scratch) by chunk; the scans' R, P (R̄), S_c, S̄⁺ by workspace slot (blockIdx.x) */
         const size_t ch = (size_t)c * p.HV + hv, cs = (size_t)blockIdx.x * p.HV + hv;
-        const rp_t *Rc = R + cs * BT * p.V, *PRc = PR + cs * BT * p.V;
-        const state_t *Scc = Sc + cs * p.K * p.V, *Sbc = Sbar + cs * p.K * p.V;
-        const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
+        const PbSlices<T> hs = pb_slices<T>(p, cs, tok0, hv, R, PR, Sc, Sbar, do_, v); /* this chunk and value head's */
         float *Wc = wsm ? Wsm : Wbar + ch * BT * Kp;
         copy_tile<float>(Gs, 2 * BT, 1, 2 * BT, GB + ch * 2 * BT, 2 * BT, 1, 0, 2 * BT);
         if (wy) copy_tile<float>(As, LDN, BT, BT, A + ch * BT * BT, BT, BT, 0, BT);
@@ -174,10 +172,10 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
 
         /* ---- phase 1: over V slabs: P (WY: Aᵀ R̄), dv, ⟨P,v⟩, P Rᵀ (ReWY) / R̄ Zᵀ (WY), Ō Rᵀ ---- */
         for (int v0 = 0; v0 < p.V; v0 += PBV) {
-            copy_tile<T>(Ot, PLDVT, BT, PBV, doc, rsv, n, v0, p.V);
-            copy_tile<T>(Vt, PLDVT, BT, PBV, vc, rsv, n, v0, p.V);
-            copy_tile_to(Rt, PLDV, BT, PBV, Rc, p.V, n, v0, p.V);
-            copy_tile_to(wy ? Bt : Pt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
+            copy_tile<T>(Ot, PLDVT, BT, PBV, hs.dO, rsv, n, v0, p.V);
+            copy_tile<T>(Vt, PLDVT, BT, PBV, hs.v, rsv, n, v0, p.V);
+            copy_tile_to(Rt, PLDV, BT, PBV, hs.R, p.V, n, v0, p.V);
+            copy_tile_to(wy ? Bt : Pt, PLDV, BT, PBV, hs.PR, p.V, n, v0, p.V);
             cp_async_wait();
             __syncthreads();
             if (wy) {
@@ -212,8 +210,8 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
         if (wy) {
             for (int k0 = 0; k0 < Kp; k0 += bk) {
                 for (int v0 = 0; v0 < p.V; v0 += PBV) {
-                    copy_tile_to(Bt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
-                    copy_tile<state_t>(Sct, PLDVT, bk, PBV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+                    copy_tile_to(Bt, PLDV, BT, PBV, hs.PR, p.V, n, v0, p.V);
+                    copy_tile<state_t>(Sct, PLDVT, bk, PBV, hs.Sc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
                     cp_async_wait();
                     __syncthreads();
                     bgemm<PB_NW>(BT, bk, PBV, Bt, PLDV, 1, Sct, 1, PLDVT, [&](int i, int j, float cc) {
@@ -270,11 +268,11 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
                 dGa[o] -= bg * xp * kv;
             };
             for (int v0 = 0; v0 < p.V; v0 += PBV) {
-                copy_tile<T>(Ot, PLDVT, BT, PBV, doc, rsv, n, v0, p.V);
-                copy_tile_to(Rt, PLDV, BT, PBV, Rc, p.V, n, v0, p.V);
-                if (!wy) copy_tile_to(Pt, PLDV, BT, PBV, PRc, p.V, n, v0, p.V);
-                copy_tile<state_t>(Sct, PLDVT, bk, PBV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
-                copy_tile<state_t>(Sbt, PLDVT, bk, PBV, Sbc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+                copy_tile<T>(Ot, PLDVT, BT, PBV, hs.dO, rsv, n, v0, p.V);
+                copy_tile_to(Rt, PLDV, BT, PBV, hs.R, p.V, n, v0, p.V);
+                if (!wy) copy_tile_to(Pt, PLDV, BT, PBV, hs.PR, p.V, n, v0, p.V);
+                copy_tile<state_t>(Sct, PLDVT, bk, PBV, hs.Sc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+                copy_tile<state_t>(Sbt, PLDVT, bk, PBV, hs.Sb + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
                 cp_async_wait();
                 __syncthreads();
                 for (int e = tid; e < bk * PBV; e += blockDim.x) {
@@ -552,13 +550,11 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         const int hv = h * p.G + r;
         /* G, β, A by chunk; R, P (R̄), S_c, S̄⁺ by workspace slot (blockIdx.x) */
         const size_t ch = (size_t)c * p.HV + hv, cs = (size_t)blockIdx.x * p.HV + hv;
-        const rp_t *Rc = R + cs * MAXBT * p.V, *PRc = PR + cs * MAXBT * p.V;
-        const state_t *Scc = Sc + cs * p.K * p.V, *Sbc = Sbar + cs * p.K * p.V;
-        const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
+        const PbSlices<T> hs = pb_slices<T>(p, cs, tok0, hv, R, PR, Sc, Sbar, do_, v); /* this chunk and value head's */
         /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
         const int ns = ceil_div(p.V, PF_BV);
         auto issue = [&](unsigned set, int sl) {
-            copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
+            copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS>(smc, L.slab, set, sl, p, n, hs.PR, hs.v, hs.R, hs.dO, hs.Sc, hs.Sb, rsv);
         };
         const unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
 

@@ -96,10 +96,8 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
     const size_t tok0 = (size_t)ci.tok0, ch = (size_t)c * p.HV + hv;
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
     const float *Gch = Gc + ch * BT * Kp;
-    const rp_t *Rc = R + ch * BT * p.V, *PRc = PR + ch * BT * p.V;
-    const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
+    const PbSlices<T> hs = pb_slices<T>(p, ch, tok0, hv, R, PR, Sc, Sbar, do_, v); /* this chunk and value head's */
     const T *kc = k + (tok0 * p.H + h) * p.K, *qc = q + (tok0 * p.H + h) * p.K;
-    const T *doc = do_ + tok0 * rsv + (size_t)hv * p.V, *vc = v + tok0 * rsv + (size_t)hv * p.V;
     float *Wc = Wbar ? Wbar + ch * BT * Kp : nullptr;
     const float sc = p.scale;
     const int row = tid / VP_PARTS, part = tid % VP_PARTS;
@@ -134,13 +132,13 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
     /* ---- pass A, over V slabs: P (WY: AᵀR̄), v̄, w̄, Σ_V W̄_e; D ← P Rᵀ (WY: Ā ← R̄ Zᵀ); H_q ← Ō Rᵀ ---- */
     for (int v0 = 0; v0 < p.V; v0 += VPV) {
         __syncthreads();
-        copy_tile_to(Rv, VLDK, BT, VPV, Rc, p.V, n, v0, p.V);
-        copy_tile_to(wy ? Bv : Pv, VLDK, BT, VPV, PRc, p.V, n, v0, p.V);
+        copy_tile_to(Rv, VLDK, BT, VPV, hs.R, p.V, n, v0, p.V);
+        copy_tile_to(wy ? Bv : Pv, VLDK, BT, VPV, hs.PR, p.V, n, v0, p.V);
         for (int e = tid; e < BT * VPV; e += blockDim.x) {
             const int i = e / VPV, j = e - i * VPV, ve = v0 + j;
             const bool ok = i < n && ve < p.V;
-            Ov[i * VLDK + j] = ok ? ld<T>(doc + i * rsv + ve) : 0.f;
-            if (wy) Zs[i * VLDK + j] = ok ? vg_write<T>(p, beta, w, tok0 + i, hv, ve) * ld<T>(vc + i * rsv + ve) : 0.f;
+            Ov[i * VLDK + j] = ok ? ld<T>(hs.dO + i * rsv + ve) : 0.f;
+            if (wy) Zs[i * VLDK + j] = ok ? vg_write<T>(p, beta, w, tok0 + i, hv, ve) * ld<T>(hs.v + i * rsv + ve) : 0.f;
         }
         cp_async_wait();
         __syncthreads();
@@ -154,7 +152,7 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
                 for (int jj = 0; jj < VPV / VP_PARTS; jj++) {
                     const int j = part * (VPV / VP_PARTS) + jj, ve = v0 + j;
                     if (ve < p.V) {
-                        const float pv = Pv[row * VLDK + j], vv = ld<T>(vc + row * rsv + ve);
+                        const float pv = Pv[row * VLDK + j], vv = ld<T>(hs.v + row * rsv + ve);
                         const size_t o = (tok0 + row) * rsv + (size_t)hv * p.V + ve;
                         st<T>(dv + o, vg_write<T>(p, beta, w, tok0 + row, hv, ve) * pv);
                         if (dw) st<T>(dw + o, pv * vv);
@@ -175,8 +173,8 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
         for (int k0 = 0; k0 < Kp; k0 += VKB) {
             for (int v0 = 0; v0 < p.V; v0 += VPV) {
                 __syncthreads();
-                copy_tile_to(Bv, VLDK, BT, VPV, PRc, p.V, n, v0, p.V);
-                copy_tile<state_t>(Scs, VLDS, VKB, VPV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+                copy_tile_to(Bv, VLDK, BT, VPV, hs.PR, p.V, n, v0, p.V);
+                copy_tile<state_t>(Scs, VLDS, VKB, VPV, hs.Sc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
                 cp_async_wait();
                 __syncthreads();
                 bgemm<VP_NW>(BT, VKB, VPV, Bv, VLDK, 1, Scs, 1, VLDS, [&](int i, int j, float cc) {
@@ -218,13 +216,13 @@ vec_pullback_kernel(Prob p, const T *q, const T *k, const T *v, const T *beta, c
         /* Ē_dir (ReWY: −P S_cᵀ), Ō S_cᵀ, F̄ = R S̄⁺ᵀ, diag(S̄⁺ S_cᵀ) */
         for (int v0 = 0; v0 < p.V; v0 += VPV) {
             __syncthreads();
-            copy_tile_to(Rv, VLDK, BT, VPV, Rc, p.V, n, v0, p.V);
-            if (!wy) copy_tile_to(Pv, VLDK, BT, VPV, PRc, p.V, n, v0, p.V);
-            copy_tile<state_t>(Scs, VLDS, VKB, VPV, Scc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
-            copy_tile<state_t>(Sbs, VLDS, VKB, VPV, Sbc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+            copy_tile_to(Rv, VLDK, BT, VPV, hs.R, p.V, n, v0, p.V);
+            if (!wy) copy_tile_to(Pv, VLDK, BT, VPV, hs.PR, p.V, n, v0, p.V);
+            copy_tile<state_t>(Scs, VLDS, VKB, VPV, hs.Sc + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
+            copy_tile<state_t>(Sbs, VLDS, VKB, VPV, hs.Sb + (size_t)k0 * p.V, p.V, p.K - k0, v0, p.V);
             for (int e = tid; e < BT * VPV; e += blockDim.x) {
                 const int i = e / VPV, j = e - i * VPV;
-                Ov[i * VLDK + j] = (i < n && v0 + j < p.V) ? ld<T>(doc + i * rsv + v0 + j) : 0.f;
+                Ov[i * VLDK + j] = (i < n && v0 + j < p.V) ? ld<T>(hs.dO + i * rsv + v0 + j) : 0.f;
             }
             cp_async_wait();
             __syncthreads();
@@ -561,10 +559,8 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     const size_t ch = (size_t)c * p.HV + hv;
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V, rsb = (size_t)p.HV * p.K;
     const float *Gch = Gc + ch * MAXBT * p.Kp;
-    const rp_t *Rc = R + ch * MAXBT * p.V, *PRc = PR + ch * MAXBT * p.V;
-    const state_t *Scc = Sc + ch * p.K * p.V, *Sbc = Sbar + ch * p.K * p.V;
+    const PbSlices<T> hs = pb_slices<T>(p, ch, tok0, hv, R, PR, Sc, Sbar, do_, v); /* this chunk and value head's */
     const T *kc = k + ((size_t)tok0 * p.H + h) * p.K, *qc = q + ((size_t)tok0 * p.H + h) * p.K;
-    const T *doc = do_ + (size_t)tok0 * rsv + (size_t)hv * p.V, *vc = v + (size_t)tok0 * rsv + (size_t)hv * p.V;
     const T *bc = b ? b + ((size_t)tok0 * p.HV + hv) * p.K : nullptr; /* GDN2 erase gate rows */
     const T *wc = w ? w + (size_t)tok0 * rsv + (size_t)hv * p.V : nullptr; /* GDN2 write gate rows */
     const float sc = p.scale;
@@ -584,7 +580,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
     const int ns = ceil_div(p.V, VF_BV);
     auto issue = [&](unsigned set, int sl) {
-        copy_slab<T, VF_BV, VF_LDR, VF_LDH, KS>(smc, L.slab, set, sl, p, n, PRc, vc, Rc, doc, Scc, Sbc, rsv);
+        copy_slab<T, VF_BV, VF_LDR, VF_LDH, KS>(smc, L.slab, set, sl, p, n, hs.PR, hs.v, hs.R, hs.dO, hs.Sc, hs.Sb, rsv);
     };
     constexpr unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
     issue(SL_ALL, 0); /* slab 0, in one group with the setup copies above; waited on at the top of slab 0 */
