@@ -75,7 +75,7 @@ LIB_OBJ  += $(CU_OBJ)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-.PHONY: all lib run test emu-recurrent test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random e2e bench-api
+.PHONY: all lib run test emu-recurrent emu-windows test-c test-asan test-python cuda-compile test-cuda test-fla bench clean check-exports install test-install test-fuzz fuzz test-cuda-random e2e bench-api
 
 all: lib $(BUILD)/rewy
 
@@ -157,7 +157,7 @@ check-cli: $(BUILD)/rewy
 bench: all
 	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(BUILD)/rewy bench --policy both --reps 11 --max-seconds 40
 
-test: test-c emu-recurrent check-cli check-exports test-install test-asan test-fuzz cuda-compile test-python
+test: test-c emu-recurrent emu-windows check-cli check-exports test-install test-asan test-fuzz cuda-compile test-python
 
 # The CUDA token recurrence (src/cuda/recurrent.cu, the plan's path for K < 16) emulated on the host against the fp64
 # oracle through the accuracy harness: its per-column arithmetic is the kernels' own (recurrent_step.h), so a
@@ -170,6 +170,16 @@ $(BUILD)/tests/cuda/emu_recurrent: tests/cuda/emu_recurrent.cpp src/cuda/recurre
 	  $(LDLIBS) -o $@
 
 emu-recurrent: $(BUILD)/tests/cuda/emu_recurrent
+	$<
+
+# Policy R's time windows: their index arithmetic (src/cuda/windows.h, the kernels' and the planner's own) walked on
+# the host over random batches: every chunk once, every checkpoint the backward starts from written by the forward
+# (tests/cuda/emu_windows.cpp).
+$(BUILD)/tests/cuda/emu_windows: tests/cuda/emu_windows.cpp src/cuda/windows.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 $(WARN) -O2 -g -Isrc $< -o $@
+
+emu-windows: $(BUILD)/tests/cuda/emu_windows
 	$<
 
 # librewy.so exports exactly the functions that rewy.h declares REWY_API: no internals (hidden

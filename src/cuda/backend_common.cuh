@@ -134,7 +134,7 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec, int *nwin
         win = ncs >= 16 && (long)p.N * q * p.H >= 2L * pl.sms && 2L * p.N * q <= p.NC ? q : 0;
     }
     if (win <= 0 || win >= ncs) return 0; /* one window: none */
-    *nwin = ceil_div(ncs, win);
+    *nwin = win_count(ncs, win);
     return win;
 }
 
@@ -474,7 +474,8 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
     else if (win) REWY_TRY(cudaMemsetAsync(carry, 0, sizeof(float) * ckn, s));
     for (int w = L.nwin - 1; w >= 0; w--) {
         const Prob pw = window_prob(p, L, w);
-        const float *h0 = w > 0 ? ck + (w - 1) * ckn : a->h0, *dht = win ? carry : a->dht;
+        const int k0 = win_start_checkpoint(w);
+        const float *h0 = k0 >= 0 ? ck + k0 * ckn : a->h0, *dht = win ? carry : a->dht;
         float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;
         if (bvc > 0) {

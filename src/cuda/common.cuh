@@ -22,6 +22,7 @@
 #include "rewy.h"
 #include "gates.h" /* the log-gate floor: every cumsum G adds rewy_gate_floor(g) */
 #include "rewy_test.h" /* rewy_test_force: the plan's test-only override */
+#include "windows.h" /* the time windows' index arithmetic */
 
 namespace rewy_cuda {
 
@@ -93,30 +94,27 @@ struct Prob {
     int ck_win;
 };
 
+/* Prob's views of the window index arithmetic (windows.h, shared with its host model) */
 /* the chunks [b, e) of sequence sq that a scan walks: the whole sequence, or its part in the window */
 __device__ __forceinline__ void seq_chunks(const Prob &p, int sq, int &b, int &e) {
-    const int c0 = p.coff[sq], nc = p.coff[sq + 1] - c0;
-    b = c0 + (nc < p.win_lo ? nc : p.win_lo);
-    e = c0 + (nc < p.win_hi ? nc : p.win_hi);
+    win_seq_chunks(p.coff[sq], p.coff[sq + 1], p.win_lo, p.win_hi, b, e);
 }
 /* where the forward's step of chunk c (of a walk over [c_begin, c_end), one whole sequence) leaves a time window's
- * checkpoint (Prob::ck), else NULL: after every ck_win-th chunk but the last (whose state is the final one, ht) */
+ * checkpoint (Prob::ck), else NULL */
 __device__ __forceinline__ float *window_checkpoint(const Prob &p, int c_begin, int c, int c_end) {
-    const int done = c + 1 - c_begin;
-    if (!p.ck || c + 1 >= c_end || done % p.ck_win) return nullptr;
-    return p.ck + (size_t)(done / p.ck_win - 1) * p.N * p.HV * p.K * p.V;
+    if (!p.ck) return nullptr;
+    const int w = win_checkpoint(c_begin, c, c_end, p.ck_win);
+    return w < 0 ? nullptr : p.ck + (size_t)w * p.N * p.HV * p.K * p.V;
 }
 /* the parallel stages' grid over chunks: every chunk-table entry, or the window's slots */
 __host__ __device__ inline int chunk_slots(const Prob &p) { return p.win_len ? p.N * p.win_len : p.NC; }
 /* the chunk of slot x (−1: past its sequence's end) */
 __device__ __forceinline__ int slot_chunk(const Prob &p, int x) {
-    if (!p.win_len) return x;
-    const int sq = x / p.win_len, c = p.coff[sq] + p.win_lo + x % p.win_len;
-    return c < p.coff[sq + 1] ? c : -1;
+    return p.win_len ? win_slot_chunk(p.coff, p.win_lo, p.win_len, x) : x;
 }
 /* the workspace slot of chunk c, whose table entry is ci (c itself outside a window's backward) */
 __device__ __forceinline__ int chunk_slot(const Prob &p, int c, const ChunkInfo &ci) {
-    return p.win_len ? ci.seq * p.win_len + ci.idx - p.win_lo : c;
+    return p.win_len ? win_chunk_slot(ci.seq, ci.idx, p.win_lo, p.win_len) : c;
 }
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
