@@ -5,7 +5,7 @@
 # tl-cache.tar.xz where an earlier call returned one: FlashQLA's compiled kernels). FlashQLA compiles about 150 s a
 # shape on first use, so a cold call covers two or three shapes (SHAPES); the TileLang cache comes back under $OUT as
 # tl-cache.tar.xz for the next call (move it into .peers). FLA's compile and autotune land in .fla-cache.
-#   SHAPES=4x4096x16,1x8192x16 OPS=gdn,deltanet bash bench/dev/s24_api.sh
+#   SHAPES=4x4096x16,1x8192x16 OPS=gdn,deltanet [IMPLS=rewy,flashqla] bash bench/dev/s24_api.sh
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 mkdir -p build/cuda-on /tmp/fla .fla-cache/triton /tmp/tlcache
@@ -18,6 +18,6 @@ export CUDA_HOME=/usr/local/cuda REWY_LIBRARY=$PWD/build/cuda-on/librewy.so PYTH
   FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=$PWD/.fla-cache/triton TRITON_CACHE_AUTOTUNING=1 \
   TILELANG_CACHE_DIR=/tmp/tlcache
 PYTHONPATH=$PP timeout ${API_TIMEOUT:-540} python3 bench/bench_api.py --ops ${OPS:-gdn,deltanet} \
-  --shapes ${SHAPES:-4x4096x16,1x8192x16} --json $OUT/bench_api.jsonl > $OUT/bench_api.log 2>&1
+  --shapes ${SHAPES:-4x4096x16,1x8192x16} --impls ${IMPLS:-rewy,fla,flashqla} --json $OUT/bench_api.jsonl > $OUT/bench_api.log 2>&1
 echo "bench_api rc=$? $(el)"; cat $OUT/bench_api.log | tail -40
 tar cJf $OUT/tl-cache.tar.xz -C /tmp/tlcache . 2>/dev/null; ls -la $OUT/tl-cache.tar.xz
