@@ -212,7 +212,7 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
     /* the backward's per-chunk regions: every chunk, or one time window's (Plan::win) */
-    L.nwin = pl.win ? pl.nwin : 1; /* (record_at plans with no windows) */
+    L.nwin = pl.nwin;
     const size_t bchh = bwd_slots(g, pl);
     const size_t state = (size_t)c->K * c->V, st = state * sizeof(state_t), rv = (size_t)L.BT * c->V * sizeof(rp_t);
     const bool polA = c->policy == REWY_POLICY_A;

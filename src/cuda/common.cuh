@@ -67,7 +67,7 @@ struct Plan {
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
-    int nwin;                      /* and how many over the longest sequence (1: none) */
+    int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
 };
 
 struct Prob {
@@ -623,10 +623,25 @@ __device__ __forceinline__ void copy_tile_k(T *dst, int ldd, int rows, int ncols
     copy_tile<T>(dst, ldd, rows, ncols, src, rs, n, c0, cmax);
 }
 
+/* What the pullbacks read of one chunk and value head: R and P (R̄ under WY) [BT][V] and S_c, S̄⁺ [K][V] at workspace
+ * entry x (slot · HV + hv), dO and v [tokens][HV][V] from the chunk's first token */
+template <class T> struct PbSlices {
+    const rp_t *R, *PR;
+    const state_t *Sc, *Sb;
+    const T *dO, *v;
+};
+template <class T>
+__device__ __forceinline__ PbSlices<T> pb_slices(const Prob &p, size_t x, size_t tok0, int hv, const rp_t *R,
+                                                 const rp_t *PR, const state_t *Sc, const state_t *Sb, const T *dO,
+                                                 const T *v) {
+    const size_t rows = x * p.BT * p.V, st = x * p.K * p.V, tk = tok0 * p.HV * p.V + (size_t)hv * p.V;
+    return {R + rows, PR + rows, Sc + st, Sb + st, dO + tk, v + tk};
+}
+
 /* The fast pullbacks' V-slab copies (pullback.cu, vec_pullback.cu): the tiles of slab sl named in `set`
  * (bits SL_*) into the buffers slab sl uses, at byte offsets slab[tile][sl & 1] of smc. Slabs are BVS
  * columns wide; rp_t tiles (P or R̄, R) have rows of LDR elements, input-type ones (V, Ō) and S_c, S̄⁺ LDH.
- * PR, R: [rows][V] per chunk; v, o: token rows of stride rsv; Sc, Sb: [K][V] per chunk; n valid rows. */
+ * hs: the chunk and value head's slices (pb_slices); n valid rows. */
 /* slab[t][b] (b = 0, 1) with no runtime array index: indexed at run time, the layout's offset table (a
  * constexpr or a kernel parameter) is copied to local memory (vec_pullback_fast: a 144–160 B stack
  * frame and 16 % more time, measured) */
@@ -634,18 +649,18 @@ __device__ __forceinline__ int slab_at(const int (&slab)[SL_NT][2], int t, int b
 
 template <class T, int BVS, int LDR, int LDH, int KS>
 __device__ __forceinline__ void copy_slab(char *smc, const int (&slab)[SL_NT][2], unsigned set, int sl, const Prob &p,
-                                          int n, const rp_t *PR, const T *v, const rp_t *R, const T *o,
-                                          const state_t *Sc, const state_t *Sb, size_t rsv) {
+                                          int n, const PbSlices<T> &hs) {
     const int v0 = sl * BVS, b = sl & 1;
+    const size_t rsv = (size_t)p.HV * p.V;
     auto rp = [&](int t) { return reinterpret_cast<rp_t *>(smc + slab_at(slab, t, b)); };
     auto in = [&](int t) { return reinterpret_cast<T *>(smc + slab_at(slab, t, b)); };
     auto sta = [&](int t) { return reinterpret_cast<state_t *>(smc + slab_at(slab, t, b)); };
-    if (set & (1u << SL_PR)) copy_tile<rp_t>(rp(SL_PR), LDR, MAXBT, BVS, PR, p.V, n, v0, p.V);
-    if (set & (1u << SL_V)) copy_tile<T>(in(SL_V), LDH, MAXBT, BVS, v, rsv, n, v0, p.V);
-    if (set & (1u << SL_R)) copy_tile<rp_t>(rp(SL_R), LDR, MAXBT, BVS, R, p.V, n, v0, p.V);
-    if (set & (1u << SL_O)) copy_tile<T>(in(SL_O), LDH, MAXBT, BVS, o, rsv, n, v0, p.V);
-    if (set & (1u << SL_SC)) copy_tile<state_t>(sta(SL_SC), LDH, KS, BVS, Sc, p.V, p.K, v0, p.V);
-    if (set & (1u << SL_SB)) copy_tile<state_t>(sta(SL_SB), LDH, KS, BVS, Sb, p.V, p.K, v0, p.V);
+    if (set & (1u << SL_PR)) copy_tile<rp_t>(rp(SL_PR), LDR, MAXBT, BVS, hs.PR, p.V, n, v0, p.V);
+    if (set & (1u << SL_V)) copy_tile<T>(in(SL_V), LDH, MAXBT, BVS, hs.v, rsv, n, v0, p.V);
+    if (set & (1u << SL_R)) copy_tile<rp_t>(rp(SL_R), LDR, MAXBT, BVS, hs.R, p.V, n, v0, p.V);
+    if (set & (1u << SL_O)) copy_tile<T>(in(SL_O), LDH, MAXBT, BVS, hs.dO, rsv, n, v0, p.V);
+    if (set & (1u << SL_SC)) copy_tile<state_t>(sta(SL_SC), LDH, KS, BVS, hs.Sc, p.V, p.K, v0, p.V);
+    if (set & (1u << SL_SB)) copy_tile<state_t>(sta(SL_SB), LDH, KS, BVS, hs.Sb, p.V, p.K, v0, p.V);
 }
 
 /* Places the V-slab tiles from byte offset o: tile i (sz[i] bytes) gets buffer 0, and buffer 1 where
@@ -679,21 +694,6 @@ __device__ __forceinline__ void slab_top(Issue &issue, unsigned db, int sl, int 
     cp_async_commit();
     cp_async_wait_group<1>(); /* only slab sl+1's copies may still run */
     __syncthreads();          /* B1 */
-}
-
-/* What the pullbacks read of one chunk and value head: R and P (R̄ under WY) [BT][V] and S_c, S̄⁺ [K][V] at workspace
- * entry x (slot · HV + hv), dO and v [tokens][HV][V] from the chunk's first token */
-template <class T> struct PbSlices {
-    const rp_t *R, *PR;
-    const state_t *Sc, *Sb;
-    const T *dO, *v;
-};
-template <class T>
-__device__ __forceinline__ PbSlices<T> pb_slices(const Prob &p, size_t x, size_t tok0, int hv, const rp_t *R,
-                                                 const rp_t *PR, const state_t *Sc, const state_t *Sb, const T *dO,
-                                                 const T *v) {
-    const size_t rows = x * p.BT * p.V, st = x * p.K * p.V, tk = tok0 * p.HV * p.V + (size_t)hv * p.V;
-    return {R + rows, PR + rows, Sc + st, Sb + st, dO + tk, v + tk};
 }
 
 /* Slab sl's buffers of those tiles (buffer b = sl & 1), as copy_slab filled them */

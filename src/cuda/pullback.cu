@@ -554,7 +554,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
         const int ns = ceil_div(p.V, PF_BV);
         auto issue = [&](unsigned set, int sl) {
-            copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS>(smc, L.slab, set, sl, p, n, hs.PR, hs.v, hs.R, hs.dO, hs.Sc, hs.Sb, rsv);
+            copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS>(smc, L.slab, set, sl, p, n, hs);
         };
         const unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
 
