@@ -9,6 +9,9 @@
 #   race    racecheck with windows
 #   time    GPU-bound forward/backward ms and the layout's MiB at the long suite shapes, windows off / default
 #   kernels each kernel's summed device time and launches at GDN (4,4096,16) (ncu), windows off and by default
+#   prof    ncu sections of the forward's kkt_fast and chain at GDN (4,4096,16) (session 30)
+#   src     source counters of one launch (KREGEX) at GDN (4,4096,16) (session 30)
+#   kkt     session 30's kkt_fast by row strips (.carry/bins_kkt.tar.xz): oracle, sanitizers, times against main's
 #   api     the public Python API (bench/bench_api.py, rewy alone): times and peak memory
 source "$(dirname "$0")/carried_bins.sh"
 V=$B/bench/dev/variant_time
@@ -50,6 +53,44 @@ kernels) # where the windows' backward time goes: each kernel's device time (ncu
       sub(/^void /, "", k); sub(/[<(].*/, "", k); t[k] += $1; n[k]++}
       END {for (k in t) printf "%9.1f us  %3d launches  %s\n", t[k], n[k], k}' | sort -rn )
   done ;;
+prof) # session 30: where the forward's two kernels spend their time at GDN (4,4096,16): ncu sections, one launch each
+  for k in kkt_fast chain_pair; do
+    timeout 120 ncu --clock-control none -k "regex:$k" -c 1 --section SpeedOfLight --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --section InstructionStats --section Occupancy \
+      --section ComputeWorkloadAnalysis $V gdn 4 4096 16 once > $OUT/prof_$k.txt 2>&1
+    echo "[ncu $k] rc=$? $(el)"; grep -E "^  [A-Za-z]|Duration|Throughput|Issued|Eligible|Stall|Pipe|Occupancy|Registers|Shared Memory Config|Block Size|Grid Size" $OUT/prof_$k.txt | grep -vE "^\s*$" | head -60
+  done ;;
+src) # session 30: source counters of kernel launches (KREGEX, space-separated, default kkt_fast) at GDN (4,4096,16): per SASS and
+     # per CUDA line tables under $OUT (read them here with bench/dev/ncu_sass_summary.py)
+  for kr in ${KREGEX:-kkt_fast}; do nm=src_${kr//[^a-z_]/}
+  timeout 200 ncu --clock-control none -k "regex:$kr" -c 1 --section SourceCounters --section WarpStateStats \
+    --section SpeedOfLight -o /tmp/$nm -f $V gdn 4 4096 16 once > /dev/null 2>&1
+  echo "[ncu src $kr] rc=$? $(el)"
+  ncu -i /tmp/$nm.ncu-rep --page source --csv --print-source sass > $OUT/$nm.csv 2>&1
+  ncu -i /tmp/$nm.ncu-rep --page source --csv --print-source cuda > $OUT/$nm.cuda.csv 2>&1
+  python3 bench/dev/ncu_sass_summary.py $OUT/$nm.csv 25 | head -60; done ;;
+kkt) # session 30: kkt_fast by row strips (.carry/bins_kkt.tar.xz, build/kkt) against main's binaries (build/cuda-on)
+  tar xJf .carry/bins_kkt.tar.xz; N=build/kkt
+  for e in "" REWY_CUDA_WIN=1; do
+    env $e timeout 100 $N/tests/cuda/test_cuda > /tmp/tc.log 2>&1; echo "new test_cuda [$e] rc=$? $(tail -1 /tmp/tc.log) $(el)"
+    grep -E "FAIL" /tmp/tc.log | head -4
+  done
+  REWY_TEST_NO_GRAPH=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $N/tests/cuda/test_cuda --quick > /tmp/cs.log 2>&1
+  echo "new memcheck rc=$? $(grep -E 'ERROR SUMMARY' /tmp/cs.log | tail -1) $(el)"
+  timeout 100 $N/tests/cuda/test_random --seed 7 --count 150 > /tmp/tr.log 2>&1
+  echo "new test_random [seed 7, 150] rc=$? $(tail -1 /tmp/tr.log) $(el)"
+  for op in gdn delta; do for s in "4 4096 16" "8 2048 32" "16 1024 16" "1 8192 16"; do
+    for vt in $V $N/bench/dev/variant_time; do
+      r=$(timeout 30 $vt $op $s 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
+      echo "[$op $s] [${vt%%/bench*}] $r"
+    done
+  done; done
+  for vt in $V $N/bench/dev/variant_time; do
+    echo "[ncu kkt gdn 4 4096 16, ${vt%%/bench*}]"; kernel_table $vt gdn 4 4096 16 | grep kkt_fast
+  done
+  echo "$(el)"
+  REWY_TEST_NO_GRAPH=1 timeout 170 compute-sanitizer --tool racecheck --error-exitcode 9 $N/tests/cuda/test_cuda --quick > /tmp/cs.log 2>&1
+  echo "new racecheck rc=$? $(grep -E 'RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)" ;;
 api)
   timeout 250 python3 bench/bench_api.py --ops gdn,deltanet --impls rewy > /tmp/api.log 2>&1
   echo "bench_api rc=$? $(el)"; tail -30 /tmp/api.log ;;

@@ -223,11 +223,16 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
 
     /* G, β and A by chunk; C_q, W, U by workspace slot (the backward's window) */
     const size_t rs = (size_t)p.H * p.K, ch = (size_t)c * p.HV + hv, cw = (size_t)chunk_slot(p, c, ci) * p.HV + hv;
-    if (needA || Cq || WA) {
-        copy_tile<T>(Ks, LDK, MAXBT, KS, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
-        if (Cq) copy_tile<T>(Qs, LDK, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
-        if (VS > 0) copy_tile<T>(Vs, VS + 8, MAXBT, VS, v + ((size_t)ci.tok0 * p.HV + hv) * p.V, (size_t)p.HV * p.V, n, 0, p.V);
-        if (WA) copy_tile<float>(Ad, LDN, MAXBT, MAXBT, wu.A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
+    if (needA || Cq || WA) { /* compile-time tiles: the index arithmetic once per tile, not per 16-B vector */
+        copy_tile_k<T, MAXBT, KS, KKT_THREADS>(Ks, LDK, MAXBT, KS, k + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
+        if (Cq)
+            copy_tile_k<T, MAXBT, KS, KKT_THREADS>(Qs, LDK, MAXBT, KS, q + ((size_t)ci.tok0 * p.H + h) * p.K, rs, n, 0, p.K);
+        if (VS > 0)
+            copy_tile_k<T, MAXBT, VS, KKT_THREADS>(Vs, VS + 8, MAXBT, VS, v + ((size_t)ci.tok0 * p.HV + hv) * p.V,
+                                                   (size_t)p.HV * p.V, n, 0, p.V);
+        if (WA)
+            copy_tile_k<float, MAXBT, MAXBT, KKT_THREADS>(Ad, LDN, MAXBT, MAXBT, wu.A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0,
+                                                          MAXBT);
     }
     /* G: chunk_gate_cumsum (rows ≥ n repeat G_{n-1}); β (0 on rows ≥ n); GB directly */
     float *gbd = GB ? GB + ch * 2 * MAXBT : nullptr;
@@ -250,26 +255,30 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     cp_async_wait();
     __syncthreads();
 
-    /* tasks w, w+8, …, w+32 of [L tiles 0..19 | C_q tiles 0..19] (A NULL: C_q tiles only) */
-    const int nL = needA ? TRI_TILES : 0, nT = nL + (Cq ? TRI_TILES : 0);
+    /* L = 𝓛_<(β K Kᵀ ⊙ Γ) and C_q = 𝓛_≤(scale Q Kᵀ ⊙ Γ) by row strips (tri_strip): warps 0–3 the four strips of L,
+     * 4–7 those of C_q (A NULL: warps 0–3 C_q) */
+    const int warp = tid >> 5;
+    const bool isL = needA && warp < 4, isC = Cq && (needA ? warp >= 4 : warp < 4);
     cq_t *cqd = Cq ? Cq + cw * MAXBT * MAXBT : nullptr;
-    float accL[3][4][4];
-    tri_for_tasks(nL, nT, [&](int m, bool isL, int i0, int j0) {
-        float acc[4][4] = {};
-        pf_mma<1, true, true>(acc, KS, isL ? Ks : Qs, LDK, 1, Ks, 1, LDK, i0, j0);
-        pf_each<1>(i0, j0, acc, [&](int i, int j, int s, int e) {
+    float acc0[4][4] = {}, acc1[4][4] = {}; /* the strip's two pieces (4 and 0 or 2 column blocks) */
+    const int slot = warp & 3;
+    const TriPiece p0 = tri_piece(slot, 0), p1 = tri_piece(slot, 1);
+    /* the masks, β_i (L) or the scale (C_q) and the decay e^{G_i − G_j} of each element, then C_q out */
+    auto finish = [&](auto nb, float (&acc)[4][4], const TriPiece &pc) {
+        constexpr int NB = decltype(nb)::value;
+        pf_each<NB>(16 * pc.rt, pc.j0, acc, [&](int i, int j, int s, int e) {
             const bool keep = i < n && (isL ? j < i : j <= i);
             acc[s][e] = keep ? (isL ? bs[i] : p.scale) * acc[s][e] * gexp(p, Gs[i] - Gs[j]) : 0.f;
         });
-        if (isL) {
-            if (m < 3) { /* task < 20 ⇒ m ≤ 2 */
-#pragma unroll
-                for (int e = 0; e < 4; e++) accL[m < 3 ? m : 0][0][e] = acc[0][e];
-            }
-        } else {
-            tri_put_tile(cqd, i0, j0, acc, MAXBT);
-        }
-    });
+        if (isC) tri_put_strip<NB>(cqd, 16 * pc.rt, pc.j0, acc, MAXBT);
+    };
+    if (isL || isC) {
+        const T *As_ = isL ? Ks : Qs; /* the strip's left operand: K (L) or Q (C_q); the right one is K */
+        pf_mma<4, true, true>(acc0, KS, As_, LDK, 1, Ks, 1, LDK, 16 * p0.rt, p0.j0);
+        if (p1.nb) pf_mma<2, true, true>(acc1, KS, As_, LDK, 1, Ks, 1, LDK, 16 * p1.rt, p1.j0);
+        finish(std::integral_constant<int, 4>{}, acc0, p0);
+        if (p1.nb) finish(std::integral_constant<int, 2>{}, acc1, p1);
+    }
     if (Cq) tri_store_upper_zeros(cqd);
     if constexpr (WA) { /* the backward: W (and U) from the saved A (K is intact: no L was formed) */
         kkt_wu<KS, VS>(p, Ks, Vs, Ad, Ad, Gs, bs, n, wu.W + cw * MAXBT * KS, VS > 0 ? wu.U + cw * MAXBT * VS : nullptr);
@@ -277,7 +286,13 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     }
     if (!needA) return;
     __syncthreads(); /* every read of Ks/Qs is done: L goes over them */
-    tri_finish_A(Aout + ch * MAXBT * MAXBT, Ls, As, n, nL, accL);
+    if (isL) {
+        tri_put_strip<4>(Ls, 16 * p0.rt, p0.j0, acc0, LDN);
+        if (p1.nb) tri_put_strip<2>(Ls, 16 * p1.rt, p1.j0, acc1, LDN);
+    }
+    __syncthreads();
+    tri_inverse64(Ls, As, n);
+    tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n);
     if constexpr (WU)
         kkt_wu<KS, VS>(p, Ks, Vs, Ls, As, Gs, bs, n, wu.W + cw * MAXBT * KS, wu.U + cw * MAXBT * VS);
 }

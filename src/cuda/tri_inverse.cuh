@@ -68,6 +68,22 @@ __device__ __forceinline__ void tri_for_tasks(int nL, int nT, F f) {
     }
 }
 
+/* Row strips of a 64×64 lower triangle (diagonal blocks included): row tile rt (rows 16rt…16rt+15) has 2rt + 2
+ * column blocks of 8. A warp's strip loads each k step's A fragment once for all of its blocks; tri_for_tasks'
+ * 16×8 tasks loaded it once per block and paid each task's setup (the fast kkt's 40 tasks: about 30 instructions
+ * per mma, Nsight, session 30). Four strips cover the 20 blocks, 4 to 6 blocks each, as two pieces
+ * (row tile, first column, blocks): */
+struct TriPiece {
+    int rt, j0, nb;
+};
+/* slot 0: rows 48…63, columns 0…31;  slot 1: rows 48…63, columns 32…63;
+ * slot 2: rows 32…47, columns 0…31, and rows 0…15, columns 0…15;  slot 3: rows 16…31, columns 0…31, and rows
+ * 32…47, columns 32…47. The first piece has 4 blocks (pf_mma<4>), the second 0 or 2 (pf_mma<2>). */
+__device__ __forceinline__ TriPiece tri_piece(int slot, int k) {
+    if (k == 0) return slot == 0 ? TriPiece{3, 0, 4} : slot == 1 ? TriPiece{3, 32, 4} : slot == 2 ? TriPiece{2, 0, 4} : TriPiece{1, 0, 4};
+    return slot == 2 ? TriPiece{0, 0, 2} : slot == 3 ? TriPiece{2, 32, 2} : TriPiece{0, 0, 0};
+}
+
 /* one warp's 16×8 mma tile (NS = 1 fragment, pf_mma layout) → dst with row stride ld
  * (Ls: ld = LDN in shared memory; C_q: ld = 64 in global memory) */
 __device__ __forceinline__ void tri_put_tile(float *dst, int i0, int j0, const float (&acc)[4][4], int ld = LDN) {
@@ -80,6 +96,18 @@ __device__ __forceinline__ void tri_put_tile(__nv_bfloat16 *dst, int i0, int j0,
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     *reinterpret_cast<__nv_bfloat162 *>(dst + (i0 + g) * ld + j0 + 2 * t) = __floats2bfloat162_rn(acc[0][0], acc[0][1]);
     *reinterpret_cast<__nv_bfloat162 *>(dst + (i0 + g + 8) * ld + j0 + 2 * t) = __floats2bfloat162_rn(acc[0][2], acc[0][3]);
+}
+
+/* a warp's 16 × 8·NB strip (pf_mma layout) → dst with row stride ld: tri_put_tile per column block */
+template <int NB, class E>
+__device__ __forceinline__ void tri_put_strip(E *dst, int i0, int j0, float (&acc)[4][4], int ld) {
+#pragma unroll
+    for (int s = 0; s < NB; s++) {
+        float one[4][4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) one[0][e] = acc[s][e];
+        tri_put_tile(dst, i0, j0 + 8 * s, one, ld);
+    }
 }
 
 /* A = (I + L)⁻¹ (see the header). Call with blockDim.x == 256 after a barrier that completes Ls;
