@@ -13,5 +13,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   flash-qla==0.1.3 tilelang==0.1.15 "apache-tvm-ffi>=0.1.11,<0.1.13" "z3-solver>=4.13.0,<4.15.5" torch-c-dlpack-ext
 mkdir -p "$work/site" "$dest"
 for w in "$work"/wheels/*.whl; do python3 -m zipfile -e "$w" "$work/site"; done
-tar cJf "$dest/peers-site.tar.xz" -C "$work" site
+# z3-solver's data folder (its command-line binary and C headers, 22 MB) is not imported: left out, so that the
+# pack fits a call's carry beside librewy.so and the TileLang cache
+tar cJf "$dest/peers-site.tar.xz" -C "$work" --exclude="site/z3_solver-*.data" site
 ls -la "$dest/peers-site.tar.xz"

@@ -100,8 +100,8 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
 /* ==== The fast path: 2-byte inputs, chunk 64, Kp = KS ∈ {64, 128, 256} ====
  * Same outputs as kkt_inverse_kernel. K and Q are staged once (row-major, k contiguous: both operands
  * of K Kᵀ and Q Kᵀ load with one 32-bit shared load per pair, conflict-free at KS+8). The lower
- * triangles of L and C_q are 2 × 20 warp tiles of 16×8 (tri_tile), five per warp, accumulated in
- * registers over the whole K (pf_mma, bf16/fp16 exact in tf32, fp32 accumulation); the masks, β_i and
+ * triangles of L and C_q are 2 × 4 warp strips of 16 rows (tri_piece: 4 to 6 column blocks of 8, one per warp),
+ * accumulated in registers over the whole K (pf_mma, bf16/fp16 exact in tf32, fp32 accumulation); the masks, β_i and
  * e^{G_i − G_j} are applied per fragment element (the exponent is ≤ 0 on the kept elements, so −1000
  * resets stay finite; the rest are selected away). C_q goes from the fragments straight to global
  * memory (bf16 pairs), its upper zeros by 16-B stores. L stays in registers over one barrier and
