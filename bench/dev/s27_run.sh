@@ -53,8 +53,8 @@ kernels) # where the windows' backward time goes: each kernel's device time (ncu
       sub(/^void /, "", k); sub(/[<(].*/, "", k); t[k] += $1; n[k]++}
       END {for (k in t) printf "%9.1f us  %3d launches  %s\n", t[k], n[k], k}' | sort -rn )
   done ;;
-prof) # session 30: where the forward's two kernels spend their time at GDN (4,4096,16): ncu sections, one launch each
-  for k in kkt_fast chain_pair; do
+prof) # session 30: where kernels (KREGEX; default the forward's two) spend their time at GDN (4,4096,16): ncu sections, one launch each
+  for k in ${KREGEX:-kkt_fast chain_pair}; do
     timeout 120 ncu --clock-control none -k "regex:$k" -c 1 --section SpeedOfLight --section WarpStateStats \
       --section SchedulerStats --section MemoryWorkloadAnalysis --section InstructionStats --section Occupancy \
       --section ComputeWorkloadAnalysis $V gdn 4 4096 16 once > $OUT/prof_$k.txt 2>&1
@@ -69,7 +69,8 @@ src) # session 30: source counters of kernel launches (KREGEX, space-separated, 
   ncu -i /tmp/$nm.ncu-rep --page source --csv --print-source sass > $OUT/$nm.csv 2>&1
   ncu -i /tmp/$nm.ncu-rep --page source --csv --print-source cuda > $OUT/$nm.cuda.csv 2>&1
   python3 bench/dev/ncu_sass_summary.py $OUT/$nm.csv 25 | head -60; done ;;
-kkt) # session 30: kkt_fast by row strips (.carry/bins_kkt.tar.xz, build/kkt) against main's binaries (build/cuda-on)
+kkt) # session 30: a candidate's binaries (.carry/bins_kkt.tar.xz, build/kkt) against main's (build/cuda-on): oracle,
+     # sanitizers, GPU-bound times, and the device time of the kernels KGREP names (default kkt_fast)
   tar xJf .carry/bins_kkt.tar.xz; N=build/kkt
   for e in "" REWY_CUDA_WIN=1; do
     env $e timeout 100 $N/tests/cuda/test_cuda > /tmp/tc.log 2>&1; echo "new test_cuda [$e] rc=$? $(tail -1 /tmp/tc.log) $(el)"
@@ -79,14 +80,14 @@ kkt) # session 30: kkt_fast by row strips (.carry/bins_kkt.tar.xz, build/kkt) ag
   echo "new memcheck rc=$? $(grep -E 'ERROR SUMMARY' /tmp/cs.log | tail -1) $(el)"
   timeout 100 $N/tests/cuda/test_random --seed 7 --count 150 > /tmp/tr.log 2>&1
   echo "new test_random [seed 7, 150] rc=$? $(tail -1 /tmp/tr.log) $(el)"
-  for op in gdn delta; do for s in "4 4096 16" "8 2048 32" "16 1024 16" "1 8192 16"; do
+  for op in gdn delta; do for s in ${TSHAPES:-4x4096x16 8x2048x32 16x1024x16 1x8192x16}; do s=${s//x/ }
     for vt in $V $N/bench/dev/variant_time; do
       r=$(timeout 30 $vt $op $s 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
       echo "[$op $s] [${vt%%/bench*}] $r"
     done
   done; done
   for vt in $V $N/bench/dev/variant_time; do
-    echo "[ncu kkt gdn 4 4096 16, ${vt%%/bench*}]"; kernel_table $vt gdn 4 4096 16 | grep kkt_fast
+    echo "[ncu gdn 4 4096 16, ${vt%%/bench*}]"; kernel_table $vt gdn 4 4096 16 | grep -E "${KGREP:-kkt_fast}"
   done
   echo "$(el)"
   REWY_TEST_NO_GRAPH=1 timeout 170 compute-sanitizer --tool racecheck --error-exitcode 9 $N/tests/cuda/test_cuda --quick > /tmp/cs.log 2>&1

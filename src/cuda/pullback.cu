@@ -538,8 +538,11 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
 
     /* G, β (and WY's A) of value head (chunk, hv) into Gs (As): outside region X */
     auto copy_gates = [&](size_t ch) {
-        copy_tile<float>(Gs, 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1, 0, 2 * MAXBT);
-        if (WY) copy_tile<float>(As, PF_LDF, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
+        copy_tile_k<float, 1, 2 * MAXBT, PF_THREADS>(Gs, 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1, 0,
+                                                      2 * MAXBT);
+        if (WY)
+            copy_tile_k<float, MAXBT, MAXBT, PF_THREADS>(As, PF_LDF, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0,
+                                                         MAXBT);
     };
     /* K and Q of the chunk ([token][feature]; the K-side products read them as k-major B operands through
      * ldmatrix.trans), copied with the first value head's G, β in one cp.async group: one exposed load */
@@ -554,14 +557,15 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
         const int ns = ceil_div(p.V, PF_BV);
         auto issue = [&](unsigned set, int sl) {
-            copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS>(smc, L.slab, set, sl, p, n, hs);
+            copy_slab<T, PF_BV, PF_LDR, PF_LDH, KS, PF_THREADS>(smc, L.slab, set, sl, p, n, hs);
         };
         const unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
 
         copy_gates(ch);
         if (r == 0)
             for (int w = 0; w < 2; w++)
-                copy_tile<T>(w ? Qs : Ks, LDK, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K, rsk, n, 0, p.K);
+                copy_tile_k<T, MAXBT, KS, PF_THREADS>(w ? Qs : Ks, LDK, MAXBT, KS, (w ? q : k) + ((size_t)tok0 * p.H + h) * p.K,
+                                                      rsk, n, 0, p.K);
         cp_async_commit();
         /* slab 0, all tiles (region X is free: the previous value head's last reads of Γ … ended before its
          * closing barriers); waited on at the top of slab 0 */

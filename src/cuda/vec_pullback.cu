@@ -580,7 +580,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
     /* copies of V slab sl's tiles in `set` (bits SL_*) into the buffers slab sl uses */
     const int ns = ceil_div(p.V, VF_BV);
     auto issue = [&](unsigned set, int sl) {
-        copy_slab<T, VF_BV, VF_LDR, VF_LDH, KS>(smc, L.slab, set, sl, p, n, hs);
+        copy_slab<T, VF_BV, VF_LDR, VF_LDH, KS, VF_THREADS>(smc, L.slab, set, sl, p, n, hs);
     };
     constexpr unsigned one_early = slab_early((unsigned)L.db); /* single PR, V tiles: refilled from B2 */
     issue(SL_ALL, 0); /* slab 0, in one group with the setup copies above; waited on at the top of slab 0 */
