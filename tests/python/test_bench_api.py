@@ -37,6 +37,12 @@ def test_acceptance_lines():
             t[(op, s, "fla")] = (2.0, 3.0, 200.0)
     v = verdicts(fake(t), shapes)
     assert set(v.values()) == {"PASS"}, v
+    # the memory lines also give saved + peak (the backward's whole footprint) where the forward's share is known
+    res = fake(t)
+    res[("gdn", (4, 4096, 16), "rewy")]["saved_mib"] = 40.0
+    res[("gdn", (4, 4096, 16), "flashqla")]["saved_mib"] = 10.0
+    text = {name: x for name, x, _ in bench_api.acceptance(res, shapes)}
+    assert text["GDN peak backward MiB at (4, 4096, 16)"].endswith("saved + peak: 140.0, 160.0)"), text
     # one shape at 0.85× FlashQLA in the GDN backward: the geomean still ≥ 1, the floor of 0.9 is not
     t[("gdn", shapes[1], "flashqla")] = (1.1, 0.85, 150.0)
     # rewy's peak above FlashQLA's at (4,4096,16)
