@@ -255,7 +255,7 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     cp_async_wait();
     __syncthreads();
 
-    /* L = 𝓛_<(β K Kᵀ ⊙ Γ) and C_q = 𝓛_≤(scale Q Kᵀ ⊙ Γ) by row strips (tri_strip): warps 0–3 the four strips of L,
+    /* L = 𝓛_<(β K Kᵀ ⊙ Γ) and C_q = 𝓛_≤(scale Q Kᵀ ⊙ Γ) by row strips (tri_piece): warps 0–3 the four strips of L,
      * 4–7 those of C_q (A NULL: warps 0–3 C_q) */
     const int warp = tid >> 5;
     const bool isL = needA && warp < 4, isC = Cq && (needA ? warp >= 4 : warp < 4);

@@ -100,7 +100,7 @@ __device__ __forceinline__ void tri_put_tile(__nv_bfloat16 *dst, int i0, int j0,
 
 /* a warp's 16 × 8·NB strip (pf_mma layout) → dst with row stride ld: tri_put_tile per column block */
 template <int NB, class E>
-__device__ __forceinline__ void tri_put_strip(E *dst, int i0, int j0, float (&acc)[4][4], int ld) {
+__device__ __forceinline__ void tri_put_strip(E *dst, int i0, int j0, const float (&acc)[4][4], int ld) {
 #pragma unroll
     for (int s = 0; s < NB; s++) {
         float one[4][4];
