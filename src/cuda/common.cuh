@@ -94,8 +94,8 @@ struct Prob {
     int ck_win;
 };
 
-/* Prob's views of the window index arithmetic (windows.h, shared with its host model) */
-/* the chunks [b, e) of sequence sq that a scan walks: the whole sequence, or its part in the window */
+/* Prob's views of the window index arithmetic (windows.h, shared with its host model).
+ * The chunks [b, e) of sequence sq that a scan walks: the whole sequence, or its part in the window */
 __device__ __forceinline__ void seq_chunks(const Prob &p, int sq, int &b, int &e) {
     win_seq_chunks(p.coff[sq], p.coff[sq + 1], p.win_lo, p.win_hi, b, e);
 }

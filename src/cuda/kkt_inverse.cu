@@ -272,12 +272,17 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
         });
         if (isC) tri_put_strip<NB>(cqd, 16 * pc.rt, pc.j0, acc, MAXBT);
     };
+    /* f(blocks, accumulators, piece) for both pieces of this warp's strip */
+    auto each_piece = [&](auto f) {
+        f(std::integral_constant<int, 4>{}, acc0, p0);
+        if (p1.nb) f(std::integral_constant<int, 2>{}, acc1, p1);
+    };
     if (isL || isC) {
-        const T *As_ = isL ? Ks : Qs; /* the strip's left operand: K (L) or Q (C_q); the right one is K */
-        pf_mma<4, true, true>(acc0, KS, As_, LDK, 1, Ks, 1, LDK, 16 * p0.rt, p0.j0);
-        if (p1.nb) pf_mma<2, true, true>(acc1, KS, As_, LDK, 1, Ks, 1, LDK, 16 * p1.rt, p1.j0);
-        finish(std::integral_constant<int, 4>{}, acc0, p0);
-        if (p1.nb) finish(std::integral_constant<int, 2>{}, acc1, p1);
+        const T *Lop = isL ? Ks : Qs; /* the strip's left operand: K (L) or Q (C_q); the right one is K */
+        each_piece([&](auto nb, float (&acc)[4][4], const TriPiece &pc) {
+            pf_mma<decltype(nb)::value, true, true>(acc, KS, Lop, LDK, 1, Ks, 1, LDK, 16 * pc.rt, pc.j0);
+        });
+        each_piece(finish);
     }
     if (Cq) tri_store_upper_zeros(cqd);
     if constexpr (WA) { /* the backward: W (and U) from the saved A (K is intact: no L was formed) */
@@ -286,10 +291,10 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     }
     if (!needA) return;
     __syncthreads(); /* every read of Ks/Qs is done: L goes over them */
-    if (isL) {
-        tri_put_strip<4>(Ls, 16 * p0.rt, p0.j0, acc0, LDN);
-        if (p1.nb) tri_put_strip<2>(Ls, 16 * p1.rt, p1.j0, acc1, LDN);
-    }
+    if (isL)
+        each_piece([&](auto nb, float (&acc)[4][4], const TriPiece &pc) {
+            tri_put_strip<decltype(nb)::value>(Ls, 16 * pc.rt, pc.j0, acc, LDN);
+        });
     __syncthreads();
     tri_inverse64(Ls, As, n);
     tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n);
