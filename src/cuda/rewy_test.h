@@ -34,12 +34,14 @@ typedef struct rewy_test_force {
                       * grids only), where the shape allows: 1 on, 16, 32 or 64 on with that many value columns per block, 0 off */
     int win;         /* policy R's time windows (scalar gates, 2-byte inputs, the mma.sync chains and scans): n > 0 chunks
                       * per window where they apply, 0 off */
+    int fwd_chain_a; /* the forward register chain in the A-and-V form (R = A·diag(β)(V − γ ⊙ K S), A in bf16 from kkt,
+                      * no W or U): 1 on where the forward chain runs, else off (session 30's candidate) */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
