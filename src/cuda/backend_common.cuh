@@ -173,6 +173,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
     pl.scan_wg2 = plan_scan_wg2(p);
     pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
+    pl.fwd_chain_a = pl.fwd_chain > 0 && pl.force.fwd_chain_a == 1;
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
@@ -387,7 +388,9 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     const bool chain = !Op::vector_gates && pl.fwd_chain > 0 && L.has_wu;
     const bool fo = !Op::vector_gates && pl.fuse_output;
     WuOut wu;
-    if (chain || (fo && L.has_wu && pl.scan_wu)) {
+    if (chain && pl.fwd_chain_a) {
+        wu.Ab = at<__nv_bfloat16>(a->workspace, L.fW); /* the A-and-V form: A in bf16 over W's region, no W or U */
+    } else if (chain || (fo && L.has_wu && pl.scan_wu)) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
         if (pl.beside_kkt) { /* the scan starts beside kkt and waits per chunk on its flags */
@@ -406,8 +409,13 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
         pf.ck_win = pl.win;
     }
     if (chain) { /* S_c and R only where policy A saves them */
-        REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, a->h0, a->ht,
-                                      polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
+        if (pl.fwd_chain_a) /* W's place: A in bf16; U's: the input v */
+            REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, sg.GB, wu.Ab,
+                                          static_cast<const __nv_bfloat16 *>(a->v), Cq, a->h0, a->ht, polA ? Sc : nullptr,
+                                          polA ? R : nullptr, a->o, s, true));
+        else
+            REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, a->h0, a->ht,
+                                          polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
     } else if (fo) { /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
         ScanOut so;
         so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U; so.ready = wu.ready;

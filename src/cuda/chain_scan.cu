@@ -12,6 +12,10 @@
  * output in the same step, from the same register operands (MATH §2):
  *   Oᵀ = diag(scale·γ) ⊙ (S_cᵀ Qᵀ) + Rᵀ C_qᵀ,
  * whose products do not feed the chain: they fill its latency. S_c and R are stored only where policy A saves them.
+ * Its A-and-V form (AV; Plan::fwd_chain_a, test-forced: session 30's candidate, not yet measured) takes FlashQLA's
+ * chain: R = A diag(β)(V − γ ⊙ K S), with A in bf16 from kkt_inverse (wu.Ab) and V from the input, so kkt forms no
+ * W or U and each step reads K, V, A, Q and C_q (56 KB at 64 columns, against 64 with W and U), for one more
+ * dependent product a step (Yᵀ Aᵀ, 32 mma a warp).
  *
  * Why registers: a warp holds the transposed state Sᵀ (its 16 value columns × K) as mma accumulators. The
  * accumulator layout of m16n8k16 is the layout of its A operand, so every product whose left factor is the
@@ -203,12 +207,13 @@ __device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf
  * [chunk][hv][64][V] (the pair's is R's region, R written in its place). Sc, R: NULL where nothing reads them (the
  * forward pass under policy R). The pointers are separate parameters: in one struct (by value) the compiler held
  * them in registers (the pair: 252 registers a thread, 216 without). */
-template <int KS, int BVC, int VV, bool PAIR>
+template <int KS, int BVC, int VV, bool PAIR, bool AV = false>
 __global__ void __launch_bounds__(BVC * 2)
 chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const bf16 *U, const cq_t *Cq,
                   const float *h0, state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar,
                   rp_t *PR, int nb, bool lean, float *ht, bf16 *o) {
     constexpr bool FO = !PAIR;
+    static_assert(!AV || FO, "the A-and-V form is the forward pass's");
     using L = ChainLayout<KS, BVC>;
     constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
     constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
@@ -249,10 +254,16 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             cp16(smem_u32(st + L::oGB) + 16 * threadIdx.x, GB + ch * 2 * MAXBT + 4 * threadIdx.x);
         if (lean && cj.n == MAXBT) {
             lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oK), k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
-            lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + cw * MAXBT * KS, KS);
+            if (AV) /* A in bf16 in W's place, [64][LDA] */
+                lean_tile<MAXBT, LDA, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + cw * MAXBT * MAXBT, MAXBT);
+            else
+                lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + cw * MAXBT * KS, KS);
             if (rev)
                 lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX),
                                             do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv);
+            else if (AV) /* V's columns in U's place */
+                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX),
+                                            U + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv);
             else
                 lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), U + cw * MAXBT * VV + v0, VV);
             if (qc) {
@@ -265,11 +276,18 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         /* a sequence's last, partial chunk, or unaligned inputs: bounds-checked, zero-filled copies */
         copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oK), L::LDK, MAXBT, KS,
                                           k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
-        copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oW), L::LDK, MAXBT, KS, W + cw * MAXBT * KS, KS,
-                                          MAXBT, 0, KS);
+        if (AV)
+            copy_tile_k<bf16, MAXBT, MAXBT, NTH>(reinterpret_cast<bf16 *>(st + L::oW), LDA, MAXBT, MAXBT,
+                                                 W + cw * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
+        else
+            copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oW), L::LDK, MAXBT, KS, W + cw * MAXBT * KS,
+                                              KS, MAXBT, 0, KS);
         if (rev)
             copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
                                                do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+        else if (AV) /* V: the input, [token][HV][V] */
+            copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
+                                               U + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
         else /* U: kkt_inverse's, [chunk][hv][64][V] */
             copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
                                                U + cw * MAXBT * p.V, p.V, MAXBT, v0, p.V);
@@ -347,21 +365,45 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 for (int ks = 0; ks < KS / 16; ks++) {
                     uint32_t af[4];
                     acc_afrag<NK>(S, ks, af);
-                    mma_kstep<NT, false>(X, af, Ws, L::LDK, ks);
+                    mma_kstep<NT, false>(X, af, AV ? Ks : Ws, L::LDK, ks); /* AV: Xᵀ = Sᵀ Kᵀ */
                     mma_kstep<NT, false>(O, af, Qs, L::LDK, ks);
                 }
             } else {
                 chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ws, L::LDK);
             }
+            if constexpr (AV) {
+                /* Rᵀ = (diag(β)(V − γ ⊙ X))ᵀ Aᵀ: the bracket Y per token column j = 16ks + 2t (+1, +8, +9), from V's
+                 * tile in the stage, rounded to bf16 A fragments (acc_afrag's order); then R = A Y into X */
+                const float *bs = Gs + MAXBT;
+                uint32_t yf[NT / 2][4];
 #pragma unroll
-            for (int ks = 0; ks < NT / 2; ks++) {
-                uint32_t a[4];
-                smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a);
-                const float2 x0 = unpack_bf2(a[0]), x1 = unpack_bf2(a[1]), x2 = unpack_bf2(a[2]), x3 = unpack_bf2(a[3]);
-                X[2 * ks][0] = x0.x - X[2 * ks][0]; X[2 * ks][1] = x0.y - X[2 * ks][1];
-                X[2 * ks][2] = x1.x - X[2 * ks][2]; X[2 * ks][3] = x1.y - X[2 * ks][3];
-                X[2 * ks + 1][0] = x2.x - X[2 * ks + 1][0]; X[2 * ks + 1][1] = x2.y - X[2 * ks + 1][1];
-                X[2 * ks + 1][2] = x3.x - X[2 * ks + 1][2]; X[2 * ks + 1][3] = x3.y - X[2 * ks + 1][3];
+                for (int ks = 0; ks < NT / 2; ks++) {
+                    uint32_t a[4];
+                    smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a);
+                    const int j0 = 16 * ks + 2 * t, j1 = j0 + 8;
+                    const float g0 = gexp(p, Gs[j0]), g1 = gexp(p, Gs[j0 + 1]), g2 = gexp(p, Gs[j1]), g3 = gexp(p, Gs[j1 + 1]);
+                    const float b0 = bs[j0], b1 = bs[j0 + 1], b2 = bs[j1], b3 = bs[j1 + 1];
+                    const float2 v0_ = unpack_bf2(a[0]), v1_ = unpack_bf2(a[1]), v2_ = unpack_bf2(a[2]), v3_ = unpack_bf2(a[3]);
+                    yf[ks][0] = pack_bf2(b0 * (v0_.x - g0 * X[2 * ks][0]), b1 * (v0_.y - g1 * X[2 * ks][1]));
+                    yf[ks][1] = pack_bf2(b0 * (v1_.x - g0 * X[2 * ks][2]), b1 * (v1_.y - g1 * X[2 * ks][3]));
+                    yf[ks][2] = pack_bf2(b2 * (v2_.x - g2 * X[2 * ks + 1][0]), b3 * (v2_.y - g3 * X[2 * ks + 1][1]));
+                    yf[ks][3] = pack_bf2(b2 * (v3_.x - g2 * X[2 * ks + 1][2]), b3 * (v3_.y - g3 * X[2 * ks + 1][3]));
+                }
+#pragma unroll
+                for (int s = 0; s < NT; s++) X[s][0] = X[s][1] = X[s][2] = X[s][3] = 0.f;
+#pragma unroll
+                for (int ks = 0; ks < NT / 2; ks++) mma_kstep<NT, false>(X, yf[ks], Ws, LDA, ks);
+            } else {
+#pragma unroll
+                for (int ks = 0; ks < NT / 2; ks++) {
+                    uint32_t a[4];
+                    smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a);
+                    const float2 x0 = unpack_bf2(a[0]), x1 = unpack_bf2(a[1]), x2 = unpack_bf2(a[2]), x3 = unpack_bf2(a[3]);
+                    X[2 * ks][0] = x0.x - X[2 * ks][0]; X[2 * ks][1] = x0.y - X[2 * ks][1];
+                    X[2 * ks][2] = x1.x - X[2 * ks][2]; X[2 * ks][3] = x1.y - X[2 * ks][3];
+                    X[2 * ks + 1][0] = x2.x - X[2 * ks + 1][0]; X[2 * ks + 1][1] = x2.y - X[2 * ks + 1][1];
+                    X[2 * ks + 1][2] = x3.x - X[2 * ks + 1][2]; X[2 * ks + 1][3] = x3.y - X[2 * ks + 1][3];
+                }
             }
             if (PAIR || R) store_acc<NT>(X, stg, R + ch * MAXBT * VV, VV, vw, n);
             if constexpr (FO) {
@@ -517,21 +559,26 @@ int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
 
 cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,
                                  const bf16 *U, const cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R, void *o,
-                                 cudaStream_t s) {
+                                 cudaStream_t s, bool av) {
     if (bvc != 16 && bvc != 32 && bvc != 64) return cudaErrorInvalidValue;
     if (((uintptr_t)o & 15) != 0) return cudaErrorInvalidValue; /* chain_forward_bvc declines it */
-    /* full chunks take lean_tile's copies where the caller's q and k are 16-B aligned */
-    const bool lean = (((uintptr_t)q | (uintptr_t)k) & 15) == 0;
+    /* full chunks take lean_tile's copies where the caller's q and k (and v in the A-and-V form) are 16-B aligned */
+    const bool lean = (((uintptr_t)q | (uintptr_t)k | (av ? (uintptr_t)U : 0)) & 15) == 0;
     auto go = [&](auto ks, auto bv, auto vv) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value, VV = decltype(vv)::value;
         constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
-        cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false>>(sm);
-        if (e != cudaSuccess) return e;
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
-        chain_pair_kernel<KS, BVC, VV, false><<<nb, BVC * 2, sm, s>>>(
-            p, (const bf16 *)q, (const bf16 *)k, GB, W, U, Cq, h0, Sc, R, nullptr, nullptr, nullptr, nullptr, nullptr, 0, lean,
-            ht, (bf16 *)o);
-        return cudaGetLastError();
+        auto fire = [&](auto kern) -> cudaError_t {
+            cudaError_t e = ensure_smem<decltype(kern)::value>(sm);
+            if (e != cudaSuccess) return e;
+            decltype(kern)::value<<<nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, W, U, Cq, h0, Sc, R, nullptr,
+                                                          nullptr, nullptr, nullptr, nullptr, 0, lean, ht, (bf16 *)o);
+            return cudaGetLastError();
+        };
+        if (av) return fire(std::integral_constant<decltype(&chain_pair_kernel<KS, BVC, VV, false, true>),
+                                                   &chain_pair_kernel<KS, BVC, VV, false, true>>{});
+        return fire(std::integral_constant<decltype(&chain_pair_kernel<KS, BVC, VV, false>),
+                                           &chain_pair_kernel<KS, BVC, VV, false>>{});
     };
     auto by_v = [&](auto ks, auto bv) {
         return p.V == 64 ? go(ks, bv, std::integral_constant<int, 64>{}) : go(ks, bv, std::integral_constant<int, 128>{});

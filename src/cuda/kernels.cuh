@@ -22,6 +22,7 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
  *     policy R's register chains (chain_scan_bvc). */
 struct WuOut {
     __nv_bfloat16 *W = nullptr, *U = nullptr;
+    __nv_bfloat16 *Ab = nullptr; /* A in bf16 [slot][hv][64][64] beside the fp32 A (the forward chain's A-and-V form) */
     const float *A = nullptr;
     /* with W, U: where the scan runs beside (state_scan_beside_kkt), one flag per chunk and value head, zeroed,
      * set once the chunk's outputs are stored; the grid is then one block per SM, taking the chunks in the order
@@ -113,7 +114,7 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
 int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o); /* Plan::fwd_chain */
 cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const float *GB,
                                  const __nv_bfloat16 *W, const __nv_bfloat16 *U, const cq_t *Cq, const float *h0,
-                                 float *ht, state_t *Sc, rp_t *R, void *o, cudaStream_t s);
+                                 float *ht, state_t *Sc, rp_t *R, void *o, cudaStream_t s, bool av = false);
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
                              const float *A, const cq_t *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
                              const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,

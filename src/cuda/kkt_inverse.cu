@@ -298,6 +298,7 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     __syncthreads();
     tri_inverse64(Ls, As, n);
     tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n);
+    if (!WU && wu.Ab) tri_store_A(wu.Ab + cw * MAXBT * MAXBT, Ls, As, n); /* the forward chain's A-and-V form */
     if constexpr (WU)
         kkt_wu<KS, VS>(p, Ks, Vs, Ls, As, Gs, bs, n, wu.W + cw * MAXBT * KS, wu.U + cw * MAXBT * VS);
 }
@@ -380,6 +381,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
         }
     }
     if (p.win_len) return cudaErrorInvalidValue; /* a window's backward takes the fast path only (plan_windows) */
+    if (wu.Ab) return cudaErrorInvalidValue;      /* so does the forward chain's A-and-V form (chain_forward_bvc) */
     const int ldk = p.Kp + 8;
     const size_t smem = sizeof(T) * (size_t)MAXBT * ldk * (Cq ? 2 : 1) + sizeof(float) * (2 * MAXBT * LDN + 2 * MAXBT);
     auto kern = kkt_inverse_kernel<T>;

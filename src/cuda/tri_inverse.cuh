@@ -196,6 +196,17 @@ __device__ __forceinline__ void tri_store_A(float *dst, const float *Ls, const f
     }
 }
 
+/* the same in bf16 (the forward chain's A-and-V form reads A as a bf16 operand), four elements per 8-B store */
+__device__ __forceinline__ void tri_store_A(__nv_bfloat16 *dst, const float *Ls, const float *As, int n) {
+    for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += blockDim.x) {
+        const int i = e >> 4, j = (e & 15) << 2, bi = i >> 4, bj = j >> 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < n && bi >= bj) v = *reinterpret_cast<const float4 *>((bi == bj ? As : Ls) + i * LDN + j);
+        const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+        reinterpret_cast<uint2 *>(dst)[e] = make_uint2(*reinterpret_cast<const uint32_t *>(&a), *reinterpret_cast<const uint32_t *>(&b));
+    }
+}
+
 /* The common end of both intra kernels: the L tiles each warp holds (tasks warp, warp + 8, warp + 16 of
  * the nL tri_tile tasks, in accL[0..2]) into Ls, then A = (I+L)⁻¹ into dst. Call after a barrier that
  * frees Ls; returns after tri_store_A. */
