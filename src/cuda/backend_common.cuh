@@ -173,7 +173,6 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
     pl.scan_wg2 = plan_scan_wg2(p);
     pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
-    pl.fwd_chain_a = pl.fwd_chain > 0 && pl.force.fwd_chain_a == 1;
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
@@ -382,15 +381,15 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     ScanGates sg;
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
     rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
-    /* the register chain with the output in its steps (the whole forward after kkt), or the scan computing o itself
-     * (scalar gates only: vector gates' operands come from the gates stage); both run the two-product chain, with W
-     * and U from the gates stage, where the shapes allow */
+    /* the register chain with the output in its steps (the whole forward after kkt; its A-and-V form, with A in bf16
+     * from kkt over W's region and v the input), or the scan computing o itself, on the two-product chain with W and U
+     * from kkt where the shapes allow (scalar gates only: vector gates' operands come from the gates stage) */
     const bool chain = !Op::vector_gates && pl.fwd_chain > 0 && L.has_wu;
     const bool fo = !Op::vector_gates && pl.fuse_output;
     WuOut wu;
-    if (chain && pl.fwd_chain_a) {
-        wu.Ab = at<__nv_bfloat16>(a->workspace, L.fW); /* the A-and-V form: A in bf16 over W's region, no W or U */
-    } else if (chain || (fo && L.has_wu && pl.scan_wu)) {
+    if (chain) {
+        wu.Ab = at<__nv_bfloat16>(a->workspace, L.fW); /* the chain's A-and-V form: A in bf16 over W's region, no W or U */
+    } else if (fo && L.has_wu && pl.scan_wu) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
         if (pl.beside_kkt) { /* the scan starts beside kkt and waits per chunk on its flags */
@@ -409,13 +408,8 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
         pf.ck_win = pl.win;
     }
     if (chain) { /* S_c and R only where policy A saves them */
-        if (pl.fwd_chain_a) /* W's place: A in bf16; U's: the input v */
-            REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, sg.GB, wu.Ab,
-                                          static_cast<const __nv_bfloat16 *>(a->v), Cq, a->h0, a->ht, polA ? Sc : nullptr,
-                                          polA ? R : nullptr, a->o, s, true));
-        else
-            REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, sg.GB, wu.W, wu.U, Cq, a->h0, a->ht,
-                                          polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
+        REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, a->v, sg.GB, wu.Ab, Cq, a->h0, a->ht,
+                                      polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
     } else if (fo) { /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
         ScanOut so;
         so.q = a->q; so.Cq = Cq; so.o = a->o; so.W = wu.W; so.U = wu.U; so.ready = wu.ready;

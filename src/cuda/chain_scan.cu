@@ -5,6 +5,7 @@
  *
  * Forward (MATH §2), W = A E and U = A Z from kkt_inverse (U written over R's region, R then written in place):
  *   store S_c;   R = U − W S;   store R;   S ← γ_n S + Fᵀ R,   F_j = k_j e^{G_n − G_j} (j < n)
+ * (the forward pass's chain below takes R = A diag(β)(V − γ ⊙ K S) instead, the same R)
  * Reverse (MATH §3, §4b (1), §5 in the W form, as bwd_state_scan.cuh's WF chain):
  *   store S̄⁺;   R̄ = F S̄⁺ + C_qᵀ Ō;   store R̄;   S̄ ← γ_n S̄⁺ + Q_gᵀ Ō − Wᵀ R̄,   Q_g = scale·γ ⊙ q
  * and dh0 = S̄ at the sequence start; P = Aᵀ R̄ follows in parallel (launch_p_from_rbar).
@@ -12,10 +13,10 @@
  * output in the same step, from the same register operands (MATH §2):
  *   Oᵀ = diag(scale·γ) ⊙ (S_cᵀ Qᵀ) + Rᵀ C_qᵀ,
  * whose products do not feed the chain: they fill its latency. S_c and R are stored only where policy A saves them.
- * Its A-and-V form (AV; Plan::fwd_chain_a, test-forced: session 30's candidate, not yet measured) takes FlashQLA's
- * chain: R = A diag(β)(V − γ ⊙ K S), with A in bf16 from kkt_inverse (wu.Ab) and V from the input, so kkt forms no
- * W or U and each step reads K, V, A, Q and C_q (56 KB at 64 columns, against 64 with W and U), for one more
- * dependent product a step (Yᵀ Aᵀ, 32 mma a warp).
+ * It forms R in the A-and-V form, FlashQLA's: R = A diag(β)(V − γ ⊙ K S), with A in bf16 from kkt_inverse (wu.Ab)
+ * and V the input, so kkt forms no W or U, and a step reads K, V, A, Q and C_q: 56 KB at 64 columns against 64 KB
+ * with W and U, for one more dependent product a step (Yᵀ Aᵀ, 32 mma a warp). Measured (H100, session 31, GDN
+ * (4,4096,16)): kkt 215 → 143 µs, the chain 258 → 307 µs, the forward 0.473 → 0.452 ms GPU-bound.
  *
  * Why registers: a warp holds the transposed state Sᵀ (its 16 value columns × K) as mma accumulators. The
  * accumulator layout of m16n8k16 is the layout of its A operand, so every product whose left factor is the
@@ -203,17 +204,17 @@ __device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf
 }
 
 /* PAIR: blocks [0, nb) the reverse chain, [nb, 2nb) the forward (policy R's recompute: S_c and R for the pullback);
- * else every block the forward pass's chain with its output (FO), which also stores the final state ht. U: kkt's,
- * [chunk][hv][64][V] (the pair's is R's region, R written in its place). Sc, R: NULL where nothing reads them (the
+ * else every block the forward pass's chain with its output (FO), which also stores the final state ht. W, U: the
+ * pair's, kkt's ([chunk][hv][64][K] and [64][V]; U in R's region, R written in its place); FO's (the A-and-V form):
+ * A in bf16 ([chunk][hv][64][64], wu.Ab) and the input v ([token][HV][V]). Sc, R: NULL where nothing reads them (the
  * forward pass under policy R). The pointers are separate parameters: in one struct (by value) the compiler held
  * them in registers (the pair: 252 registers a thread, 216 without). */
-template <int KS, int BVC, int VV, bool PAIR, bool AV = false>
+template <int KS, int BVC, int VV, bool PAIR>
 __global__ void __launch_bounds__(BVC * 2)
 chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const bf16 *U, const cq_t *Cq,
                   const float *h0, state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar,
                   rp_t *PR, int nb, bool lean, float *ht, bf16 *o) {
     constexpr bool FO = !PAIR;
-    static_assert(!AV || FO, "the A-and-V form is the forward pass's");
     using L = ChainLayout<KS, BVC>;
     constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
     constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
@@ -254,14 +255,14 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             cp16(smem_u32(st + L::oGB) + 16 * threadIdx.x, GB + ch * 2 * MAXBT + 4 * threadIdx.x);
         if (lean && cj.n == MAXBT) {
             lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oK), k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
-            if (AV) /* A in bf16 in W's place, [64][LDA] */
+            if (FO) /* A in bf16 in W's place, [64][LDA] */
                 lean_tile<MAXBT, LDA, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + cw * MAXBT * MAXBT, MAXBT);
             else
                 lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oW), W + cw * MAXBT * KS, KS);
             if (rev)
                 lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX),
                                             do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv);
-            else if (AV) /* V's columns in U's place */
+            else if (FO) /* V's columns in U's place */
                 lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX),
                                             U + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv);
             else
@@ -276,7 +277,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         /* a sequence's last, partial chunk, or unaligned inputs: bounds-checked, zero-filled copies */
         copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oK), L::LDK, MAXBT, KS,
                                           k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
-        if (AV)
+        if (FO)
             copy_tile_k<bf16, MAXBT, MAXBT, NTH>(reinterpret_cast<bf16 *>(st + L::oW), LDA, MAXBT, MAXBT,
                                                  W + cw * MAXBT * MAXBT, MAXBT, MAXBT, 0, MAXBT);
         else
@@ -285,7 +286,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         if (rev)
             copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
                                                do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
-        else if (AV) /* V: the input, [token][HV][V] */
+        else if (FO) /* V: the input, [token][HV][V] */
             copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
                                                U + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
         else /* U: kkt_inverse's, [chunk][hv][64][V] */
@@ -358,20 +359,20 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
 
         if (!rev) {
             float O[NT][4] = {}; /* FO: Oᵀ, value columns × tokens */
-            /* Rᵀ = Uᵀ − Sᵀ Wᵀ: Sᵀ Wᵀ, then U (A-fragment order = accumulator order) from the stage minus it.
-             * FO: Oᵀ = Sᵀ Qᵀ from the same fragments of S = S_c, its products between the chain's */
+            /* the pair: Rᵀ = Uᵀ − Sᵀ Wᵀ: Sᵀ Wᵀ, then U (A-fragment order = accumulator order) from the stage minus it.
+             * FO: Xᵀ = Sᵀ Kᵀ, and Oᵀ = Sᵀ Qᵀ from the same fragments of S = S_c, its products between the chain's */
             if constexpr (FO) {
 #pragma unroll
                 for (int ks = 0; ks < KS / 16; ks++) {
                     uint32_t af[4];
                     acc_afrag<NK>(S, ks, af);
-                    mma_kstep<NT, false>(X, af, AV ? Ks : Ws, L::LDK, ks); /* AV: Xᵀ = Sᵀ Kᵀ */
+                    mma_kstep<NT, false>(X, af, Ks, L::LDK, ks);
                     mma_kstep<NT, false>(O, af, Qs, L::LDK, ks);
                 }
             } else {
                 chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ws, L::LDK);
             }
-            if constexpr (AV) {
+            if constexpr (FO) {
                 /* Rᵀ = (diag(β)(V − γ ⊙ X))ᵀ Aᵀ: the bracket Y per token column j = 16ks + 2t (+1, +8, +9), from V's
                  * tile in the stage, rounded to bf16 A fragments (acc_afrag's order); then R = A Y into X */
                 const float *bs = Gs + MAXBT;
@@ -557,28 +558,23 @@ int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
     return smem(bvc) <= p.plan.smem_optin ? bvc : 0;
 }
 
-cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,
-                                 const bf16 *U, const cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R, void *o,
-                                 cudaStream_t s, bool av) {
+cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const void *v, const float *GB,
+                                 const bf16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R, void *o,
+                                 cudaStream_t s) {
     if (bvc != 16 && bvc != 32 && bvc != 64) return cudaErrorInvalidValue;
     if (((uintptr_t)o & 15) != 0) return cudaErrorInvalidValue; /* chain_forward_bvc declines it */
-    /* full chunks take lean_tile's copies where the caller's q and k (and v in the A-and-V form) are 16-B aligned */
-    const bool lean = (((uintptr_t)q | (uintptr_t)k | (av ? (uintptr_t)U : 0)) & 15) == 0;
+    /* full chunks take lean_tile's copies where the caller's q, k and v are 16-B aligned */
+    const bool lean = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0;
     auto go = [&](auto ks, auto bv, auto vv) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value, VV = decltype(vv)::value;
         constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
+        cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false>>(sm);
+        if (e != cudaSuccess) return e;
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
-        auto fire = [&](auto kern) -> cudaError_t {
-            cudaError_t e = ensure_smem<decltype(kern)::value>(sm);
-            if (e != cudaSuccess) return e;
-            decltype(kern)::value<<<nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, W, U, Cq, h0, Sc, R, nullptr,
-                                                          nullptr, nullptr, nullptr, nullptr, 0, lean, ht, (bf16 *)o);
-            return cudaGetLastError();
-        };
-        if (av) return fire(std::integral_constant<decltype(&chain_pair_kernel<KS, BVC, VV, false, true>),
-                                                   &chain_pair_kernel<KS, BVC, VV, false, true>>{});
-        return fire(std::integral_constant<decltype(&chain_pair_kernel<KS, BVC, VV, false>),
-                                           &chain_pair_kernel<KS, BVC, VV, false>>{});
+        chain_pair_kernel<KS, BVC, VV, false><<<nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, Ab,
+                                                                      (const bf16 *)v, Cq, h0, Sc, R, nullptr, nullptr,
+                                                                      nullptr, nullptr, nullptr, 0, lean, ht, (bf16 *)o);
+        return cudaGetLastError();
     };
     auto by_v = [&](auto ks, auto bv) {
         return p.V == 64 ? go(ks, bv, std::integral_constant<int, 64>{}) : go(ks, bv, std::integral_constant<int, 128>{});

@@ -66,7 +66,6 @@ struct Plan {
     int chain_bvc;                 /* policy R's register chains: value columns per block, 0: not (chain_scan_bvc) */
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
-    int fwd_chain_a;               /* that chain in the A-and-V form (test-forced only, chain_scan.cu) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
     int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
 };

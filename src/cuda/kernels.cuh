@@ -112,9 +112,9 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
  * 32 or 64 value columns per block; 0: not here), after kkt_inverse's G, A, C_q, W and U: o, ht, and S_c and R where
  * they are given (policy A saves them; NULL: not stored). o must be 16-B aligned (NULL in a size query). */
 int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o); /* Plan::fwd_chain */
-cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const float *GB,
-                                 const __nv_bfloat16 *W, const __nv_bfloat16 *U, const cq_t *Cq, const float *h0,
-                                 float *ht, state_t *Sc, rp_t *R, void *o, cudaStream_t s, bool av = false);
+cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const void *v, const float *GB,
+                                 const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,
+                                 rp_t *R, void *o, cudaStream_t s);
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
                              const float *A, const cq_t *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
                              const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,

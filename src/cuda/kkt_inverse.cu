@@ -3,7 +3,8 @@
  *   L   = 𝓛_<(E Yᵀ),  L_ij = β_i (k_i·k_j) e^{G_i − G_j}     (tensor cores, tf32)
  *   A   = (I + L)⁻¹  by forward substitution, fp32
  *   C_q = 𝓛_≤(Q_g Yᵀ), (C_q)_ij = (scale q_i·k_j) e^{G_i − G_j}
- *   W = A E, U = A Z (bf16, kkt_wu) where the forward asks (WuOut: the fused-output scan's two-product chain)
+ *   W = A E, U = A Z (bf16, kkt_wu) where the forward asks (WuOut: the fused-output scan's two-product chain);
+ *   or A again in bf16 (WuOut::Ab: the forward register chain's A-and-V form)
  * Grid (NC, HV), 256 threads. Outputs A (fp32) and C_q (cq_t, bf16) are [chunk][hv][BT][BT] (zero outside the valid rows);
  * GB [chunk][hv][2][BT] holds G (rows ≥ n repeat G_{n-1}) and β as fp32 (0 on rows ≥ n) for the later stages.
  * kkt_inverse_kernel is the general path (fp32 inputs, other chunk sizes and K); kkt_fast_kernel below is the

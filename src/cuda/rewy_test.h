@@ -34,14 +34,12 @@ typedef struct rewy_test_force {
                       * grids only), where the shape allows: 1 on, 16, 32 or 64 on with that many value columns per block, 0 off */
     int win;         /* policy R's time windows (scalar gates, 2-byte inputs, the mma.sync chains and scans): n > 0 chunks
                       * per window where they apply, 0 off */
-    int fwd_chain_a; /* the forward register chain in the A-and-V form (R = A·diag(β)(V − γ ⊙ K S), A in bf16 from kkt,
-                      * no W or U): 1 on where the forward chain runs, else off (session 30's candidate) */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
@@ -53,7 +51,6 @@ typedef struct rewy_test_plan {
     int scan_bv, scan_8w, pair_8w, scan_wg, bwd_scan_wg, scan_wg2, fuse_output, scan_wu, beside_kkt, bwd_w, chain_bvc;
     int recurrent; /* the token recurrence instead of the chunk path (then the chunk path's choices above are 0) */
     int fwd_chain; /* the forward pass's register chain: value columns per block, 0: not */
-    int fwd_chain_a; /* and in the A-and-V form */
     int win;       /* policy R's time windows: chunks per window, 0: none */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */

@@ -239,11 +239,6 @@ static void test_forced_plan(test_counts *tc) {
     if (f.fwd_chain == 1) /* the plan's width: 16 columns on these small grids */
         CHECK(tc, p.fwd_chain == 16 && !p.fuse_output, "plan: REWY_CUDA_FWD_CHAIN=1 gave %d columns (fused output %d)",
               p.fwd_chain, p.fuse_output);
-    if (f.fwd_chain_a == 1)
-        CHECK(tc, p.fwd_chain_a == (p.fwd_chain > 0) && p128.fwd_chain_a == (p128.fwd_chain > 0),
-              "plan: REWY_CUDA_FWD_CHAIN_A=1 gave %d / %d (forward chain %d / %d)", p.fwd_chain_a, p128.fwd_chain_a,
-              p.fwd_chain, p128.fwd_chain);
-    else CHECK(tc, !p.fwd_chain_a && !p128.fwd_chain_a, "plan: the A-and-V form taken unforced");
     if (f.fwd_chain == 16 || f.fwd_chain == 32 || f.fwd_chain == 64)
         CHECK(tc, p.fwd_chain == f.fwd_chain && p128.fwd_chain == f.fwd_chain,
               "plan: REWY_CUDA_FWD_CHAIN=%d gave %d / %d columns", f.fwd_chain, p.fwd_chain, p128.fwd_chain);
