@@ -7,6 +7,7 @@
 #           and output, register chain, fused-output scan), memcheck
 #   check2  more forcings (64-column forward chain, register chains), memcheck, the random campaign with windows
 #   race    racecheck with windows
+#   fwd     the forward chain (A-and-V form) forced at each width on the oracle matrix, then GPU-bound ms (session 31)
 #   time    GPU-bound forward/backward ms and the layout's MiB at the long suite shapes, windows off / default
 #   kernels each kernel's summed device time and launches at GDN (4,4096,16) (ncu), windows off and by default
 #   prof    ncu sections of the forward's kkt_fast and chain at GDN (4,4096,16) (session 30)
@@ -40,6 +41,12 @@ check2)
   echo "test_random [WIN=1, seed 6, 300] rc=$? $(tail -1 /tmp/tr.log) $(el)"; grep -B2 -A3 FAIL /tmp/tr.log | head -20 ;;
 race)
   sanitize racecheck REWY_CUDA_WIN=1 ;;
+fwd) # session 31: the forward chain's A-and-V form, forced onto test_cuda's small grids at each width, and its times
+  matrix "REWY_CUDA_WIN=2 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_FWD_CHAIN=16" "REWY_CUDA_FWD_CHAIN=32"
+  for op in gdn delta; do for s in ${TSHAPES:-4x4096x16 8x2048x32 16x1024x16 1x8192x16}; do s=${s//x/ }
+    r=$(timeout 30 $V $op $s 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
+    echo "[$op $s] $r"
+  done; done ;;
 time)
   for op in gdn delta; do for s in "1 8192 16" "4 4096 16" "2 16384 8"; do
     for e in REWY_CUDA_WIN=0 REWY_TEST_DEFAULT=1; do
