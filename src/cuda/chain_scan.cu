@@ -533,7 +533,8 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
  * 0.402 → 0.499, (2,16384,8) 0.775 → 0.951, (1,2048,4) 0.110 → 0.124 for GDN). Where the shape allows (as the
  * policy-R chains: bf16, chunk 64, K and V of 64 or 128), o is 16-B aligned (the staged stores; NULL: a size
  * query, whose layout does not depend on this choice) and the tiles fit; force.fwd_chain = 1 takes it there at the
- * rule's width (small grids too: the tests' shapes), 16, 32 or 64 at that width, 0 never. */
+ * rule's width (small grids too: the tests' shapes), 16, 32 or 64 at that width, 128 at V's (8-warp blocks where V =
+ * 128: session 31's candidate), 0 never. */
 int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
     if (vec || !std::is_same<state_t, bf16>::value || !std::is_same<rp_t, bf16>::value) return 0;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || !u_shape_ok(p.V)) return 0;
@@ -550,6 +551,7 @@ int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
     };
     int bvc = 0;
     if (force == 16 || force == 32 || force == 64) bvc = force; /* the tests' widths */
+    else if (force == 128) bvc = p.V; /* 8-warp blocks where V = 128 (session 31's candidate), else V's width */
     else {
         for (int w = 64; w >= 16 && !bvc; w /= 2)
             if (blocks(w) >= sms && one_wave(w)) bvc = w;
@@ -561,7 +563,7 @@ int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
 cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const void *v, const float *GB,
                                  const bf16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R, void *o,
                                  cudaStream_t s) {
-    if (bvc != 16 && bvc != 32 && bvc != 64) return cudaErrorInvalidValue;
+    if ((bvc != 16 && bvc != 32 && bvc != 64 && bvc != 128) || p.V % bvc) return cudaErrorInvalidValue;
     if (((uintptr_t)o & 15) != 0) return cudaErrorInvalidValue; /* chain_forward_bvc declines it */
     /* full chunks take lean_tile's copies where the caller's q, k and v are 16-B aligned */
     const bool lean = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0;
@@ -577,10 +579,12 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
         return cudaGetLastError();
     };
     auto by_v = [&](auto ks, auto bv) {
-        return p.V == 64 ? go(ks, bv, std::integral_constant<int, 64>{}) : go(ks, bv, std::integral_constant<int, 128>{});
+        if constexpr (decltype(bv)::value == 128) return go(ks, bv, std::integral_constant<int, 128>{}); /* V = 128 only */
+        else return p.V == 64 ? go(ks, bv, std::integral_constant<int, 64>{}) : go(ks, bv, std::integral_constant<int, 128>{});
     };
     auto by_bv = [&](auto ks) {
-        return bvc == 64 ? by_v(ks, std::integral_constant<int, 64>{})
+        return bvc == 128 ? by_v(ks, std::integral_constant<int, 128>{})
+               : bvc == 64 ? by_v(ks, std::integral_constant<int, 64>{})
                : bvc == 32 ? by_v(ks, std::integral_constant<int, 32>{}) : by_v(ks, std::integral_constant<int, 16>{});
     };
     return p.Kp == 64 ? by_bv(std::integral_constant<int, 64>{}) : by_bv(std::integral_constant<int, 128>{});
