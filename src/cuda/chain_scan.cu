@@ -521,20 +521,20 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
 }
 
 /* The forward pass (the plan's fwd_chain: value columns per block, 0: not taken): the forward chain above alone with
- * the output in its steps, on blocks of BVC = 16, 32 or 64 columns (one warp per 16): o, ht, and S_c and R where
- * policy A saves them. After kkt_inverse (G, A, C_q, W, U) it is the whole forward: two kernels. The block width:
+ * the output in its steps, on blocks of BVC = 16 to 128 columns (one warp per 16): o, ht, and S_c and R where
+ * policy A saves them. After kkt_inverse (G, A, C_q) it is the whole forward: two kernels. The block width:
  * a warp's step is the same at every width, and a block's K, W, Q and C_q tiles serve all its columns, so the widest
  * whose grid fills the SMs in one wave (blocks per SM by shared memory: one at 32 and 64 columns with K = 128);
  * where none does, the narrowest on small grids (the most SMs) and the widest on large ones (the fewest waves, the
- * fewest tile copies). By default it runs only on the large grids, where 16-column blocks would fill the SMs (then
+ * fewest tile copies), and 128 where that cuts the block rounds (below). By default it runs only on the large grids, where 16-column blocks would fill the SMs (then
  * at 64 columns): there it beat kkt's fused-output scan in the forward pass on the H200 (session 25, GPU-bound,
  * GDN / DeltaNet: (4,4096,16) 0.571 → 0.471 / 0.522 → 0.413 ms, (8,2048,32) 0.958 → 0.918 / 0.904 → 0.801,
  * (16,1024,16) 0.508 → 0.487 / 0.480 → 0.428); on the small grids its one-warp 16-column blocks lost ((1,8192,16)
  * 0.402 → 0.499, (2,16384,8) 0.775 → 0.951, (1,2048,4) 0.110 → 0.124 for GDN). Where the shape allows (as the
  * policy-R chains: bf16, chunk 64, K and V of 64 or 128), o is 16-B aligned (the staged stores; NULL: a size
  * query, whose layout does not depend on this choice) and the tiles fit; force.fwd_chain = 1 takes it there at the
- * rule's width (small grids too: the tests' shapes), 16, 32 or 64 at that width, 128 at V's (8-warp blocks where V =
- * 128: session 31's candidate), 0 never. */
+ * rule's width (small grids too: the tests' shapes), 16, 32 or 64 at that width, 128 at V's (8-warp blocks where
+ * V = 128), 0 never. */
 int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
     if (vec || !std::is_same<state_t, bf16>::value || !std::is_same<rp_t, bf16>::value) return 0;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || !u_shape_ok(p.V)) return 0;
@@ -551,11 +551,16 @@ int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
     };
     int bvc = 0;
     if (force == 16 || force == 32 || force == 64) bvc = force; /* the tests' widths */
-    else if (force == 128) bvc = p.V; /* 8-warp blocks where V = 128 (session 31's candidate), else V's width */
+    else if (force == 128) bvc = p.V; /* 8-warp blocks where V = 128, else V's width */
     else {
         for (int w = 64; w >= 16 && !bvc; w /= 2)
             if (blocks(w) >= sms && one_wave(w)) bvc = w;
         if (!bvc) bvc = blocks(16) < sms ? 16 : 64;
+        /* 8-warp blocks at V = 128 where they fill the SMs: a block of 128 columns took 1.5× the time of one of 64
+         * (H100, session 31: two warps a scheduler hide more of the chain's latency, and the tiles serve twice the
+         * columns), so they win where they take fewer than 2/3 of the block rounds (never where they leave SMs idle) */
+        auto rounds = [&](int w) { return (blocks(w) + sms - 1) / sms; };
+        if (bvc == 64 && p.V == 128 && blocks(128) >= sms && 3 * rounds(128) <= 2 * rounds(64)) bvc = 128;
     }
     return smem(bvc) <= p.plan.smem_optin ? bvc : 0;
 }

@@ -200,14 +200,16 @@ static void test_forced_plan(test_counts *tc) {
          * rule's one-wave widths (32 columns) can apply, and on an A100 the 64-column tiles fill its 163 KB exactly */
         rewy_config big = c;
         big.K = big.V = 128; big.T = 4096;
-        const int shapes[2][2] = {{4, 16}, {1, 4}}; /* (B, H): 512 and 32 blocks of 16 columns */
-        for (int i = 0; i < 2; i++) {
+        const int shapes[3][2] = {{4, 16}, {1, 4}, {8, 32}}; /* (B, H): 512, 32 and 2048 blocks of 16 columns */
+        for (int i = 0; i < 3; i++) {
             big.B = shapes[i][0]; big.H = shapes[i][1];
             rewy_test_plan pb;
             CHECK(tc, rewy_test_get_plan(&big, &f, &pb) == REWY_OK, "plan: rewy_test_get_plan (B %d, H %d) failed",
                   big.B, big.H);
             if (pb.sms <= 32 || pb.smem_optin < 227 * 1024) continue; /* the rule's numbers assume a Hopper-sized GPU */
-            const int want = big.B * big.H * 8 >= pb.sms ? 64 : 0;
+            /* 128 columns where B·H blocks fill the SMs in at most 2/3 of the 64-column rounds */
+            const int bh = big.B * big.H, r128 = (bh + pb.sms - 1) / pb.sms, r64 = (2 * bh + pb.sms - 1) / pb.sms;
+            const int want = bh * 8 < pb.sms ? 0 : bh >= pb.sms && 3 * r128 <= 2 * r64 ? 128 : 64;
             CHECK(tc, pb.fwd_chain == want && !(pb.fwd_chain && pb.fuse_output),
                   "plan: GDN (%d,4096,%d) took the forward chain at %d columns (fused output %d), want %d (%d SMs)",
                   big.B, big.H, pb.fwd_chain, pb.fuse_output, want, pb.sms);
