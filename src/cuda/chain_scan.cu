@@ -558,9 +558,12 @@ int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
         if (!bvc) bvc = blocks(16) < sms ? 16 : 64;
         /* 8-warp blocks at V = 128 where they fill the SMs: a block of 128 columns took 1.5× the time of one of 64
          * (H100, session 31: two warps a scheduler hide more of the chain's latency, and the tiles serve twice the
-         * columns), so they win where they take fewer than 2/3 of the block rounds (never where they leave SMs idle) */
+         * columns), so they win where they take fewer than 2/3 of the block rounds (never where they leave SMs idle),
+         * and where their 207 KB fit (not an A100's 163) */
         auto rounds = [&](int w) { return (blocks(w) + sms - 1) / sms; };
-        if (bvc == 64 && p.V == 128 && blocks(128) >= sms && 3 * rounds(128) <= 2 * rounds(64)) bvc = 128;
+        if (bvc == 64 && p.V == 128 && blocks(128) >= sms && 3 * rounds(128) <= 2 * rounds(64) &&
+            smem(128) <= p.plan.smem_optin)
+            bvc = 128;
     }
     return smem(bvc) <= p.plan.smem_optin ? bvc : 0;
 }
