@@ -42,7 +42,8 @@ check2)
 race)
   sanitize racecheck REWY_CUDA_WIN=1 ;;
 fwd) # session 31: the forward chain's A-and-V form, forced onto test_cuda's small grids at each width, and its times
-  matrix "REWY_CUDA_WIN=2 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_FWD_CHAIN=16" "REWY_CUDA_FWD_CHAIN=32"
+  matrix "REWY_CUDA_WIN=2 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_FWD_CHAIN=16" "REWY_CUDA_FWD_CHAIN=32" "REWY_CUDA_WIN=2 REWY_CUDA_FWD_CHAIN=128"
+  sanitize memcheck REWY_CUDA_FWD_CHAIN=128
   for op in gdn delta; do for s in ${TSHAPES:-4x4096x16 8x2048x32 16x1024x16 1x8192x16}; do s=${s//x/ }
     r=$(timeout 30 $V $op $s 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | tr '\n' ' ')
     echo "[$op $s] $r"
