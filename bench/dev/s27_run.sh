@@ -80,15 +80,21 @@ src) # session 30: source counters of kernel launches (KREGEX, space-separated, 
 kkt) # session 30: a candidate's binaries (.carry/bins_kkt.tar.xz, build/kkt) against main's (build/cuda-on): oracle,
      # sanitizers, GPU-bound times, and the device time of the kernels KGREP names (default kkt_fast). CAND_ENV: forcings
      # for the candidate's runs only (a test-forced candidate, e.g. REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_FWD_CHAIN_A=1);
-     # CAND_BINS: its pack (default .carry/bins_kkt.tar.xz), whose paths are build/kkt/...
+     # CAND_BINS: its pack (default .carry/bins_kkt.tar.xz), whose paths are build/kkt/...; CAND_TEST_ENV: forcings for
+     # its oracle and sanitizer runs only, ';'-separated, each run once (default: CAND_ENV; session 31: a default-on
+     # candidate whose kernels the test shapes reach only when forced, e.g. "REWY_CUDA_FWD_CHAIN=64;REWY_CUDA_FWD_CHAIN=128")
   tar xJf ${CAND_BINS:-.carry/bins_kkt.tar.xz}; N=build/kkt; CE=${CAND_ENV:-}
-  for e in "" REWY_CUDA_WIN=1; do
-    env $CE $e timeout 100 $N/tests/cuda/test_cuda > /tmp/tc.log 2>&1; echo "new test_cuda [$CE $e] rc=$? $(tail -1 /tmp/tc.log) $(el)"
-    grep -E "FAIL" /tmp/tc.log | head -4
+  IFS=';' read -ra TES <<< "${CAND_TEST_ENV:-$CE}"; [ ${#TES[@]} -eq 0 ] && TES=("")
+  for te in "${TES[@]}"; do
+    for e in "" REWY_CUDA_WIN=1; do
+      env $te $e timeout 100 $N/tests/cuda/test_cuda > /tmp/tc.log 2>&1; echo "new test_cuda [$te $e] rc=$? $(tail -1 /tmp/tc.log) $(el)"
+      grep -E "FAIL" /tmp/tc.log | head -4
+    done
+    env $te REWY_TEST_NO_GRAPH=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $N/tests/cuda/test_cuda --quick > /tmp/cs.log 2>&1
+    echo "new memcheck [$te] rc=$? $(grep -E 'ERROR SUMMARY' /tmp/cs.log | tail -1) $(el)"
   done
-  env $CE REWY_TEST_NO_GRAPH=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $N/tests/cuda/test_cuda --quick > /tmp/cs.log 2>&1
-  echo "new memcheck rc=$? $(grep -E 'ERROR SUMMARY' /tmp/cs.log | tail -1) $(el)"
-  env $CE timeout 100 $N/tests/cuda/test_random --seed 7 --count 150 > /tmp/tr.log 2>&1
+  TE=${TES[0]}
+  env $TE timeout 100 $N/tests/cuda/test_random --seed 7 --count 150 > /tmp/tr.log 2>&1
   echo "new test_random [seed 7, 150] rc=$? $(tail -1 /tmp/tr.log) $(el)"
   for op in gdn delta; do for s in ${TSHAPES:-4x4096x16 8x2048x32 16x1024x16 1x8192x16}; do s=${s//x/ }
     for vt in $V $N/bench/dev/variant_time; do
@@ -102,7 +108,7 @@ kkt) # session 30: a candidate's binaries (.carry/bins_kkt.tar.xz, build/kkt) ag
     echo "[ncu gdn 4 4096 16, ${vt%%/bench*}]"; ( [ -n "$ce" ] && export $ce; kernel_table $vt gdn 4 4096 16 ) | grep -E "${KGREP:-kkt_fast}"
   done
   echo "$(el)"
-  env $CE REWY_TEST_NO_GRAPH=1 timeout 170 compute-sanitizer --tool racecheck --error-exitcode 9 $N/tests/cuda/test_cuda --quick > /tmp/cs.log 2>&1
+  env $TE REWY_TEST_NO_GRAPH=1 timeout 170 compute-sanitizer --tool racecheck --error-exitcode 9 $N/tests/cuda/test_cuda --quick > /tmp/cs.log 2>&1
   echo "new racecheck rc=$? $(grep -E 'RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)" ;;
 api)
   timeout 250 python3 bench/bench_api.py --ops gdn,deltanet --impls rewy > /tmp/api.log 2>&1
