@@ -13,6 +13,7 @@
 #   prof    ncu sections of the forward's kkt_fast and chain at GDN (4,4096,16) (session 30)
 #   src     source counters of one launch (KREGEX) at GDN (4,4096,16) (session 30)
 #   kkt     session 30's kkt_fast by row strips (.carry/bins_kkt.tar.xz): oracle, sanitizers, times against main's
+#   sm80    test_cuda built as sm_80 PTX, default and with the chains forced (session 31)
 #   api     the public Python API (bench/bench_api.py, rewy alone): times and peak memory
 source "$(dirname "$0")/carried_bins.sh"
 V=$B/bench/dev/variant_time
@@ -110,6 +111,12 @@ kkt) # session 30: a candidate's binaries (.carry/bins_kkt.tar.xz, build/kkt) ag
   echo "$(el)"
   env $TE REWY_TEST_NO_GRAPH=1 timeout 170 compute-sanitizer --tool racecheck --error-exitcode 9 $N/tests/cuda/test_cuda --quick > /tmp/cs.log 2>&1
   echo "new racecheck rc=$? $(grep -E 'RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)" ;;
+sm80) # session 31: test_cuda as sm_80 PTX (JIT-compiled here with __CUDA_ARCH__ = 800: the mma.sync paths, no wgmma),
+      # at the default and with the register chains forced (build/cuda-80 in .carry/bins.tar.xz)
+  for e in "" "REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_CHAIN=1" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1"; do
+    env $e timeout 200 build/cuda-80/tests/cuda/test_cuda --quick > /tmp/t80.log 2>&1
+    echo "sm_80 PTX test_cuda --quick [$e] rc=$? $(tail -1 /tmp/t80.log) $(el)"; grep -E "FAIL" /tmp/t80.log | head -3
+  done ;;
 api)
   timeout 250 python3 bench/bench_api.py --ops gdn,deltanet --impls rewy > /tmp/api.log 2>&1
   echo "bench_api rc=$? $(el)"; tail -30 /tmp/api.log ;;
