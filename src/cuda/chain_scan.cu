@@ -22,8 +22,8 @@
  * accumulator layout of m16n8k16 is the layout of its A operand, so every product whose left factor is the
  * state or R (Sᵀ Wᵀ, Rᵀ F, S̄ᵀ Fᵀ, R̄ᵀ W) takes it straight from the registers, rounded to bf16, with
  * no shared-memory round trip and no barrier between the products. The warps of a block share only the
- * chunk's input tiles (K, W, U; K, Q, W, Ō, C_q), double-buffered: one barrier per chunk, after which the
- * next chunk's copies are issued, so each has a whole step to land. */
+ * chunk's input tiles (K, W, U; K, Q, W, Ō, C_q; the forward pass: K, A, V, Q, C_q), double-buffered: one
+ * barrier per chunk, after which the next chunk's copies are issued, so each has a whole step to land. */
 #include "kernels.cuh"
 
 namespace rewy_cuda {
@@ -35,7 +35,7 @@ using bf16 = __nv_bfloat16;
 constexpr int STG_LD = 48;
 
 /* Shared memory of a chain block, bytes: two stages of the larger of the two chains' tile sets (the forward pass's
- * chain uses them all: K, W, U, G and β, Q and C_q), then the warps' staging tiles */
+ * chain uses them all: K, A in W's place, V in U's, G and β, Q and C_q), then the warps' staging tiles */
 template <int KS, int BVC> struct ChainLayout {
     static constexpr int LDK = KS + 8, LDV = BVC + 8;
     static constexpr int KT = MAXBT * LDK * 2;  /* a [64][KS] bf16 tile (K, Q, W) */
@@ -526,8 +526,8 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
  * a warp's step is the same at every width, and a block's K, W, Q and C_q tiles serve all its columns, so the widest
  * whose grid fills the SMs in one wave (blocks per SM by shared memory: one at 32 and 64 columns with K = 128);
  * where none does, the narrowest on small grids (the most SMs) and the widest on large ones (the fewest waves, the
- * fewest tile copies), and 128 where that cuts the block rounds (below). By default it runs only on the large grids, where 16-column blocks would fill the SMs (then
- * at 64 columns): there it beat kkt's fused-output scan in the forward pass on the H200 (session 25, GPU-bound,
+ * fewest tile copies), and 128 where that cuts the block rounds (below). By default it runs only on the large
+ * grids, where 16-column blocks would fill the SMs (then at 64 or 128 columns): there it beat kkt's fused-output scan in the forward pass on the H200 (session 25, GPU-bound,
  * GDN / DeltaNet: (4,4096,16) 0.571 → 0.471 / 0.522 → 0.413 ms, (8,2048,32) 0.958 → 0.918 / 0.904 → 0.801,
  * (16,1024,16) 0.508 → 0.487 / 0.480 → 0.428); on the small grids its one-warp 16-column blocks lost ((1,8192,16)
  * 0.402 → 0.499, (2,16384,8) 0.775 → 0.951, (1,2048,4) 0.110 → 0.124 for GDN). Where the shape allows (as the

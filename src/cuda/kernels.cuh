@@ -108,9 +108,10 @@ int chain_scan_bvc(const Prob &p, rewy_dtype dt, bool vec); /* Plan::chain_bvc *
 cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB,
                               const __nv_bfloat16 *W, const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R,
                               const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s);
-/* chain_scan.cu: the forward pass's chain with the output in its steps (the plan's fwd_chain: chain_forward_bvc, 16,
- * 32 or 64 value columns per block; 0: not here), after kkt_inverse's G, A, C_q, W and U: o, ht, and S_c and R where
- * they are given (policy A saves them; NULL: not stored). o must be 16-B aligned (NULL in a size query). */
+/* chain_scan.cu: the forward pass's chain with the output in its steps (the plan's fwd_chain: chain_forward_bvc, 16
+ * to 128 value columns per block; 0: not here), after kkt_inverse's G, C_q and A in bf16 (Ab), from the inputs q, k,
+ * v: o, ht, and S_c and R where they are given (policy A saves them; NULL: not stored). o must be 16-B aligned (NULL
+ * in a size query). */
 int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o); /* Plan::fwd_chain */
 cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const void *v, const float *GB,
                                  const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,

@@ -298,8 +298,8 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
         });
     __syncthreads();
     tri_inverse64(Ls, As, n);
-    tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n);
-    if (!WU && wu.Ab) tri_store_A(wu.Ab + cw * MAXBT * MAXBT, Ls, As, n); /* the forward chain's A-and-V form */
+    /* and A in bf16 for the forward chain's A-and-V form */
+    tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n, wu.Ab ? wu.Ab + cw * MAXBT * MAXBT : nullptr);
     if constexpr (WU)
         kkt_wu<KS, VS>(p, Ks, Vs, Ls, As, Gs, bs, n, wu.W + cw * MAXBT * KS, wu.U + cw * MAXBT * VS);
 }

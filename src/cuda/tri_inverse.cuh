@@ -186,24 +186,20 @@ __device__ __forceinline__ void tri_inverse64(float *Ls, float *As, int n) {
 }
 
 /* the dense A ([64][64] fp32, 16-B aligned) from tri_inverse64's result: zero above the diagonal
- * blocks and on rows ≥ n */
-__device__ __forceinline__ void tri_store_A(float *dst, const float *Ls, const float *As, int n) {
+ * blocks and on rows ≥ n; and from the same reads, where dst_bf is given, a bf16 copy (the forward chain's A-and-V
+ * form reads A as a bf16 operand; four elements per 8-B store) */
+__device__ __forceinline__ void tri_store_A(float *dst, const float *Ls, const float *As, int n,
+                                            __nv_bfloat16 *dst_bf = nullptr) {
     for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += blockDim.x) {
         const int i = e >> 4, j = (e & 15) << 2, bi = i >> 4, bj = j >> 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (i < n && bi >= bj) v = *reinterpret_cast<const float4 *>((bi == bj ? As : Ls) + i * LDN + j);
         reinterpret_cast<float4 *>(dst)[e] = v;
-    }
-}
-
-/* the same in bf16 (the forward chain's A-and-V form reads A as a bf16 operand), four elements per 8-B store */
-__device__ __forceinline__ void tri_store_A(__nv_bfloat16 *dst, const float *Ls, const float *As, int n) {
-    for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += blockDim.x) {
-        const int i = e >> 4, j = (e & 15) << 2, bi = i >> 4, bj = j >> 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (i < n && bi >= bj) v = *reinterpret_cast<const float4 *>((bi == bj ? As : Ls) + i * LDN + j);
-        const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-        reinterpret_cast<uint2 *>(dst)[e] = make_uint2(*reinterpret_cast<const uint32_t *>(&a), *reinterpret_cast<const uint32_t *>(&b));
+        if (dst_bf) {
+            const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+            reinterpret_cast<uint2 *>(dst_bf)[e] =
+                make_uint2(*reinterpret_cast<const uint32_t *>(&a), *reinterpret_cast<const uint32_t *>(&b));
+        }
     }
 }
 
