@@ -140,32 +140,26 @@ static rewy_status cuda_sizes(const rewy_config *c, rewy_sizes *out, char *msg, 
     return REWY_OK;
 }
 
+/* One plan per call, for both gate families (the vector gates take no time windows: their pl.win is 0). */
 static rewy_status forward_with(const rewy_fwd_params *a, const rewy_test_force *force) {
     const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
-    int win = 0;
-    rewy_status s;
-    if (vec) {
-        s = rewy_cuda_vec_forward(a, force);
-    } else {
-        const Plan pl = call_plan(a, force);
-        win = pl.win;
-        s = host::forward<ScalarGates>(a, pl);
-    }
+    const Plan pl = call_plan(a, force);
+    const rewy_status s = vec ? rewy_cuda_vec_forward(a, pl) : host::forward<ScalarGates>(a, pl);
     if (s) return s;
-    if (launch_record_write(record_of(&a->cfg, a->h0, win), record_at(a->saved, &a->cfg, force), (cudaStream_t)a->cfg.stream))
+    if (launch_record_write(record_of(&a->cfg, a->h0, pl.win), record_at(a->saved, &a->cfg, force),
+                            (cudaStream_t)a->cfg.stream))
         return REWY_ERR_BACKEND;
     return REWY_OK;
 }
 
 static rewy_status backward_with(const rewy_bwd_params *a, const rewy_test_force *force) {
     const bool vec = a->cfg.op == REWY_OP_KDA || a->cfg.op == REWY_OP_GDN2;
-    Plan pl = {};
-    if (!vec) pl = call_plan(a, force);
+    const Plan pl = call_plan(a, force);
     /* the check runs first on the stream: on a mismatch nothing after it runs */
     if (launch_record_check(record_of(&a->cfg, a->h0, pl.win), record_at(a->saved, &a->cfg, force),
                             (cudaStream_t)a->cfg.stream))
         return REWY_ERR_BACKEND;
-    return vec ? rewy_cuda_vec_backward(a, force) : host::backward<ScalarGates>(a, pl);
+    return vec ? rewy_cuda_vec_backward(a, pl) : host::backward<ScalarGates>(a, pl);
 }
 static rewy_status cuda_forward(const rewy_fwd_params *a) { return forward_with(a, nullptr); }
 static rewy_status cuda_backward(const rewy_bwd_params *a) { return backward_with(a, nullptr); }

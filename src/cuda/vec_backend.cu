@@ -95,9 +95,5 @@ size_t rewy_cuda_vec_saved_size(const rewy_config *cfg, const Plan &pl) { return
 size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg, const Plan &pl) { return layout_bytes<VectorGates>(cfg, &Layout::fwd, pl); }
 size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg, const Plan &pl) { return layout_bytes<VectorGates>(cfg, &Layout::bwd, pl); }
 
-rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *a, const rewy_test_force *force) {
-    return host::forward<VectorGates>(a, host::call_plan(a, force));
-}
-rewy_status rewy_cuda_vec_backward(const rewy_bwd_params *a, const rewy_test_force *force) {
-    return host::backward<VectorGates>(a, host::call_plan(a, force));
-}
+rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *a, const Plan &pl) { return host::forward<VectorGates>(a, pl); }
+rewy_status rewy_cuda_vec_backward(const rewy_bwd_params *a, const Plan &pl) { return host::backward<VectorGates>(a, pl); }

@@ -103,12 +103,13 @@ cudaError_t launch_vec_pullback(const Prob &p, rewy_dtype dt, const void *q, con
 } // namespace rewy_cuda
 
 /* vec_backend.cu: the five backend entry points for KDA / GDN2 (same contract as cuda_backend.h).
- * cuda_backend.cu dispatches to them. force: the test-only override of the plan (rewy_test.h); NULL: none.
- * The sizes depend on one choice of the plan for vector gates: Plan::recurrent (K < 16: the recurrence's layout). */
+ * cuda_backend.cu dispatches to them with the call's plan (call_plan, made once per call there, as for the scalar
+ * gates). The sizes depend on one choice of the plan for vector gates: Plan::recurrent (K < 16: the recurrence's
+ * layout). */
 size_t rewy_cuda_vec_saved_size(const rewy_config *cfg, const rewy_cuda::Plan &pl);
 size_t rewy_cuda_vec_fwd_workspace_size(const rewy_config *cfg, const rewy_cuda::Plan &pl);
 size_t rewy_cuda_vec_bwd_workspace_size(const rewy_config *cfg, const rewy_cuda::Plan &pl);
-rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *p, const rewy_test_force *force = nullptr);
-rewy_status rewy_cuda_vec_backward(const rewy_bwd_params *p, const rewy_test_force *force = nullptr);
+rewy_status rewy_cuda_vec_forward(const rewy_fwd_params *p, const rewy_cuda::Plan &pl);
+rewy_status rewy_cuda_vec_backward(const rewy_bwd_params *p, const rewy_cuda::Plan &pl);
 
 #endif
