@@ -24,6 +24,11 @@
 #else
 #define REWY_WGMMA 0
 #endif
+/* wg_kernel_ok cannot tell sm_90 code from sm_90a code (both report version 90), and sm_90 code has these kernels'
+ * products compiled away: a build for sm_90 must name sm_90a (the Makefile's NVARCH does) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1000 && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "rewy's wgmma kernels need sm_90a code for Hopper: build with -gencode arch=compute_90a,code=sm_90a"
+#endif
 
 namespace rewy_cuda {
 
