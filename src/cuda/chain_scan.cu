@@ -527,8 +527,8 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
  * whose grid fills the SMs in one wave (blocks per SM by shared memory: one at 32 and 64 columns with K = 128);
  * where none does, the narrowest on small grids (the most SMs) and the widest on large ones (the fewest waves, the
  * fewest tile copies), and 128 where that cuts the block rounds (below). By default it runs only on the large
- * grids, where 16-column blocks would fill the SMs (then at 64 or 128 columns): there it beat kkt's fused-output scan in the forward pass on the H200 (session 25, GPU-bound,
- * GDN / DeltaNet: (4,4096,16) 0.571 → 0.471 / 0.522 → 0.413 ms, (8,2048,32) 0.958 → 0.918 / 0.904 → 0.801,
+ * grids, where 16-column blocks would fill the SMs (then at 64 or 128 columns): there it beat kkt's fused-output
+ * scan in the forward pass on the H200 (session 25, GPU-bound, GDN / DeltaNet: (4,4096,16) 0.571 → 0.471 / 0.522 → 0.413 ms, (8,2048,32) 0.958 → 0.918 / 0.904 → 0.801,
  * (16,1024,16) 0.508 → 0.487 / 0.480 → 0.428); on the small grids its one-warp 16-column blocks lost ((1,8192,16)
  * 0.402 → 0.499, (2,16384,8) 0.775 → 0.951, (1,2048,4) 0.110 → 0.124 for GDN). Where the shape allows (as the
  * policy-R chains: bf16, chunk 64, K and V of 64 or 128), o is 16-B aligned (the staged stores; NULL: a size
@@ -587,8 +587,10 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
         return cudaGetLastError();
     };
     auto by_v = [&](auto ks, auto bv) {
-        if constexpr (decltype(bv)::value == 128) return go(ks, bv, std::integral_constant<int, 128>{}); /* V = 128 only */
-        else return p.V == 64 ? go(ks, bv, std::integral_constant<int, 64>{}) : go(ks, bv, std::integral_constant<int, 128>{});
+        using V64 = std::integral_constant<int, 64>;
+        using V128 = std::integral_constant<int, 128>;
+        if constexpr (decltype(bv)::value == 128) return go(ks, bv, V128{}); /* V = 128 only */
+        else return p.V == 64 ? go(ks, bv, V64{}) : go(ks, bv, V128{});
     };
     auto by_bv = [&](auto ks) {
         return bvc == 128 ? by_v(ks, std::integral_constant<int, 128>{})

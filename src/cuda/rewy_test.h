@@ -31,8 +31,8 @@ typedef struct rewy_test_force {
     int recurrent;   /* the plain fp32 token recurrence (recurrent.cu; the plan's choice for K < 16): 1 on at any K,
                       * 0 off (the chunk path even at K < 16) */
     int fwd_chain;   /* the forward pass as the register chain with its output (chain_scan.cu; by default on large
-                      * grids only), where the shape allows: 1 on, 16, 32 or 64 on with that many value columns per block,
-                      * 128 on at V's width (8-warp blocks at V = 128), 0 off */
+                      * grids only), where the shape allows: 1 on, 16, 32 or 64 on with that many value columns per
+                      * block, 128 on at V's width (8-warp blocks at V = 128), 0 off */
     int win;         /* policy R's time windows (scalar gates, 2-byte inputs, the mma.sync chains and scans): n > 0 chunks
                       * per window where they apply, 0 off */
 } rewy_test_force;
