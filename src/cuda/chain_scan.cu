@@ -241,7 +241,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                   const float *h0, state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar,
                   rp_t *PR, int nb, bool lean, float *ht, bf16 *o) {
     constexpr bool FO = !PAIR;
-    static_assert(!WG || (PAIR && BVC % 64 == 0), "the wgmma chains: the pair, one warpgroup per 64 value columns");
+    static_assert(!WG || BVC % 64 == 0, "the wgmma chains: one warpgroup per 64 value columns");
     using L = ChainLayout<KS, BVC>;
     constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
     constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
@@ -292,7 +292,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         const bool qc = rev || FO; /* Q and C_q: the reverse scan's; the forward pass's output */
         char *st = stage(b);
         if constexpr (WG) {
-            /* K, W, Q, C_q as core matrices (the plan takes WG only where q, k, dO are 16-B aligned); Ō, U as below */
+            /* K, W (FO: A), Q, C_q as core matrices (the plan takes WG only where q, k and dO or v are 16-B aligned);
+             * Ō, U, V as below */
             if (threadIdx.x < 2 * MAXBT / 4)
                 cp16(smem_u32(st + L::oGB) + 16 * threadIdx.x, GB + ch * 2 * MAXBT + 4 * threadIdx.x);
             const bool full = cj.n == MAXBT;
@@ -303,16 +304,20 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 else cm_tile<KS, NTH, true>(d, src, rsk, cj.n, p.K);
             };
             kq(L::oK, k);
-            cm_tile<KS, NTH, false>(reinterpret_cast<bf16 *>(st + L::oW), W + cw * MAXBT * KS, KS, MAXBT, KS);
-            if (rev) {
+            bf16 *Wd = reinterpret_cast<bf16 *>(st + L::oW);
+            if (FO) cm_tile<MAXBT, NTH, false>(Wd, W + cw * MAXBT * MAXBT, MAXBT, MAXBT, MAXBT); /* A, [i][j] */
+            else cm_tile<KS, NTH, false>(Wd, W + cw * MAXBT * KS, KS, MAXBT, KS);
+            if (qc) {
                 kq(L::oQ, q);
                 cm_tile<MAXBT, NTH, false>(reinterpret_cast<bf16 *>(st + L::oC), Cq + cw * MAXBT * MAXBT, MAXBT, MAXBT, MAXBT);
+                /* Ō (reverse) or V (FO): the input's [token][HV][V] */
+                const bf16 *x = rev ? do_ : U;
                 if (full)
                     lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX),
-                                                do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv);
+                                                x + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv);
                 else
                     copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
-                                                       do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
+                                                       x + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
             } else {
                 lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), U + cw * MAXBT * VV + v0, VV);
             }
@@ -517,7 +522,28 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             float O[NT][4] = {}; /* FO: Oᵀ, value columns × tokens */
             /* the pair: Rᵀ = Uᵀ − Sᵀ Wᵀ: Sᵀ Wᵀ, then U (A-fragment order = accumulator order) from the stage minus it.
              * FO: Xᵀ = Sᵀ Kᵀ, and Oᵀ = Sᵀ Qᵀ from the same fragments of S = S_c, its products between the chain's */
-            if constexpr (FO) {
+            if constexpr (FO && WG) {
+                /* Xᵀ = Sᵀ Kᵀ and Oᵀ = Sᵀ Qᵀ from the same register fragments, in two halves of K: a fragment stays live
+                 * until its products complete, and all of them at once spilled (116 B at K = 128, 64 columns) */
+                const uint32_t klo = wg_lo<128>(Ks), qlo = wg_lo<128>(Qs);
+                float (&Ow)[MAXBT / 2] = reinterpret_cast<float (&)[MAXBT / 2]>(O[0][0]);
+                wg_zero(Xw);
+                wg_zero(Ow);
+                static_for<0, 2>([&](auto hc) {
+                    constexpr int k0 = decltype(hc)::value * (KS / 32);
+                    uint32_t af[KS / 32][4];
+#pragma unroll
+                    for (int i = 0; i < KS / 32; i++) acc_afrag<NK>(S, k0 + i, af[i]);
+                    wg_arrive();
+                    static_for<0, KS / 32>([&](auto ic) {
+                        constexpr int i = decltype(ic)::value, ks = k0 + i;
+                        wg_mma_ra<0, 2 * cm_k<KS>(0, 16 * ks), KS / 8 * 128>(Xw, af[i], klo, 1);
+                        wg_mma_ra<0, 2 * cm_k<KS>(0, 16 * ks), KS / 8 * 128>(Ow, af[i], qlo, 1);
+                    });
+                    wg_commit();
+                    wg_wait();
+                });
+            } else if constexpr (FO) {
 #pragma unroll
                 for (int ks = 0; ks < KS / 16; ks++) {
                     uint32_t af[4];
@@ -556,8 +582,19 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 }
 #pragma unroll
                 for (int s = 0; s < NT; s++) X[s][0] = X[s][1] = X[s][2] = X[s][3] = 0.f;
+                if constexpr (WG) { /* A [i][j] read K-major: k = j */
+                    const uint32_t alo = wg_lo<128>(Ws);
+                    wg_arrive();
+                    static_for<0, NT / 2>([&](auto kc) {
+                        constexpr int ks = decltype(kc)::value;
+                        wg_mma_ra<0, 2 * cm_k<MAXBT>(0, 16 * ks), MAXBT / 8 * 128>(Xw, yf[ks], alo, 1);
+                    });
+                    wg_commit();
+                    wg_wait();
+                } else {
 #pragma unroll
-                for (int ks = 0; ks < NT / 2; ks++) mma_kstep<NT, false>(X, yf[ks], Ws, LDA, ks);
+                    for (int ks = 0; ks < NT / 2; ks++) mma_kstep<NT, false>(X, yf[ks], Ws, LDA, ks);
+                }
             } else {
 #pragma unroll
                 for (int ks = 0; ks < NT / 2; ks++) {
@@ -579,12 +616,28 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 scale_cols();
                 decay_state();
                 /* S ← γ_n S + Fᵀ R (the chain), and beside it Oᵀ += Rᵀ C_qᵀ; then O leaves (rows from n on: none) */
+                if constexpr (WG) { /* C_q [i][j] read K-major: k = j */
+                    uint32_t xf[NT / 2][4];
 #pragma unroll
-                for (int ks = 0; ks < NT / 2; ks++) {
-                    uint32_t af[4];
-                    acc_afrag<NT>(X, ks, af);
-                    mma_kstep<NK, true>(S, af, Ks, L::LDK, ks);
-                    mma_kstep<NT, false>(O, rf[ks], Cs, LDA, ks);
+                    for (int ks = 0; ks < NT / 2; ks++) acc_afrag<NT>(X, ks, xf[ks]);
+                    const uint32_t clo = wg_lo<128>(Cs);
+                    float (&Ow)[MAXBT / 2] = reinterpret_cast<float (&)[MAXBT / 2]>(O[0][0]);
+                    wg_arrive();
+                    wg_state_add(xf, Ks);
+                    static_for<0, NT / 2>([&](auto kc) {
+                        constexpr int ks = decltype(kc)::value;
+                        wg_mma_ra<0, 2 * cm_k<MAXBT>(0, 16 * ks), MAXBT / 8 * 128>(Ow, rf[ks], clo, 1);
+                    });
+                    wg_commit();
+                    wg_wait();
+                } else {
+#pragma unroll
+                    for (int ks = 0; ks < NT / 2; ks++) {
+                        uint32_t af[4];
+                        acc_afrag<NT>(X, ks, af);
+                        mma_kstep<NK, true>(S, af, Ks, L::LDK, ks);
+                        mma_kstep<NT, false>(O, rf[ks], Cs, LDA, ks);
+                    }
                 }
                 store_acc<NT>(O, stg, o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V, rsv, vw, n);
                 if (float *ck = window_checkpoint(p, c_begin, c, c_end)) /* a time window's start state */
@@ -703,6 +756,11 @@ bool chain_scan_wg(const Prob &p, const void *q, const void *k, const void *do_)
     if (p.plan.chain_bvc <= 0 || !p.plan.wgmma || p.plan.force.chain_wg == 0) return false;
     return ((((uintptr_t)q | (uintptr_t)k | (uintptr_t)do_) & 15) == 0);
 }
+/* The same for the forward pass's chain (Plan::fwd_chain_wg): at 64 or 128 columns, q, k, v 16-B aligned */
+bool chain_forward_wg(const Prob &p, const void *q, const void *k, const void *v) {
+    if (p.plan.fwd_chain < 64 || !p.plan.wgmma || p.plan.force.chain_wg == 0) return false;
+    return ((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0);
+}
 
 cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,
                               const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_, const float *dht,
@@ -794,16 +852,21 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
     if (((uintptr_t)o & 15) != 0) return cudaErrorInvalidValue; /* chain_forward_bvc declines it */
     /* full chunks take lean_tile's copies where the caller's q, k and v are 16-B aligned */
     const bool lean = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0;
-    auto go = [&](auto ks, auto bv, auto vv) -> cudaError_t {
+    auto go_wg = [&](auto ks, auto bv, auto vv, auto wg) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value, VV = decltype(vv)::value;
+        constexpr bool WG = decltype(wg)::value && BVC >= 64;
         constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
-        cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false>>(sm);
+        cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false, WG>>(sm);
         if (e != cudaSuccess) return e;
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
-        chain_pair_kernel<KS, BVC, VV, false><<<nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, Ab,
-                                                                      (const bf16 *)v, Cq, h0, Sc, R, nullptr, nullptr,
-                                                                      nullptr, nullptr, nullptr, 0, lean, ht, (bf16 *)o);
+        chain_pair_kernel<KS, BVC, VV, false, WG><<<nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, Ab,
+                                                                          (const bf16 *)v, Cq, h0, Sc, R, nullptr, nullptr,
+                                                                          nullptr, nullptr, nullptr, 0, lean, ht, (bf16 *)o);
         return cudaGetLastError();
+    };
+    /* the plan's fwd_chain_wg (64 or 128 columns): the wgmma products */
+    auto go = [&](auto ks, auto bv, auto vv) {
+        return p.plan.fwd_chain_wg ? go_wg(ks, bv, vv, std::true_type{}) : go_wg(ks, bv, vv, std::false_type{});
     };
     auto by_v = [&](auto ks, auto bv) {
         using V64 = std::integral_constant<int, 64>;

@@ -67,6 +67,7 @@ struct Plan {
     int chain_wg;                  /* and their products as wgmma (chain_scan_wg) */
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
+    int fwd_chain_wg;              /* its products as wgmma (chain_forward_wg) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
     int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
 };

@@ -153,6 +153,13 @@ __device__ __forceinline__ void wg_mma_tf32(float (&d)[N / 2], uint32_t alo, uin
 #endif
 }
 
+/* d = 0 by an opaque move per register: accumulators zeroed as C++ constants may share one register between two
+ * products in flight (ptxas then injects a wait before the second) */
+template <int N> __device__ __forceinline__ void wg_zero(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("mov.b32 %0, 0;\n" : "=f"(d[i]));
+}
+
 /* wg_wait with N product groups of this warpgroup left in flight (the newest N) */
 template <int N> __device__ __forceinline__ void wg_wait_n() {
 #if REWY_WGMMA

@@ -243,6 +243,11 @@ static void test_forced_plan(test_counts *tc) {
         CHECK(tc, p.chain_wg == (p.chain_bvc > 0 && p.wgmma) && p128.chain_wg == (p128.chain_bvc > 0 && p128.wgmma),
               "plan: chain_wg %d / %d with chains of %d / %d columns (wgmma binary %d)", p.chain_wg, p128.chain_wg,
               p.chain_bvc, p128.chain_bvc, p.wgmma);
+    if (f.chain_wg == 0) CHECK(tc, !p.fwd_chain_wg && !p128.fwd_chain_wg, "plan: REWY_CUDA_CHAIN_WG=0 not taken (forward)");
+    else
+        CHECK(tc, p.fwd_chain_wg == (p.fwd_chain >= 64 && p.wgmma) && p128.fwd_chain_wg == (p128.fwd_chain >= 64 && p128.wgmma),
+              "plan: fwd_chain_wg %d / %d with forward chains of %d / %d columns", p.fwd_chain_wg, p128.fwd_chain_wg,
+              p.fwd_chain, p128.fwd_chain);
     if (f.fwd_chain == 0) CHECK(tc, !p.fwd_chain && !p128.fwd_chain, "plan: REWY_CUDA_FWD_CHAIN=0 not taken");
     if (f.fwd_chain == 1) /* the plan's width: 16 columns on these small grids */
         CHECK(tc, p.fwd_chain == 16 && !p.fuse_output, "plan: REWY_CUDA_FWD_CHAIN=1 gave %d columns (fused output %d)",
