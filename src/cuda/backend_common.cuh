@@ -180,6 +180,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
     pl.chain_bvc = chain_scan_bvc(p, dt, vec);
     pl.chain_wg = chain_scan_wg(p, ptr.q, ptr.k, ptr.do_);
+    pl.chain_bulk = chain_bulk(p);
     pl.win = plan_windows(c, p, vec, &pl.nwin);
     return pl;
 }

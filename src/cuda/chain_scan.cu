@@ -239,7 +239,7 @@ template <int KS, int BVC, int VV, bool PAIR, bool WG = false>
 __global__ void __launch_bounds__(BVC * 2)
 chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const bf16 *U, const cq_t *Cq,
                   const float *h0, state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar,
-                  rp_t *PR, int nb, bool lean, float *ht, bf16 *o) {
+                  rp_t *PR, int nb, bool lean, bool bulk_on, float *ht, bf16 *o) {
     constexpr bool FO = !PAIR;
     static_assert(!WG || BVC % 64 == 0, "the wgmma chains: one warpgroup per 64 value columns");
     using L = ChainLayout<KS, BVC>;
@@ -325,7 +325,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             return;
         }
         /* G and β: 512 B, the first 32 threads (sm_90's bulk path below: one copy) */
-        const bool bulk = BULK && lean && cj.n == MAXBT;
+        const bool bulk = BULK && bulk_on && lean && cj.n == MAXBT;
         if (!bulk && threadIdx.x < 2 * MAXBT / 4)
             cp16(smem_u32(st + L::oGB) + 16 * threadIdx.x, GB + ch * 2 * MAXBT + 4 * threadIdx.x);
 #if __CUDA_ARCH__ >= 900
@@ -336,42 +336,42 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         if (bulk) {
             const int ntl = qc ? 5 : 3;
             /* tile tl's row i: shared and global addresses, bytes */
-            auto row = [&](int tl, int i, unsigned &d, const char *&g, unsigned &nb) {
+            auto row = [&](int tl, int i, unsigned &d, const char *&gs, unsigned &rb) {
                 if (tl == 0) {
                     d = smem_u32(st + L::oK) + i * L::LDK * 2;
-                    g = reinterpret_cast<const char *>(k + ((size_t)(cj.tok0 + i) * p.H + h) * p.K), nb = KS * 2;
+                    gs = reinterpret_cast<const char *>(k + ((size_t)(cj.tok0 + i) * p.H + h) * p.K), rb = KS * 2;
                 } else if (tl == 1) {
-                    if (FO) d = smem_u32(st + L::oW) + i * LDA * 2, g = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * MAXBT), nb = MAXBT * 2;
-                    else d = smem_u32(st + L::oW) + i * L::LDK * 2, g = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * KS), nb = KS * 2;
+                    if (FO) d = smem_u32(st + L::oW) + i * LDA * 2, gs = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * MAXBT), rb = MAXBT * 2;
+                    else d = smem_u32(st + L::oW) + i * L::LDK * 2, gs = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * KS), rb = KS * 2;
                 } else if (tl == 2) {
-                    d = smem_u32(st + L::oX) + i * L::LDV * 2, nb = BVC * 2;
-                    g = reinterpret_cast<const char *>(rev  ? do_ + (size_t)(cj.tok0 + i) * rsv + (size_t)hv * p.V + v0
+                    d = smem_u32(st + L::oX) + i * L::LDV * 2, rb = BVC * 2;
+                    gs = reinterpret_cast<const char *>(rev  ? do_ + (size_t)(cj.tok0 + i) * rsv + (size_t)hv * p.V + v0
                                                        : FO ? U + (size_t)(cj.tok0 + i) * rsv + (size_t)hv * p.V + v0
                                                             : U + (cw * MAXBT + i) * VV + v0);
                 } else if (tl == 3) {
                     d = smem_u32(st + L::oQ) + i * L::LDK * 2;
-                    g = reinterpret_cast<const char *>(q + ((size_t)(cj.tok0 + i) * p.H + h) * p.K), nb = KS * 2;
+                    gs = reinterpret_cast<const char *>(q + ((size_t)(cj.tok0 + i) * p.H + h) * p.K), rb = KS * 2;
                 } else {
                     d = smem_u32(st + L::oC) + i * LDA * 2;
-                    g = reinterpret_cast<const char *>(Cq + (cw * MAXBT + i) * MAXBT), nb = MAXBT * 2;
+                    gs = reinterpret_cast<const char *>(Cq + (cw * MAXBT + i) * MAXBT), rb = MAXBT * 2;
                 }
             };
             /* this thread's rows: r ≡ threadIdx.x (mod NTH) over the tiles' 64·ntl rows; first their bytes */
             unsigned bytes = threadIdx.x == NTH - 1 ? 2 * MAXBT * 4 : 0;
             for (int r = threadIdx.x; r < MAXBT * ntl; r += NTH) {
-                unsigned d, nb;
-                const char *g;
-                row(r / MAXBT, r % MAXBT, d, g, nb);
-                bytes += nb;
+                unsigned d, rb;
+                const char *gs;
+                row(r / MAXBT, r % MAXBT, d, gs, rb);
+                bytes += rb;
             }
             const unsigned mb = mbar(b);
             mbar_expect(mb, bytes);
             bulk_fence(); /* the block barrier before issue ordered every read of this stage before these writes */
             for (int r = threadIdx.x; r < MAXBT * ntl; r += NTH) {
-                unsigned d, nb;
-                const char *g;
-                row(r / MAXBT, r % MAXBT, d, g, nb);
-                bulk_g2s(d, g, nb, mb);
+                unsigned d, rb;
+                const char *gs;
+                row(r / MAXBT, r % MAXBT, d, gs, rb);
+                bulk_g2s(d, gs, rb, mb);
             }
             if (threadIdx.x == NTH - 1) bulk_g2s(smem_u32(st + L::oGB), GB + ch * 2 * MAXBT, 2 * MAXBT * 4, mb);
             return;
@@ -444,7 +444,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         cp_async_wait_group<0>();
         if (WG) wg_proxy_fence(); /* this thread's copies, to the products' async proxy (before the barrier) */
 #if __CUDA_ARCH__ >= 900
-        if (BULK && lean && ci.n == MAXBT) { /* issued by bulk copies: wait for stage b's phase */
+        if (BULK && bulk_on && lean && ci.n == MAXBT) { /* issued by bulk copies: wait for stage b's phase */
             mbar_wait(mbar(b), (ph >> b) & 1);
             ph ^= 1u << b;
         }
@@ -751,15 +751,29 @@ int chain_scan_bvc(const Prob &p, rewy_dtype dt, bool vec) {
 /* Whether those chains run their products as wgmma (Plan::chain_wg): the A operand from the warpgroup's registers
  * (the state, or R and R̄ as they form), K, Q, W and C_q as core matrices in shared memory, a k step one instruction
  * a warpgroup instead of 8 mma.sync and 4 ldmatrix a warp. An sm_90a binary (Plan::wgmma), and q, k, dO 16-B
- * aligned (the core-matrix copies take whole 16-B vectors); force.chain_wg = 0 keeps mma.sync. */
+ * aligned (the core-matrix copies take whole 16-B vectors). Not yet measured on a device (written in session 33):
+ * test-forced only (force.chain_wg = 1) until a device call shows it faster; then CHAIN_WG_DEFAULT turns it on. */
+constexpr bool CHAIN_WG_DEFAULT = false;
+static bool chain_wg_on(const Prob &p) {
+    const int f = p.plan.force.chain_wg;
+    return p.plan.wgmma && (f == 1 || (f == REWY_TEST_AUTO && CHAIN_WG_DEFAULT));
+}
 bool chain_scan_wg(const Prob &p, const void *q, const void *k, const void *do_) {
-    if (p.plan.chain_bvc <= 0 || !p.plan.wgmma || p.plan.force.chain_wg == 0) return false;
+    if (p.plan.chain_bvc <= 0 || !chain_wg_on(p)) return false;
     return ((((uintptr_t)q | (uintptr_t)k | (uintptr_t)do_) & 15) == 0);
 }
 /* The same for the forward pass's chain (Plan::fwd_chain_wg): at 64 or 128 columns, q, k, v 16-B aligned */
 bool chain_forward_wg(const Prob &p, const void *q, const void *k, const void *v) {
-    if (p.plan.fwd_chain < 64 || !p.plan.wgmma || p.plan.force.chain_wg == 0) return false;
+    if (p.plan.fwd_chain < 64 || !chain_wg_on(p)) return false;
     return ((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0);
+}
+/* Whether the chains' full chunks of aligned rows come in by bulk copies on sm_90 (Plan::chain_bulk; the kernels'
+ * mma.sync form: the wgmma form's core-matrix tiles are not rows). Not yet measured (session 33): test-forced only
+ * (force.chain_bulk = 1). */
+constexpr bool CHAIN_BULK_DEFAULT = false;
+bool chain_bulk(const Prob &p) {
+    const int f = p.plan.force.chain_bulk;
+    return p.plan.wgmma && (f == 1 || (f == REWY_TEST_AUTO && CHAIN_BULK_DEFAULT));
 }
 
 cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,
@@ -779,12 +793,12 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
             if (e != cudaSuccess) return e;
             chain_pair_kernel<KS, BVC, VV, true, WG><<<2 * nb, BVC * 2, sm, s>>>(
                 p, (const bf16 *)q, (const bf16 *)k, GB, W, R /* U */, Cq, h0, Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR,
-                nb, lean, nullptr, nullptr);
+                nb, lean, p.plan.chain_bulk, nullptr, nullptr);
             return cudaGetLastError();
         };
         /* the plan's chain_wg: the wgmma products (its q, k, dO are 16-B aligned) */
         auto fire = [&](auto vv) {
-            return p.plan.chain_wg ? fire_wg(vv, std::true_type{}) : fire_wg(vv, std::false_type{});
+            return p.plan.chain_wg && lean ? fire_wg(vv, std::true_type{}) : fire_wg(vv, std::false_type{});
         };
         if constexpr (BVC == 128) return fire(std::integral_constant<int, 128>{});
         else return p.V == 64 ? fire(std::integral_constant<int, 64>{}) : fire(std::integral_constant<int, 128>{});
@@ -861,12 +875,13 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
         chain_pair_kernel<KS, BVC, VV, false, WG><<<nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, Ab,
                                                                           (const bf16 *)v, Cq, h0, Sc, R, nullptr, nullptr,
-                                                                          nullptr, nullptr, nullptr, 0, lean, ht, (bf16 *)o);
+                                                                          nullptr, nullptr, nullptr, 0, lean, p.plan.chain_bulk,
+                                                                          ht, (bf16 *)o);
         return cudaGetLastError();
     };
     /* the plan's fwd_chain_wg (64 or 128 columns): the wgmma products */
     auto go = [&](auto ks, auto bv, auto vv) {
-        return p.plan.fwd_chain_wg ? go_wg(ks, bv, vv, std::true_type{}) : go_wg(ks, bv, vv, std::false_type{});
+        return p.plan.fwd_chain_wg && lean ? go_wg(ks, bv, vv, std::true_type{}) : go_wg(ks, bv, vv, std::false_type{});
     };
     auto by_v = [&](auto ks, auto bv) {
         using V64 = std::integral_constant<int, 64>;
