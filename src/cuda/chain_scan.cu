@@ -23,7 +23,16 @@
  * state or R (Sᵀ Wᵀ, Rᵀ F, S̄ᵀ Fᵀ, R̄ᵀ W) takes it straight from the registers, rounded to bf16, with
  * no shared-memory round trip and no barrier between the products. The warps of a block share only the
  * chunk's input tiles (K, W, U; K, Q, W, Ō, C_q; the forward pass: K, A, V, Q, C_q), double-buffered: one
- * barrier per chunk, after which the next chunk's copies are issued, so each has a whole step to land. */
+ * barrier per chunk, after which the next chunk's copies are issued, so each has a whole step to land.
+ *
+ * Two variants, test-forced until a device measures them (session 33; the plan's chain_wg / fwd_chain_wg and
+ * chain_bulk):
+ *   - WG: one warpgroup per 64 value columns issues every product as wgmma (m64n64k16), its A operand the same register
+ *     fragments (the accumulator layout of m64nN is mma.sync's stacked over the four warps), B by descriptor from K, Q,
+ *     W (FO: A) and C_q tiles held as wgmma's core matrices (cm_tile). A k step is one instruction a warpgroup instead
+ *     of 8 mma.sync and 4 ldmatrix a warp; Ō, U and V stay padded rows (read by ldmatrix into A fragments).
+ *   - bulk (sm_90, the mma.sync form): a full chunk of aligned rows comes in by one cp.async.bulk a tile row, completing
+ *     on the stage's mbarrier, instead of 28–32 16-B cp.async a thread a step. */
 #include "kernels.cuh"
 #include "wgmma.cuh"
 
