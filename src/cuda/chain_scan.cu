@@ -318,7 +318,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             else cm_tile<KS, NTH, false>(Wd, W + cw * MAXBT * KS, KS, MAXBT, KS);
             if (qc) {
                 kq(L::oQ, q);
-                cm_tile<MAXBT, NTH, false>(reinterpret_cast<bf16 *>(st + L::oC), Cq + cw * MAXBT * MAXBT, MAXBT, MAXBT, MAXBT);
+                cm_tile<MAXBT, NTH, false>(reinterpret_cast<bf16 *>(st + L::oC), Cq + cw * MAXBT * MAXBT, MAXBT, MAXBT,
+                                           MAXBT);
                 /* Ō (reverse) or V (FO): the input's [token][HV][V] */
                 const bf16 *x = rev ? do_ : U;
                 if (full)
@@ -350,8 +351,9 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                     d = smem_u32(st + L::oK) + i * L::LDK * 2;
                     gs = reinterpret_cast<const char *>(k + ((size_t)(cj.tok0 + i) * p.H + h) * p.K), rb = KS * 2;
                 } else if (tl == 1) {
-                    if (FO) d = smem_u32(st + L::oW) + i * LDA * 2, gs = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * MAXBT), rb = MAXBT * 2;
-                    else d = smem_u32(st + L::oW) + i * L::LDK * 2, gs = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * KS), rb = KS * 2;
+                    const int w = FO ? MAXBT : KS; /* FO: A's rows; else W's */
+                    d = smem_u32(st + L::oW) + i * (FO ? LDA : L::LDK) * 2, rb = w * 2;
+                    gs = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * w);
                 } else if (tl == 2) {
                     d = smem_u32(st + L::oX) + i * L::LDV * 2, rb = BVC * 2;
                     gs = reinterpret_cast<const char *>(rev  ? do_ + (size_t)(cj.tok0 + i) * rsv + (size_t)hv * p.V + v0
@@ -882,10 +884,9 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
         cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false, WG>>(sm);
         if (e != cudaSuccess) return e;
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
-        chain_pair_kernel<KS, BVC, VV, false, WG><<<nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, Ab,
-                                                                          (const bf16 *)v, Cq, h0, Sc, R, nullptr, nullptr,
-                                                                          nullptr, nullptr, nullptr, 0, lean, p.plan.chain_bulk,
-                                                                          ht, (bf16 *)o);
+        chain_pair_kernel<KS, BVC, VV, false, WG><<<nb, BVC * 2, sm, s>>>(
+            p, (const bf16 *)q, (const bf16 *)k, GB, Ab, (const bf16 *)v, Cq, h0, Sc, R, nullptr, nullptr, nullptr,
+            nullptr, nullptr, 0, lean, p.plan.chain_bulk, ht, (bf16 *)o);
         return cudaGetLastError();
     };
     /* the plan's fwd_chain_wg (64 or 128 columns): the wgmma products */

@@ -240,7 +240,8 @@ static void test_forced_plan(test_counts *tc) {
     /* the chains' wgmma products, forced, wherever the chains run from an sm_90a binary (the test's inputs are
      * aligned); bulk copies, forced, wherever the binary is sm_90a */
     if (f.chain_wg == 0)
-        CHECK(tc, !p.chain_wg && !p128.chain_wg && !p.fwd_chain_wg && !p128.fwd_chain_wg, "plan: REWY_CUDA_CHAIN_WG=0 not taken");
+        CHECK(tc, !p.chain_wg && !p128.chain_wg && !p.fwd_chain_wg && !p128.fwd_chain_wg,
+              "plan: REWY_CUDA_CHAIN_WG=0 not taken");
     if (f.chain_wg == 1)
         CHECK(tc, p.chain_wg == (p.chain_bvc > 0 && p.wgmma) && p128.chain_wg == (p128.chain_bvc > 0 && p128.wgmma) &&
                       p.fwd_chain_wg == (p.fwd_chain >= 64 && p.wgmma) &&
