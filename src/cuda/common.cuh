@@ -64,8 +64,11 @@ struct Plan {
     int beside_kkt;                /* starting beside kkt_inverse (state_scan_beside_kkt) */
     int bwd_w;                     /* policy R's reverse scan runs the W chain (bwd_scan_uses_w) */
     int chain_bvc;                 /* policy R's register chains: value columns per block, 0: not (chain_scan_bvc) */
+    int chain_wg;                  /* and their products as wgmma (chain_scan_wg) */
+    int chain_bulk;                /* both chains' full chunks by bulk copies on sm_90 (chain_bulk) */
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
+    int fwd_chain_wg;              /* its products as wgmma (chain_forward_wg) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
     int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
 };
@@ -538,6 +541,34 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait_group() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+
+/* Bulk copies (sm_90: cp.async.bulk, the copy engine moves a row of up to a few hundred bytes on one instruction)
+ * completing on an mbarrier in shared memory: every thread that issues copies into a buffer first arrives on its
+ * mbarrier with the bytes it is about to issue (mbar_expect; the barrier counts one arrival per such thread), so the
+ * barrier's phase ends once all of them arrived and all those bytes landed; mbar_wait(parity) waits for the phase of
+ * that parity, and makes the bytes visible to the waiting thread. Sizes and both addresses must be multiples of 16 B.
+ * The generic proxy's reads of a buffer must be ordered before the async proxy's writes into it: the issuing threads
+ * pass a block barrier after the last reads, then bulk_fence. */
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init(unsigned mb, unsigned arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mb), "r"(arrivals) : "memory");
+}
+/* after every mbar_init of the block, before the block barrier that precedes the barriers' first use */
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_expect(unsigned mb, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mb), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned mb, unsigned parity) {
+    /* labels are local to the braces' block, so every inlined copy may repeat them */
+    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}\n"
+                 ::"r"(mb), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void bulk_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_g2s(unsigned dst, const void *src, unsigned bytes, unsigned mb) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(mb) : "memory");
+}
+#endif
 
 /* The fast pullbacks' V-slab tiles (pullback.cu, vec_pullback.cu), one bit each in a buffer set:
  * PR (P, or R̄ in WY), V, R, Ō, S_c, S̄⁺. The early ones (PR, V) are read only before a slab's mid
