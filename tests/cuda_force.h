@@ -29,7 +29,6 @@ static inline rewy_test_force env_force(void) {
     f.recurrent = env_force_int("REWY_CUDA_RECURRENT");
     f.fwd_chain = env_force_int("REWY_CUDA_FWD_CHAIN");
     f.win = env_force_int("REWY_CUDA_WIN");
-    f.chain_wg = env_force_int("REWY_CUDA_CHAIN_WG");
     f.chain_bulk = env_force_int("REWY_CUDA_CHAIN_BULK");
     return f;
 }

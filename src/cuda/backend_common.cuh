@@ -173,14 +173,12 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
     pl.scan_wg2 = plan_scan_wg2(p);
     pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
-    pl.fwd_chain_wg = chain_forward_wg(p, ptr.q, ptr.k, ptr.v);
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
     pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
     pl.chain_bvc = chain_scan_bvc(p, dt, vec);
-    pl.chain_wg = chain_scan_wg(p, ptr.q, ptr.k, ptr.do_);
-    pl.chain_bulk = chain_bulk(p);
+    pl.chain_bulk = chain_scan_bulk(p);
     pl.win = plan_windows(c, p, vec, &pl.nwin);
     return pl;
 }

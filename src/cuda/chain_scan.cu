@@ -23,18 +23,9 @@
  * state or R (Sᵀ Wᵀ, Rᵀ F, S̄ᵀ Fᵀ, R̄ᵀ W) takes it straight from the registers, rounded to bf16, with
  * no shared-memory round trip and no barrier between the products. The warps of a block share only the
  * chunk's input tiles (K, W, U; K, Q, W, Ō, C_q; the forward pass: K, A, V, Q, C_q), double-buffered: one
- * barrier per chunk, after which the next chunk's copies are issued, so each has a whole step to land.
- *
- * Two variants, test-forced until a device measures them (session 33; the plan's chain_wg / fwd_chain_wg and
- * chain_bulk):
- *   - WG: one warpgroup per 64 value columns issues every product as wgmma (m64n64k16), its A operand the same register
- *     fragments (the accumulator layout of m64nN is mma.sync's stacked over the four warps), B by descriptor from K, Q,
- *     W (FO: A) and C_q tiles held as wgmma's core matrices (cm_tile). A k step is one instruction a warpgroup instead
- *     of 8 mma.sync and 4 ldmatrix a warp; Ō, U and V stay padded rows (read by ldmatrix into A fragments).
- *   - bulk (sm_90, the mma.sync form): a full chunk of aligned rows comes in by one cp.async.bulk a tile row, completing
- *     on the stage's mbarrier, instead of 28–32 16-B cp.async a thread a step. */
+ * barrier per chunk, after which the next chunk's copies are issued, so each has a whole step to land. On sm_90 the
+ * pair's full chunks come in by bulk copies (the plan's chain_bulk; below, at issue). */
 #include "kernels.cuh"
-#include "wgmma.cuh"
 
 namespace rewy_cuda {
 
@@ -57,9 +48,11 @@ template <int KS, int BVC> struct ChainLayout {
     static constexpr int STAGE = oC + CT;
     /* each warp's staging tile: KS rows (S_c, S̄⁺; R, R̄ use 64) */
     static constexpr int STG = KS * STG_LD, oSTG = 2 * STAGE;
-    /* then the two stages' mbarriers (sm_90's bulk copies) */
-    static constexpr int oMB = oSTG + (BVC / 16) * STG;
-    static constexpr int TOTAL = oMB + 16;
+    static constexpr int TOTAL = oSTG + (BVC / 16) * STG;
+    /* the two stages' mbarriers (the pair's bulk copies on sm_90) in the last 16 B of warp 0's first staging row, which
+     * store_staged never touches (32 B of data a row): no bytes more, so that the 64-column blocks still fit an A100 */
+    static constexpr int oMB = oSTG + 32;
+    static_assert(STG_LD - 32 >= 16, "ChainLayout: the mbarriers need 16 B of a staging row's padding");
 };
 /* ChainLayout's TOTAL for a runtime K tile (64, 128) and width (16 … 128 columns) */
 inline size_t chain_smem(int kp, int bvc) {
@@ -96,29 +89,6 @@ __device__ __forceinline__ void lean_tile(E *dst, const E *src, size_t rs) {
     const unsigned d = smem_u32(dst + i * LD + c);
 #pragma unroll
     for (int m = 0; m < IT; m++) cp16(d + m * RS * LD * (int)sizeof(E), s + (size_t)m * RS * rs);
-}
-
-/* The wgmma chains' K-side tiles (WG): a [64][COLS] bf16 tile of global row stride rs as wgmma's K-major core matrices
- * cm_k<COLS>(row, column) (wgmma.cuh), which the products read either way (K-major: k = column; MN-major: k = row).
- * Lanes 8j … 8j + 7 take the eight rows of one core matrix, lanes 8(j ^ 1) … the next 16 B of the same rows: a warp's
- * 16-B stores fill 512 contiguous bytes, and every 32-B sector it reads is read whole. CHECK (a partial chunk): rows
- * from n on and columns from cmax on are zero-filled. The caller checks 16-B alignment. */
-template <int COLS, int NTH, bool CHECK>
-__device__ __forceinline__ void cm_tile(bf16 *dst, const bf16 *src, size_t rs, int n, int cmax) {
-    constexpr int CP = COLS / 16, NV = MAXBT * COLS / 8;
-    static_assert(NV % NTH == 0, "cm_tile: the threads do not divide the tile");
-#pragma unroll
-    for (int m = 0; m < NV / NTH; m++) {
-        const int v = threadIdx.x + NTH * m, rest = v >> 4;
-        const int r = (rest / CP) * 8 + (v & 7), c = ((rest % CP) * 2 + ((v >> 3) & 1)) * 8;
-        const bf16 *sr = src + (size_t)r * rs + c;
-        if (CHECK) {
-            const bool ok = r < n && c < cmax;
-            cp_async16(dst + cm_k<COLS>(r, c), ok ? sr : src, ok);
-        } else {
-            cp16(smem_u32(dst + cm_k<COLS>(r, c)), sr);
-        }
-    }
 }
 
 /* acc[s] (s < NB: the warp's 16 × 8 column blocks) += A · B, A the warp's 16 × 16·KST operand given per k step
@@ -244,13 +214,12 @@ __device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf
  * A in bf16 ([chunk][hv][64][64], wu.Ab) and the input v ([token][HV][V]). Sc, R: NULL where nothing reads them (the
  * forward pass under policy R). The pointers are separate parameters: in one struct (by value) the compiler held
  * them in registers (the pair: 252 registers a thread, 216 without). */
-template <int KS, int BVC, int VV, bool PAIR, bool WG = false>
+template <int KS, int BVC, int VV, bool PAIR>
 __global__ void __launch_bounds__(BVC * 2)
 chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const bf16 *W, const bf16 *U, const cq_t *Cq,
                   const float *h0, state_t *Sc, rp_t *R, const bf16 *do_, const float *dht, float *dh0, state_t *Sbar,
                   rp_t *PR, int nb, bool lean, bool bulk_on, float *ht, bf16 *o) {
     constexpr bool FO = !PAIR;
-    static_assert(!WG || BVC % 64 == 0, "the wgmma chains: one warpgroup per 64 value columns");
     using L = ChainLayout<KS, BVC>;
     constexpr int NK = KS / 8;   /* 8-column blocks of the state tile (over K) */
     constexpr int NT = MAXBT / 8; /* … of R, R̄ (over the chunk's tokens) */
@@ -281,15 +250,17 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
     char *stg = smc + L::oSTG + warp * L::STG;
     auto stage = [&](int b) { return smc + b * L::STAGE; };
 #if __CUDA_ARCH__ >= 900
-    constexpr bool BULK = !WG; /* WG's K-side tiles are core matrices, not rows */
-    /* stage b's full chunks arrive by bulk copies on mbarrier b, which every thread arrives on once a chunk */
+    /* the pair's full chunks come into stage b by bulk copies on mbarrier b, which every thread arrives on once a chunk */
+    constexpr bool BULK = PAIR;
     auto mbar = [&](int b) { return smem_u32(smc + L::oMB + 8 * b); };
-    if (threadIdx.x == 0) {
-        mbar_init(mbar(0), NTH);
-        mbar_init(mbar(1), NTH);
-        mbar_init_fence();
+    if (BULK && bulk_on) {
+        if (threadIdx.x == 0) {
+            mbar_init(mbar(0), NTH);
+            mbar_init(mbar(1), NTH);
+            mbar_init_fence();
+        }
+        __syncthreads();
     }
-    __syncthreads();
     unsigned ph = 0; /* bit b: the parity of stage b's next bulk phase */
 #else
     constexpr bool BULK = false;
@@ -300,71 +271,34 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         const size_t ch = (size_t)c * p.HV + hv, cw = (size_t)chunk_slot(p, c, cj) * p.HV + hv;
         const bool qc = rev || FO; /* Q and C_q: the reverse scan's; the forward pass's output */
         char *st = stage(b);
-        if constexpr (WG) {
-            /* K, W (FO: A), Q, C_q as core matrices (the plan takes WG only where q, k and dO or v are 16-B aligned);
-             * Ō, U, V as below */
-            if (threadIdx.x < 2 * MAXBT / 4)
-                cp16(smem_u32(st + L::oGB) + 16 * threadIdx.x, GB + ch * 2 * MAXBT + 4 * threadIdx.x);
-            const bool full = cj.n == MAXBT;
-            auto kq = [&](int off, const bf16 *x) {
-                bf16 *d = reinterpret_cast<bf16 *>(st + off);
-                const bf16 *src = x + ((size_t)cj.tok0 * p.H + h) * p.K;
-                if (full) cm_tile<KS, NTH, false>(d, src, rsk, MAXBT, KS);
-                else cm_tile<KS, NTH, true>(d, src, rsk, cj.n, p.K);
-            };
-            kq(L::oK, k);
-            bf16 *Wd = reinterpret_cast<bf16 *>(st + L::oW);
-            if (FO) cm_tile<MAXBT, NTH, false>(Wd, W + cw * MAXBT * MAXBT, MAXBT, MAXBT, MAXBT); /* A, [i][j] */
-            else cm_tile<KS, NTH, false>(Wd, W + cw * MAXBT * KS, KS, MAXBT, KS);
-            if (qc) {
-                kq(L::oQ, q);
-                cm_tile<MAXBT, NTH, false>(reinterpret_cast<bf16 *>(st + L::oC), Cq + cw * MAXBT * MAXBT, MAXBT, MAXBT,
-                                           MAXBT);
-                /* Ō (reverse) or V (FO): the input's [token][HV][V] */
-                const bf16 *x = rev ? do_ : U;
-                if (full)
-                    lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX),
-                                                x + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv);
-                else
-                    copy_tile_k<bf16, MAXBT, BVC, NTH>(reinterpret_cast<bf16 *>(st + L::oX), L::LDV, MAXBT, BVC,
-                                                       x + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n, v0, p.V);
-            } else {
-                lean_tile<BVC, L::LDV, NTH>(reinterpret_cast<bf16 *>(st + L::oX), U + cw * MAXBT * VV + v0, VV);
-            }
-            cp_async_commit();
-            return;
-        }
-        /* G and β: 512 B, the first 32 threads (sm_90's bulk path below: one copy) */
+        /* G and β: 512 B, the first 32 threads (the bulk copies below: one) */
         const bool bulk = BULK && bulk_on && lean && cj.n == MAXBT;
         if (!bulk && threadIdx.x < 2 * MAXBT / 4)
             cp16(smem_u32(st + L::oGB) + 16 * threadIdx.x, GB + ch * 2 * MAXBT + 4 * threadIdx.x);
 #if __CUDA_ARCH__ >= 900
-        /* a full chunk with aligned rows: one bulk copy a tile row (the block's threads take the rows of the tiles in
-         * turn; G and β the last thread), in place of lean_tile's 16-B cp.async, 28–32 a thread a step with their 64-bit
-         * addresses (17 % of the forward chain's stall samples, Nsight, session 30). Tiles: K, W (FO: A), X (Ō, V or U),
-         * then the reverse chain's and FO's Q, C_q. */
+        /* a full chunk of aligned rows (the pair on sm_90): one bulk copy a tile row, the block's threads taking the rows
+         * of the tiles in turn (G and β: the last thread), in place of lean_tile's 16-B cp.async, 12–32 a thread a step
+         * with their 64-bit addresses. Tiles: K, W, X (Ō or U), then the reverse chain's Q and C_q. Measured (H100,
+         * session 33, GPU-bound backward at (4,4096,16)): GDN 1.833 → 1.764 ms, DeltaNet 1.715 → 1.618. The forward
+         * pass's chain lost with them (GDN forward 0.452 → 0.580 ms at 64 columns: 320 copies of 128–256 B a step), so
+         * it keeps lean_tile. */
         if (bulk) {
-            const int ntl = qc ? 5 : 3;
+            const int ntl = rev ? 5 : 3;
             /* tile tl's row i: shared and global addresses, bytes */
             auto row = [&](int tl, int i, unsigned &d, const char *&gs, unsigned &rb) {
-                if (tl == 0) {
-                    d = smem_u32(st + L::oK) + i * L::LDK * 2;
-                    gs = reinterpret_cast<const char *>(k + ((size_t)(cj.tok0 + i) * p.H + h) * p.K), rb = KS * 2;
-                } else if (tl == 1) {
-                    const int w = FO ? MAXBT : KS; /* FO: A's rows; else W's */
-                    d = smem_u32(st + L::oW) + i * (FO ? LDA : L::LDK) * 2, rb = w * 2;
-                    gs = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * w);
-                } else if (tl == 2) {
+                if (tl == 0 || tl == 3) { /* K, Q */
+                    d = smem_u32(st + (tl ? L::oQ : L::oK)) + i * L::LDK * 2, rb = KS * 2;
+                    gs = reinterpret_cast<const char *>((tl ? q : k) + ((size_t)(cj.tok0 + i) * p.H + h) * p.K);
+                } else if (tl == 1) { /* W */
+                    d = smem_u32(st + L::oW) + i * L::LDK * 2, rb = KS * 2;
+                    gs = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * KS);
+                } else if (tl == 2) { /* Ō, U */
                     d = smem_u32(st + L::oX) + i * L::LDV * 2, rb = BVC * 2;
-                    gs = reinterpret_cast<const char *>(rev  ? do_ + (size_t)(cj.tok0 + i) * rsv + (size_t)hv * p.V + v0
-                                                       : FO ? U + (size_t)(cj.tok0 + i) * rsv + (size_t)hv * p.V + v0
+                    gs = reinterpret_cast<const char *>(rev ? do_ + (size_t)(cj.tok0 + i) * rsv + (size_t)hv * p.V + v0
                                                             : U + (cw * MAXBT + i) * VV + v0);
-                } else if (tl == 3) {
-                    d = smem_u32(st + L::oQ) + i * L::LDK * 2;
-                    gs = reinterpret_cast<const char *>(q + ((size_t)(cj.tok0 + i) * p.H + h) * p.K), rb = KS * 2;
-                } else {
-                    d = smem_u32(st + L::oC) + i * LDA * 2;
-                    gs = reinterpret_cast<const char *>(Cq + (cw * MAXBT + i) * MAXBT), rb = MAXBT * 2;
+                } else { /* C_q */
+                    d = smem_u32(st + L::oC) + i * LDA * 2, rb = MAXBT * 2;
+                    gs = reinterpret_cast<const char *>(Cq + (cw * MAXBT + i) * MAXBT);
                 }
             };
             /* this thread's rows: r ≡ threadIdx.x (mod NTH) over the tiles' 64·ntl rows; first their bytes */
@@ -387,7 +321,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             if (threadIdx.x == NTH - 1) bulk_g2s(smem_u32(st + L::oGB), GB + ch * 2 * MAXBT, 2 * MAXBT * 4, mb);
             return;
         }
-#else
+#endif
         if (lean && cj.n == MAXBT) {
             lean_tile<KS, L::LDK, NTH>(reinterpret_cast<bf16 *>(st + L::oK), k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk);
             if (FO) /* A in bf16 in W's place, [64][LDA] */
@@ -409,7 +343,6 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             cp_async_commit();
             return;
         }
-#endif
         /* a sequence's last, partial chunk, or unaligned inputs: bounds-checked, zero-filled copies */
         copy_tile_k<bf16, MAXBT, KS, NTH>(reinterpret_cast<bf16 *>(st + L::oK), L::LDK, MAXBT, KS,
                                           k + ((size_t)cj.tok0 * p.H + h) * p.K, rsk, cj.n, 0, p.K);
@@ -453,7 +386,6 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         const int n = ci.n;
         const size_t ch = (size_t)chunk_slot(p, c, ci) * p.HV + hv; /* S_c, R, S̄⁺, R̄: by workspace slot */
         cp_async_wait_group<0>();
-        if (WG) wg_proxy_fence(); /* this thread's copies, to the products' async proxy (before the barrier) */
 #if __CUDA_ARCH__ >= 900
         if (BULK && bulk_on && lean && ci.n == MAXBT) { /* issued by bulk copies: wait for stage b's phase */
             mbar_wait(mbar(b), (ph >> b) & 1);
@@ -494,35 +426,6 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
 #pragma unroll
                 for (int e = 0; e < 4; e++) S[s][e] *= gn;
         };
-        /* WG: the warpgroup's products, the state's or X's fragments as register A operands (the accumulator layout of
-         * m64nN is that of mma.sync's stacked over the four warps, wgmma.cuh); the tiles are core matrices (cm_tile).
-         * X (+)= Sᵀ Bᵀ over the K features, B a [token][feature] tile (W or K, read K-major) */
-        float (&Xw)[MAXBT / 2] = reinterpret_cast<float (&)[MAXBT / 2]>(X[0][0]);
-        auto wg_x_state = [&](const bf16 *B) {
-            uint32_t af[KS / 16][4];
-#pragma unroll
-            for (int ks = 0; ks < KS / 16; ks++) acc_afrag<NK>(S, ks, af[ks]);
-            const uint32_t blo = wg_lo<128>(B);
-            wg_arrive();
-            static_for<0, KS / 16>([&](auto kc) {
-                constexpr int ks = decltype(kc)::value;
-                wg_mma_ra<0, 2 * cm_k<KS>(0, 16 * ks), KS / 8 * 128>(Xw, af[ks], blo, 1);
-            });
-            wg_commit();
-        };
-        /* Sᵀ += Fᵀ B over the chunk's tokens, fr the 16 × 64 A fragments (value columns × tokens), B a [token][feature]
-         * tile (K, Q or W, read MN-major), in the state's 64-feature halves */
-        auto wg_state_add = [&](const uint32_t (&fr)[NT / 2][4], const bf16 *B) {
-            const uint32_t blo = wg_lo<KS / 8 * 128>(B);
-            static_for<0, KS / 64>([&](auto nc) {
-                constexpr int nb = decltype(nc)::value;
-                float (&Sh)[32] = reinterpret_cast<float (&)[32]>(S[8 * nb][0]);
-                static_for<0, NT / 2>([&](auto kc) {
-                    constexpr int ks = decltype(kc)::value;
-                    wg_mma_ra<1, 2 * cm_k<KS>(16 * ks, 64 * nb), 128>(Sh, fr[ks], blo, 1);
-                });
-            });
-        };
 
         /* the incoming state (S_c) or the outgoing state's gradient (S̄⁺), for the pullback (S_c: the pair's, and
          * the forward pass's under policy A) */
@@ -533,28 +436,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             float O[NT][4] = {}; /* FO: Oᵀ, value columns × tokens */
             /* the pair: Rᵀ = Uᵀ − Sᵀ Wᵀ: Sᵀ Wᵀ, then U (A-fragment order = accumulator order) from the stage minus it.
              * FO: Xᵀ = Sᵀ Kᵀ, and Oᵀ = Sᵀ Qᵀ from the same fragments of S = S_c, its products between the chain's */
-            if constexpr (FO && WG) {
-                /* Xᵀ = Sᵀ Kᵀ and Oᵀ = Sᵀ Qᵀ from the same register fragments, in two halves of K: a fragment stays live
-                 * until its products complete, and all of them at once spilled (116 B at K = 128, 64 columns) */
-                const uint32_t klo = wg_lo<128>(Ks), qlo = wg_lo<128>(Qs);
-                float (&Ow)[MAXBT / 2] = reinterpret_cast<float (&)[MAXBT / 2]>(O[0][0]);
-                wg_zero(Xw);
-                wg_zero(Ow);
-                static_for<0, 2>([&](auto hc) {
-                    constexpr int k0 = decltype(hc)::value * (KS / 32);
-                    uint32_t af[KS / 32][4];
-#pragma unroll
-                    for (int i = 0; i < KS / 32; i++) acc_afrag<NK>(S, k0 + i, af[i]);
-                    wg_arrive();
-                    static_for<0, KS / 32>([&](auto ic) {
-                        constexpr int i = decltype(ic)::value, ks = k0 + i;
-                        wg_mma_ra<0, 2 * cm_k<KS>(0, 16 * ks), KS / 8 * 128>(Xw, af[i], klo, 1);
-                        wg_mma_ra<0, 2 * cm_k<KS>(0, 16 * ks), KS / 8 * 128>(Ow, af[i], qlo, 1);
-                    });
-                    wg_commit();
-                    wg_wait();
-                });
-            } else if constexpr (FO) {
+            if constexpr (FO) {
 #pragma unroll
                 for (int ks = 0; ks < KS / 16; ks++) {
                     uint32_t af[4];
@@ -562,9 +444,6 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                     mma_kstep<NT, false>(X, af, Ks, L::LDK, ks);
                     mma_kstep<NT, false>(O, af, Qs, L::LDK, ks);
                 }
-            } else if constexpr (WG) {
-                wg_x_state(Ws);
-                wg_wait();
             } else {
                 chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ws, L::LDK);
             }
@@ -580,11 +459,6 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                     const int j0 = 16 * ks + 2 * t, j1 = j0 + 8;
                     const float g0 = gexp(p, Gs[j0]), g1 = gexp(p, Gs[j0 + 1]), g2 = gexp(p, Gs[j1]), g3 = gexp(p, Gs[j1 + 1]);
                     const float b0 = bs[j0], b1 = bs[j0 + 1], b2 = bs[j1], b3 = bs[j1 + 1];
-                    /* Q_g = scale·γ ⊙ q: O's token columns j0, j0 + 1 (O[2ks]) and j1, j1 + 1 (O[2ks + 1]) times scale·γ_j
-                     * (output.cu's epilogue), from the γ_j just formed: O's products are complete */
-                    const float o0 = p.scale * g0, o1 = p.scale * g1, o2 = p.scale * g2, o3 = p.scale * g3;
-                    O[2 * ks][0] *= o0; O[2 * ks][1] *= o1; O[2 * ks][2] *= o0; O[2 * ks][3] *= o1;
-                    O[2 * ks + 1][0] *= o2; O[2 * ks + 1][1] *= o3; O[2 * ks + 1][2] *= o2; O[2 * ks + 1][3] *= o3;
                     const float2 v0_ = unpack_bf2(a[0]), v1_ = unpack_bf2(a[1]), v2_ = unpack_bf2(a[2]), v3_ = unpack_bf2(a[3]);
                     yf[ks][0] = pack_bf2(b0 * (v0_.x - g0 * X[2 * ks][0]), b1 * (v0_.y - g1 * X[2 * ks][1]));
                     yf[ks][1] = pack_bf2(b0 * (v1_.x - g0 * X[2 * ks][2]), b1 * (v1_.y - g1 * X[2 * ks][3]));
@@ -593,19 +467,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 }
 #pragma unroll
                 for (int s = 0; s < NT; s++) X[s][0] = X[s][1] = X[s][2] = X[s][3] = 0.f;
-                if constexpr (WG) { /* A [i][j] read K-major: k = j */
-                    const uint32_t alo = wg_lo<128>(Ws);
-                    wg_arrive();
-                    static_for<0, NT / 2>([&](auto kc) {
-                        constexpr int ks = decltype(kc)::value;
-                        wg_mma_ra<0, 2 * cm_k<MAXBT>(0, 16 * ks), MAXBT / 8 * 128>(Xw, yf[ks], alo, 1);
-                    });
-                    wg_commit();
-                    wg_wait();
-                } else {
 #pragma unroll
-                    for (int ks = 0; ks < NT / 2; ks++) mma_kstep<NT, false>(X, yf[ks], Ws, LDA, ks);
-                }
+                for (int ks = 0; ks < NT / 2; ks++) mma_kstep<NT, false>(X, yf[ks], Ws, LDA, ks);
             } else {
 #pragma unroll
                 for (int ks = 0; ks < NT / 2; ks++) {
@@ -620,35 +483,21 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
             }
             if (PAIR || R) store_acc<NT>(X, stg, R + ch * MAXBT * VV, VV, vw, n);
             if constexpr (FO) {
-                /* R's fragments, before F scales its columns, for C_q R */
+                /* Q_g = scale·γ ⊙ q: O's token column j times scale·γ_j (output.cu's epilogue); then R's fragments,
+                 * before F scales its columns, for C_q R */
+                scale_tokens(O, [&](int j) { return p.scale * gexp(p, Gs[j]); });
                 uint32_t rf[NT / 2][4];
 #pragma unroll
                 for (int ks = 0; ks < NT / 2; ks++) acc_afrag<NT>(X, ks, rf[ks]);
                 scale_cols();
                 decay_state();
                 /* S ← γ_n S + Fᵀ R (the chain), and beside it Oᵀ += Rᵀ C_qᵀ; then O leaves (rows from n on: none) */
-                if constexpr (WG) { /* C_q [i][j] read K-major: k = j */
-                    uint32_t xf[NT / 2][4];
 #pragma unroll
-                    for (int ks = 0; ks < NT / 2; ks++) acc_afrag<NT>(X, ks, xf[ks]);
-                    const uint32_t clo = wg_lo<128>(Cs);
-                    float (&Ow)[MAXBT / 2] = reinterpret_cast<float (&)[MAXBT / 2]>(O[0][0]);
-                    wg_arrive();
-                    wg_state_add(xf, Ks);
-                    static_for<0, NT / 2>([&](auto kc) {
-                        constexpr int ks = decltype(kc)::value;
-                        wg_mma_ra<0, 2 * cm_k<MAXBT>(0, 16 * ks), MAXBT / 8 * 128>(Ow, rf[ks], clo, 1);
-                    });
-                    wg_commit();
-                    wg_wait();
-                } else {
-#pragma unroll
-                    for (int ks = 0; ks < NT / 2; ks++) {
-                        uint32_t af[4];
-                        acc_afrag<NT>(X, ks, af);
-                        mma_kstep<NK, true>(S, af, Ks, L::LDK, ks);
-                        mma_kstep<NT, false>(O, rf[ks], Cs, LDA, ks);
-                    }
+                for (int ks = 0; ks < NT / 2; ks++) {
+                    uint32_t af[4];
+                    acc_afrag<NT>(X, ks, af);
+                    mma_kstep<NK, true>(S, af, Ks, L::LDK, ks);
+                    mma_kstep<NT, false>(O, rf[ks], Cs, LDA, ks);
                 }
                 store_acc<NT>(O, stg, o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V, rsv, vw, n);
                 if (float *ck = window_checkpoint(p, c_begin, c, c_end)) /* a time window's start state */
@@ -660,22 +509,18 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                 /* S ← γ_n S + Fᵀ R:  Sᵀ ← γ_n Sᵀ + (Rᵀ diag(f)) K */
                 scale_cols();
                 decay_state();
-                if constexpr (WG) {
-                    uint32_t xf[NT / 2][4];
-#pragma unroll
-                    for (int ks = 0; ks < NT / 2; ks++) acc_afrag<NT>(X, ks, xf[ks]);
-                    wg_arrive();
-                    wg_state_add(xf, Ks);
-                    wg_commit();
-                    wg_wait();
-                } else {
-                    chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a); }, Ks, L::LDK);
-                }
+                chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a); }, Ks, L::LDK);
             }
         } else {
             /* R̄ᵀ = S̄⁺ᵀ Fᵀ + Ōᵀ C_q: first S̄⁺ᵀ Kᵀ, its token columns scaled by f, then Ōᵀ C_q */
-            /* Ōᵀ diag(scale·γ) as A fragments of k step ks (the S̄ update's Q term) */
-            auto og_frag = [&](int ks, uint32_t (&a)[4]) {
+            chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ks, L::LDK);
+            scale_cols();
+            chain_mma<NT, NT / 2, true>(X, [&](int ks, uint32_t (&a)[4]) { smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a); },
+                                        Cs, LDA);
+            store_acc<NT>(X, stg, PR + ch * MAXBT * VV, VV, vw, n);
+            /* S̄ ← γ_n S̄⁺ + Q_gᵀ Ō − Wᵀ R̄:  S̄ᵀ ← γ_n S̄ᵀ + (Ōᵀ diag(scale·γ)) Q − R̄ᵀ W */
+            decay_state();
+            chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) {
                 smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a);
                 /* a[0], a[1]: tokens 16ks + 2t (+1); a[2], a[3]: + 8 */
                 const int j0 = 16 * ks + 2 * t, j1 = j0 + 8;
@@ -686,47 +531,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
                     const float2 x = unpack_bf2(a[q2]);
                     a[q2] = q2 < 2 ? pack_bf2(x.x * s0, x.y * s1) : pack_bf2(x.x * s2, x.y * s3);
                 }
-            };
-            if constexpr (WG) {
-                wg_x_state(Ks);
-                wg_wait();
-                scale_cols();
-                uint32_t of[NT / 2][4];
-#pragma unroll
-                for (int ks = 0; ks < NT / 2; ks++) smem_afrag_t(Xs, L::LDV, 16 * warp, ks, of[ks]);
-                const uint32_t clo = wg_lo<MAXBT / 8 * 128>(Cs); /* C_q [j][i], read MN-major: k = j */
-                wg_arrive();
-                static_for<0, NT / 2>([&](auto kc) {
-                    constexpr int ks = decltype(kc)::value;
-                    wg_mma_ra<1, 2 * cm_k<MAXBT>(16 * ks, 0), 128>(Xw, of[ks], clo, 1);
-                });
-                wg_commit();
-                wg_wait();
-            } else {
-                chain_mma<NT, KS / 16, false>(X, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NK>(S, ks, a); }, Ks, L::LDK);
-                scale_cols();
-                chain_mma<NT, NT / 2, true>(X, [&](int ks, uint32_t (&a)[4]) { smem_afrag_t(Xs, L::LDV, 16 * warp, ks, a); },
-                                            Cs, LDA);
-            }
-            store_acc<NT>(X, stg, PR + ch * MAXBT * VV, VV, vw, n);
-            /* S̄ ← γ_n S̄⁺ + Q_gᵀ Ō − Wᵀ R̄:  S̄ᵀ ← γ_n S̄ᵀ + (Ōᵀ diag(scale·γ)) Q − R̄ᵀ W */
-            decay_state();
-            if constexpr (WG) {
-                uint32_t qf[NT / 2][4], rf[NT / 2][4];
-#pragma unroll
-                for (int ks = 0; ks < NT / 2; ks++) {
-                    og_frag(ks, qf[ks]);
-                    acc_afrag<NT>(X, ks, rf[ks], -1.f);
-                }
-                wg_arrive();
-                wg_state_add(qf, Qs);
-                wg_state_add(rf, Ws);
-                wg_commit();
-                wg_wait();
-            } else {
-                chain_mma<NK, NT / 2, true>(S, og_frag, Qs, L::LDK);
-                chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a, -1.f); }, Ws, L::LDK);
-            }
+            }, Qs, L::LDK);
+            chain_mma<NK, NT / 2, true>(S, [&](int ks, uint32_t (&a)[4]) { acc_afrag<NT>(X, ks, a, -1.f); }, Ws, L::LDK);
         }
     }
     float *const out = rev ? dh0 : ht; /* the pair's forward blocks get ht = NULL */
@@ -759,33 +565,10 @@ int chain_scan_bvc(const Prob &p, rewy_dtype dt, bool vec) {
     return bvc > 0 && chain_smem(p.Kp, bvc) <= p.plan.smem_optin ? bvc : 0;
 }
 
-/* Whether those chains run their products as wgmma (Plan::chain_wg): the A operand from the warpgroup's registers
- * (the state, or R and R̄ as they form), K, Q, W and C_q as core matrices in shared memory, a k step one instruction
- * a warpgroup instead of 8 mma.sync and 4 ldmatrix a warp. An sm_90a binary (Plan::wgmma), and q, k, dO 16-B
- * aligned (the core-matrix copies take whole 16-B vectors). Not yet measured on a device (written in session 33):
- * test-forced only (force.chain_wg = 1) until a device call shows it faster; then CHAIN_WG_DEFAULT turns it on. */
-constexpr bool CHAIN_WG_DEFAULT = false;
-static bool chain_wg_on(const Prob &p) {
-    const int f = p.plan.force.chain_wg;
-    return p.plan.wgmma && (f == 1 || (f == REWY_TEST_AUTO && CHAIN_WG_DEFAULT));
-}
-bool chain_scan_wg(const Prob &p, const void *q, const void *k, const void *do_) {
-    if (p.plan.chain_bvc <= 0 || !chain_wg_on(p)) return false;
-    return ((((uintptr_t)q | (uintptr_t)k | (uintptr_t)do_) & 15) == 0);
-}
-/* The same for the forward pass's chain (Plan::fwd_chain_wg): at 64 or 128 columns, q, k, v 16-B aligned */
-bool chain_forward_wg(const Prob &p, const void *q, const void *k, const void *v) {
-    if (p.plan.fwd_chain < 64 || !chain_wg_on(p)) return false;
-    return ((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0);
-}
-/* Whether the chains' full chunks of aligned rows come in by bulk copies on sm_90 (Plan::chain_bulk; the kernels'
- * mma.sync form: the wgmma form's core-matrix tiles are not rows). Not yet measured (session 33): test-forced only
- * (force.chain_bulk = 1). */
-constexpr bool CHAIN_BULK_DEFAULT = false;
-bool chain_bulk(const Prob &p) {
-    const int f = p.plan.force.chain_bulk;
-    return p.plan.wgmma && (f == 1 || (f == REWY_TEST_AUTO && CHAIN_BULK_DEFAULT));
-}
+/* Whether those chains' full chunks of aligned rows come in by bulk copies (Plan::chain_bulk; at issue in the kernel):
+ * an sm_90a binary (Plan::wgmma: the sm_90 code that has them); force.chain_bulk = 0 keeps lean_tile's cp.async (the
+ * tests of that path on Hopper; the sm_80 code has only it). */
+bool chain_scan_bulk(const Prob &p) { return p.plan.chain_bvc > 0 && p.plan.wgmma && p.plan.force.chain_bulk != 0; }
 
 cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB, const bf16 *W,
                               const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_, const float *dht,
@@ -797,19 +580,14 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value;
         constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
-        auto fire_wg = [&](auto vv, auto wg) {
+        auto fire = [&](auto vv) {
             constexpr int VV = decltype(vv)::value;
-            constexpr bool WG = decltype(wg)::value;
-            cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, true, WG>>(sm);
+            cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, true>>(sm);
             if (e != cudaSuccess) return e;
-            chain_pair_kernel<KS, BVC, VV, true, WG><<<2 * nb, BVC * 2, sm, s>>>(
+            chain_pair_kernel<KS, BVC, VV, true><<<2 * nb, BVC * 2, sm, s>>>(
                 p, (const bf16 *)q, (const bf16 *)k, GB, W, R /* U */, Cq, h0, Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR,
                 nb, lean, p.plan.chain_bulk, nullptr, nullptr);
             return cudaGetLastError();
-        };
-        /* the plan's chain_wg: the wgmma products (its q, k, dO are 16-B aligned) */
-        auto fire = [&](auto vv) {
-            return p.plan.chain_wg && lean ? fire_wg(vv, std::true_type{}) : fire_wg(vv, std::false_type{});
         };
         if constexpr (BVC == 128) return fire(std::integral_constant<int, 128>{});
         else return p.V == 64 ? fire(std::integral_constant<int, 64>{}) : fire(std::integral_constant<int, 128>{});
@@ -877,21 +655,17 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
     if (((uintptr_t)o & 15) != 0) return cudaErrorInvalidValue; /* chain_forward_bvc declines it */
     /* full chunks take lean_tile's copies where the caller's q, k and v are 16-B aligned */
     const bool lean = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) == 0;
-    auto go_wg = [&](auto ks, auto bv, auto vv, auto wg) -> cudaError_t {
+    auto go = [&](auto ks, auto bv, auto vv) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value, VV = decltype(vv)::value;
-        constexpr bool WG = decltype(wg)::value && BVC >= 64;
         constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;
-        cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false, WG>>(sm);
+        cudaError_t e = ensure_smem<chain_pair_kernel<KS, BVC, VV, false>>(sm);
         if (e != cudaSuccess) return e;
         const int nb = p.N * p.HV * ceil_div(p.V, BVC);
-        chain_pair_kernel<KS, BVC, VV, false, WG><<<nb, BVC * 2, sm, s>>>(
-            p, (const bf16 *)q, (const bf16 *)k, GB, Ab, (const bf16 *)v, Cq, h0, Sc, R, nullptr, nullptr, nullptr,
-            nullptr, nullptr, 0, lean, p.plan.chain_bulk, ht, (bf16 *)o);
+        chain_pair_kernel<KS, BVC, VV, false><<<nb, BVC * 2, sm, s>>>(p, (const bf16 *)q, (const bf16 *)k, GB, Ab,
+                                                                      (const bf16 *)v, Cq, h0, Sc, R, nullptr, nullptr,
+                                                                      nullptr, nullptr, nullptr, 0, lean, false, ht,
+                                                                      (bf16 *)o);
         return cudaGetLastError();
-    };
-    /* the plan's fwd_chain_wg (64 or 128 columns): the wgmma products */
-    auto go = [&](auto ks, auto bv, auto vv) {
-        return p.plan.fwd_chain_wg && lean ? go_wg(ks, bv, vv, std::true_type{}) : go_wg(ks, bv, vv, std::false_type{});
     };
     auto by_v = [&](auto ks, auto bv) {
         using V64 = std::integral_constant<int, 64>;

@@ -64,11 +64,9 @@ struct Plan {
     int beside_kkt;                /* starting beside kkt_inverse (state_scan_beside_kkt) */
     int bwd_w;                     /* policy R's reverse scan runs the W chain (bwd_scan_uses_w) */
     int chain_bvc;                 /* policy R's register chains: value columns per block, 0: not (chain_scan_bvc) */
-    int chain_wg;                  /* and their products as wgmma (chain_scan_wg) */
-    int chain_bulk;                /* both chains' full chunks by bulk copies on sm_90 (chain_bulk) */
+    int chain_bulk;                /* and their full chunks by bulk copies on sm_90 (chain_scan_bulk) */
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
-    int fwd_chain_wg;              /* its products as wgmma (chain_forward_wg) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
     int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
 };

@@ -204,8 +204,7 @@ extern "C" rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_tes
     out->scan_bv = pl.scan_bv; out->scan_8w = pl.scan_8w; out->pair_8w = pl.pair_8w; out->scan_wg = pl.scan_wg;
     out->bwd_scan_wg = pl.bwd_scan_wg; out->scan_wg2 = pl.scan_wg2; out->fuse_output = pl.fuse_output;
     out->scan_wu = pl.scan_wu; out->beside_kkt = pl.beside_kkt; out->bwd_w = pl.bwd_w; out->chain_bvc = pl.chain_bvc;
-    out->recurrent = pl.recurrent; out->fwd_chain = pl.fwd_chain; out->win = pl.win; out->chain_wg = pl.chain_wg;
-    out->fwd_chain_wg = pl.fwd_chain_wg; out->chain_bulk = pl.chain_bulk;
+    out->recurrent = pl.recurrent; out->fwd_chain = pl.fwd_chain; out->win = pl.win; out->chain_bulk = pl.chain_bulk;
     const rewy_sizes z = op_sizes(cfg, f); /* this plan's own layout (rewy_test_sizes reports at least the public one) */
     out->saved_bytes = z.saved; out->fwd_bytes = z.fwd; out->bwd_bytes = z.bwd;
     return REWY_OK;

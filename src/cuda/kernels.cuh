@@ -105,9 +105,7 @@ cudaError_t launch_p_from_rbar(const Prob &p, const float *A, rp_t *PR, cudaStre
  * W ([chunk][hv][64][K]) and U over R's region ([chunk][hv][64][V]) from the saved A; the forward half writes
  * S_c and R (in place of U), the reverse half S̄⁺, R̄ (into PR) and dh0. P = Aᵀ R̄ then follows for ReWY. */
 int chain_scan_bvc(const Prob &p, rewy_dtype dt, bool vec); /* Plan::chain_bvc */
-bool chain_scan_wg(const Prob &p, const void *q, const void *k, const void *do_); /* Plan::chain_wg */
-bool chain_forward_wg(const Prob &p, const void *q, const void *k, const void *v); /* Plan::fwd_chain_wg */
-bool chain_bulk(const Prob &p); /* Plan::chain_bulk */
+bool chain_scan_bulk(const Prob &p);                        /* Plan::chain_bulk */
 cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void *k, const float *GB,
                               const __nv_bfloat16 *W, const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R,
                               const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s);

@@ -35,15 +35,13 @@ typedef struct rewy_test_force {
                       * block, 128 on at V's width (8-warp blocks at V = 128), 0 off */
     int win;         /* policy R's time windows (scalar gates, 2-byte inputs, the mma.sync chains and scans): n > 0 chunks
                       * per window where they apply, 0 off */
-    int chain_wg;    /* the register chains (policy R's and the forward pass's at 64 or 128 columns) with wgmma products
-                      * (sm_90a binary): 1 on, 0 off (mma.sync) */
-    int chain_bulk;  /* the register chains' (mma.sync form) full chunks by bulk copies (sm_90a binary): 1 on, 0 off */
+    int chain_bulk;  /* policy R's register chains take full chunks by bulk copies (sm_90a binary): 0 off (cp.async) */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
@@ -56,8 +54,7 @@ typedef struct rewy_test_plan {
     int recurrent; /* the token recurrence instead of the chunk path (then the chunk path's choices above are 0) */
     int fwd_chain; /* the forward pass's register chain: value columns per block, 0: not */
     int win;       /* policy R's time windows: chunks per window, 0: none */
-    int chain_wg, fwd_chain_wg; /* policy R's register chains, the forward pass's chain, with wgmma products */
-    int chain_bulk;             /* the chains' tiles by bulk copies */
+    int chain_bulk; /* policy R's register chains take full chunks by bulk copies */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */
 } rewy_test_plan;

@@ -153,37 +153,6 @@ __device__ __forceinline__ void wg_mma_tf32(float (&d)[N / 2], uint32_t alo, uin
 #endif
 }
 
-/* d = 0 by an opaque move per register: accumulators zeroed as C++ constants may share one register between two
- * products in flight (ptxas then injects a wait before the second) */
-template <int N> __device__ __forceinline__ void wg_zero(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("mov.b32 %0, 0;\n" : "=f"(d[i]));
-}
-
-/* wg_wait with N product groups of this warpgroup left in flight (the newest N) */
-template <int N> __device__ __forceinline__ void wg_wait_n() {
-#if REWY_WGMMA
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-/* D[64][64] (+)= A · B, one k16 step with A from registers: this thread's fragment a of the m64k16 bf16 A operand, in
- * the layout of mma.sync's m16n8k16 A fragment for rows 16·(warp of the warpgroup)… (so the accumulators of an m16n8
- * product chain, or of an m64nN one, are A operands as they are, rounded to bf16 pairs); B bf16 by descriptor as in
- * wg_mma (TB = 1: MN-major). The register chains (chain_scan.cu) hold their state this way. */
-template <int TB, int BOFF, int BSBO>
-__device__ __forceinline__ void wg_mma_ra(float (&d)[32], const uint32_t (&a)[4], uint32_t blo, int acc) {
-#if REWY_WGMMA
-    asm volatile("{\n.reg .pred p;\n.reg .b32 lb, hb;\n.reg .b64 db;\nsetp.ne.b32 p, %37, 0;\n"
-                 "add.s32 lb, %36, %38;\nmov.b32 hb, %39;\nmov.b64 db, {lb, hb};\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" REWY_WG_R32 "}, {%32, %33, %34, %35}, db, p, 1, 1, %40;\n}\n"
-                 : REWY_WG_D32
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(blo), "r"(acc), "n"(BOFF >> 4), "n"(BSBO >> 4), "n"(TB));
-#else
-    (void)d, (void)a, (void)blo, (void)acc;
-#endif
-}
-
 /* Whether kern's loaded binary carries the wgmma code: SASS for sm_90 compiled from a ≥ 9.0 virtual
  * architecture (the Makefile's sm_90a). On an A100, or from a JIT of sm_80 PTX, it does not. */
 template <auto kern> inline bool wg_kernel_ok() {

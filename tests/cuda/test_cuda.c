@@ -237,22 +237,12 @@ static void test_forced_plan(test_counts *tc) {
     if (f.chain == 2) /* 128-column blocks where two stages of tiles fit (certain with Hopper's 227 KB per block) */
         CHECK(tc, (p128.chain_bvc == 128 || (p128.chain_bvc == 0 && p128.smem_optin < 227 * 1024)) && !p.chain_bvc,
               "plan: REWY_CUDA_CHAIN=2 gave %d columns at V = 128, %d at V = 64", p128.chain_bvc, p.chain_bvc);
-    /* the chains' wgmma products, forced, wherever the chains run from an sm_90a binary (the test's inputs are
-     * aligned); bulk copies, forced, wherever the binary is sm_90a */
-    if (f.chain_wg == 0)
-        CHECK(tc, !p.chain_wg && !p128.chain_wg && !p.fwd_chain_wg && !p128.fwd_chain_wg,
-              "plan: REWY_CUDA_CHAIN_WG=0 not taken");
-    if (f.chain_wg == 1)
-        CHECK(tc, p.chain_wg == (p.chain_bvc > 0 && p.wgmma) && p128.chain_wg == (p128.chain_bvc > 0 && p128.wgmma) &&
-                      p.fwd_chain_wg == (p.fwd_chain >= 64 && p.wgmma) &&
-                      p128.fwd_chain_wg == (p128.fwd_chain >= 64 && p128.wgmma),
-              "plan: REWY_CUDA_CHAIN_WG=1 gave %d / %d (chains of %d / %d columns), forward %d / %d (%d / %d columns), "
-              "wgmma binary %d", p.chain_wg, p128.chain_wg, p.chain_bvc, p128.chain_bvc, p.fwd_chain_wg, p128.fwd_chain_wg,
-              p.fwd_chain, p128.fwd_chain, p.wgmma);
+    /* bulk copies wherever the chains run from an sm_90a binary, unless forced off */
     if (f.chain_bulk == 0) CHECK(tc, !p.chain_bulk && !p128.chain_bulk, "plan: REWY_CUDA_CHAIN_BULK=0 not taken");
-    if (f.chain_bulk == 1)
-        CHECK(tc, p.chain_bulk == p.wgmma && p128.chain_bulk == p128.wgmma, "plan: REWY_CUDA_CHAIN_BULK=1 gave %d / %d",
-              p.chain_bulk, p128.chain_bulk);
+    else
+        CHECK(tc, p.chain_bulk == (p.chain_bvc > 0 && p.wgmma) && p128.chain_bulk == (p128.chain_bvc > 0 && p128.wgmma),
+              "plan: chain_bulk %d / %d with chains of %d / %d columns (sm_90a binary %d)", p.chain_bulk, p128.chain_bulk,
+              p.chain_bvc, p128.chain_bvc, p.wgmma);
     if (f.fwd_chain == 0) CHECK(tc, !p.fwd_chain && !p128.fwd_chain, "plan: REWY_CUDA_FWD_CHAIN=0 not taken");
     if (f.fwd_chain == 1) /* the plan's width: 16 columns on these small grids */
         CHECK(tc, p.fwd_chain == 16 && !p.fuse_output, "plan: REWY_CUDA_FWD_CHAIN=1 gave %d columns (fused output %d)",
