@@ -4,7 +4,7 @@
 #   cand    the candidate's oracle matrix (test_cuda) under each ';'-separated forcing of CAND_TEST_ENV; GPU-bound ms
 #           at the six suite shapes (GDN, DeltaNet) of main's build and of the candidate's under each forcing of
 #           CAND_ALT; the device time of the kernels KGREP names at GDN (4,4096,16) (main's, the candidate's under
-#           NCU_ALT's forcings); memcheck under the first two forcings of CAND_TEST_ENV
+#           NCU_ALT's forcings; KGREP=none: no kernel times); memcheck under the first two forcings of CAND_TEST_ENV
 #   race    racecheck of the candidate under each forcing of CAND_TEST_ENV
 #   kernels main's kernel table (ncu, one forward and one backward) at the shapes of KSHAPES
 source "$(dirname "$0")/carried_bins.sh"
@@ -31,7 +31,7 @@ cand)
   done; done
   # the device time of the kernels KGREP names at GDN (4,4096,16): main's, then the candidate's under each ';'-separated
   # forcing of NCU_ALT
-  echo "[ncu gdn 4 4096 16, main]"; kernel_table $V gdn 4 4096 16 | grep -E "${KGREP:-chain_pair}"
+  [ "${KGREP:-}" != none ] && { echo "[ncu gdn 4 4096 16, main]"; kernel_table $V gdn 4 4096 16 | grep -E "${KGREP:-chain_pair}"; }
   IFS=';' read -ra NALTS <<< "${NCU_ALT:-}"
   for a in "${NALTS[@]}"; do
     echo "[ncu gdn 4 4096 16, cand, $a]"; ( export $a; kernel_table $N/bench/dev/variant_time gdn 4 4096 16 ) | grep -E "${KGREP:-chain_pair}"
