@@ -250,7 +250,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
     char *stg = smc + L::oSTG + warp * L::STG;
     auto stage = [&](int b) { return smc + b * L::STAGE; };
 #if __CUDA_ARCH__ >= 900
-    /* the pair's full chunks come into stage b by bulk copies on mbarrier b, which every thread arrives on once a chunk */
+    /* the pair's full chunks come into stage b by bulk copies on mbarrier b, which every thread arrives on once a chunk;
+     * bulk_on: the plan's chain_bulk with aligned rows (the launcher's lean) */
     constexpr bool BULK = PAIR;
     auto mbar = [&](int b) { return smem_u32(smc + L::oMB + 8 * b); };
     if (BULK && bulk_on) {
@@ -265,6 +266,8 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
 #else
     constexpr bool BULK = false;
 #endif
+    /* whether chunk entry cj's tiles come in by bulk copies (its issue and its wait) */
+    auto bulk_chunk = [&](const ChunkInfo &cj) { return BULK && bulk_on && cj.n == MAXBT; };
     /* chunk c's tiles into stage b: K, W, U (forward; with Q and C_q for FO's output) or Ō, Q, C_q (reverse), G, β */
     auto issue = [&](int c, int b, const ChunkInfo &cj) {
         /* G, β by chunk; W, U, C_q (kkt's, of the backward's window) by workspace slot */
@@ -272,7 +275,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         const bool qc = rev || FO; /* Q and C_q: the reverse scan's; the forward pass's output */
         char *st = stage(b);
         /* G and β: 512 B, the first 32 threads (the bulk copies below: one) */
-        const bool bulk = BULK && bulk_on && lean && cj.n == MAXBT;
+        const bool bulk = bulk_chunk(cj);
         if (!bulk && threadIdx.x < 2 * MAXBT / 4)
             cp16(smem_u32(st + L::oGB) + 16 * threadIdx.x, GB + ch * 2 * MAXBT + 4 * threadIdx.x);
 #if __CUDA_ARCH__ >= 900
@@ -284,39 +287,32 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
          * it keeps lean_tile. */
         if (bulk) {
             const int ntl = rev ? 5 : 3;
-            /* tile tl's row i: shared and global addresses, bytes */
-            auto row = [&](int tl, int i, unsigned &d, const char *&gs, unsigned &rb) {
-                if (tl == 0 || tl == 3) { /* K, Q */
-                    d = smem_u32(st + (tl ? L::oQ : L::oK)) + i * L::LDK * 2, rb = KS * 2;
-                    gs = reinterpret_cast<const char *>((tl ? q : k) + ((size_t)(cj.tok0 + i) * p.H + h) * p.K);
-                } else if (tl == 1) { /* W */
-                    d = smem_u32(st + L::oW) + i * L::LDK * 2, rb = KS * 2;
-                    gs = reinterpret_cast<const char *>(W + (cw * MAXBT + i) * KS);
-                } else if (tl == 2) { /* Ō, U */
-                    d = smem_u32(st + L::oX) + i * L::LDV * 2, rb = BVC * 2;
-                    gs = reinterpret_cast<const char *>(rev ? do_ + (size_t)(cj.tok0 + i) * rsv + (size_t)hv * p.V + v0
-                                                            : U + (cw * MAXBT + i) * VV + v0);
-                } else { /* C_q */
-                    d = smem_u32(st + L::oC) + i * LDA * 2, rb = MAXBT * 2;
-                    gs = reinterpret_cast<const char *>(Cq + (cw * MAXBT + i) * MAXBT);
-                }
-            };
+            /* the bytes of a row of tile tl: K, W, Q rows of KS, Ō or U rows of BVC, C_q rows of 64 elements */
+            auto row_bytes = [&](int tl) { return 2u * (tl == 2 ? BVC : tl == 4 ? MAXBT : KS); };
             /* this thread's rows: r ≡ threadIdx.x (mod NTH) over the tiles' 64·ntl rows; first their bytes */
             unsigned bytes = threadIdx.x == NTH - 1 ? 2 * MAXBT * 4 : 0;
-            for (int r = threadIdx.x; r < MAXBT * ntl; r += NTH) {
-                unsigned d, rb;
-                const char *gs;
-                row(r / MAXBT, r % MAXBT, d, gs, rb);
-                bytes += rb;
-            }
+            for (int r = threadIdx.x; r < MAXBT * ntl; r += NTH) bytes += row_bytes(r / MAXBT);
             const unsigned mb = mbar(b);
             mbar_expect(mb, bytes);
             bulk_fence(); /* the block barrier before issue ordered every read of this stage before these writes */
             for (int r = threadIdx.x; r < MAXBT * ntl; r += NTH) {
-                unsigned d, rb;
-                const char *gs;
-                row(r / MAXBT, r % MAXBT, d, gs, rb);
-                bulk_g2s(d, gs, rb, mb);
+                const int tl = r / MAXBT, i = r % MAXBT;
+                unsigned d;       /* row i of tile tl: its shared address and its source */
+                const bf16 *gs;
+                if (tl == 0 || tl == 3) { /* K, Q */
+                    d = smem_u32(st + (tl ? L::oQ : L::oK)) + i * L::LDK * 2;
+                    gs = (tl ? q : k) + ((size_t)(cj.tok0 + i) * p.H + h) * p.K;
+                } else if (tl == 1) { /* W */
+                    d = smem_u32(st + L::oW) + i * L::LDK * 2;
+                    gs = W + (cw * MAXBT + i) * KS;
+                } else if (tl == 2) { /* Ō, U */
+                    d = smem_u32(st + L::oX) + i * L::LDV * 2;
+                    gs = rev ? do_ + (size_t)(cj.tok0 + i) * rsv + (size_t)hv * p.V + v0 : U + (cw * MAXBT + i) * VV + v0;
+                } else { /* C_q */
+                    d = smem_u32(st + L::oC) + i * LDA * 2;
+                    gs = Cq + (cw * MAXBT + i) * MAXBT;
+                }
+                bulk_g2s(d, gs, row_bytes(tl), mb);
             }
             if (threadIdx.x == NTH - 1) bulk_g2s(smem_u32(st + L::oGB), GB + ch * 2 * MAXBT, 2 * MAXBT * 4, mb);
             return;
@@ -387,7 +383,7 @@ chain_pair_kernel(Prob p, const bf16 *q, const bf16 *k, const float *GB, const b
         const size_t ch = (size_t)chunk_slot(p, c, ci) * p.HV + hv; /* S_c, R, S̄⁺, R̄: by workspace slot */
         cp_async_wait_group<0>();
 #if __CUDA_ARCH__ >= 900
-        if (BULK && bulk_on && lean && ci.n == MAXBT) { /* issued by bulk copies: wait for stage b's phase */
+        if (bulk_chunk(ci)) { /* issued by bulk copies: wait for stage b's phase */
             mbar_wait(mbar(b), (ph >> b) & 1);
             ph ^= 1u << b;
         }
@@ -586,7 +582,7 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
             if (e != cudaSuccess) return e;
             chain_pair_kernel<KS, BVC, VV, true><<<2 * nb, BVC * 2, sm, s>>>(
                 p, (const bf16 *)q, (const bf16 *)k, GB, W, R /* U */, Cq, h0, Sc, R, (const bf16 *)do_, dht, dh0, Sbar, PR,
-                nb, lean, p.plan.chain_bulk, nullptr, nullptr);
+                nb, lean, p.plan.chain_bulk && lean, nullptr, nullptr);
             return cudaGetLastError();
         };
         if constexpr (BVC == 128) return fire(std::integral_constant<int, 128>{});
