@@ -30,6 +30,7 @@ static inline rewy_test_force env_force(void) {
     f.fwd_chain = env_force_int("REWY_CUDA_FWD_CHAIN");
     f.win = env_force_int("REWY_CUDA_WIN");
     f.chain_bulk = env_force_int("REWY_CUDA_CHAIN_BULK");
+    f.fwd_ws = env_force_int("REWY_CUDA_FWD_WS");
     return f;
 }
 

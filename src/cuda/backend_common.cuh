@@ -172,7 +172,8 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wg = state_scan_wg_ok(p, dt, ptr.k, ptr.v, vec);
     pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
     pl.scan_wg2 = plan_scan_wg2(p);
-    pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
+    pl.fwd_ws = chain_forward_ws(p, dt, vec, ptr.q, ptr.k, ptr.v, ptr.o);
+    pl.fwd_chain = pl.fwd_ws ? 128 : chain_forward_bvc(p, dt, vec, ptr.o);
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);

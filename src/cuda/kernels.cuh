@@ -117,6 +117,13 @@ int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o); /*
 cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const void *v, const float *GB,
                                  const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,
                                  rp_t *R, void *o, cudaStream_t s);
+/* chain_ws.cu: that forward chain as one warp-specialized block of warpgroup products per (sequence, value head, 128
+ * value columns) on sm_90a (Plan::fwd_ws; launch_chain_forward hands over to it): same inputs and outputs */
+bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v,
+                      const void *o); /* Plan::fwd_ws */
+cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
+                                    const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,
+                                    rp_t *R, void *o, cudaStream_t s);
 cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v, const float *GB,
                              const float *A, const cq_t *Cq, const VecOps *vo, const float *h0, state_t *Sc, rp_t *R,
                              const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,

@@ -123,6 +123,14 @@ static void full_matrix(case_list *l) {
      * (REWY_CUDA_WIN): appended last, so every earlier case keeps its seed */
     rewy_case c = base(REWY_OP_GDN);
     set_seqs(&c, varlen, 5); c.K = 256; c.V = 64; add(l, c);
+    /* the forward chains at V = 128 (chain_ws.cu under REWY_CUDA_FWD_WS=1, the register chains' 128-column blocks):
+     * packed varlen with −1000 resets and grouped value heads, strong decay at K = 64, −inf resets, DeltaNet's varlen;
+     * appended last */
+    c = base(REWY_OP_GDN); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; c.gates = REWY_GATES_RESET; c.H = 1; c.HV = 2;
+    add(l, c);
+    c = base(REWY_OP_GDN); c.T = 200; c.K = 64; c.V = 128; c.gates = REWY_GATES_STRONG; add(l, c);
+    c = base(REWY_OP_GDN); c.T = 130; c.K = 128; c.V = 128; c.gates = REWY_GATES_NEG_INF; add(l, c);
+    c = base(REWY_OP_DELTANET); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; add(l, c);
 }
 
 /* --quick: −inf resets in fp32 varlen with GVA, and scale 1e30 with strong gates at chunk 16. */
@@ -137,6 +145,9 @@ static void quick_matrix(case_list *l) {
     rewy_case c = base(REWY_OP_DELTANET); c.T = 20; c.K = 16; c.V = 24; c.dtype = REWY_F16; c.chunk_size = 16; add(l, c);
     quick_extreme(l, REWY_OP_GDN);
     cases_small_k(l, REWY_OP_GDN, 1);
+    /* V = 128 (chain_ws.cu under REWY_CUDA_FWD_WS=1): packed varlen, −1000 resets, grouped value heads */
+    c = base(REWY_OP_GDN); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; c.gates = REWY_GATES_RESET; c.H = 1; c.HV = 2;
+    add(l, c);
 }
 
 /* ------------------------------------------------------------------ the forced choices reach the plan */
@@ -253,6 +264,14 @@ static void test_forced_plan(test_counts *tc) {
     if (f.fwd_chain == 128) /* V's width: 64 at V = 64; at V = 128 where the tiles fit (Hopper's 227 KB a block) */
         CHECK(tc, p.fwd_chain == 64 && (p128.fwd_chain == 128 || (!p128.fwd_chain && p128.smem_optin < 227 * 1024)),
               "plan: REWY_CUDA_FWD_CHAIN=128 gave %d / %d columns", p.fwd_chain, p128.fwd_chain);
+    /* the warp-specialized forward chain (chain_ws.cu): only where told, at V = 128, from an sm_90a binary */
+    if (f.fwd_ws == 1 || f.fwd_ws == 2)
+        CHECK(tc, !p.fwd_ws && p128.fwd_ws == p128.wgmma && (!p128.fwd_ws || p128.fwd_chain == 128),
+              "plan: REWY_CUDA_FWD_WS=%d gave %d / %d (forward chain %d columns, sm_90a binary %d)", f.fwd_ws, p.fwd_ws,
+              p128.fwd_ws, p128.fwd_chain, p128.wgmma);
+    else
+        CHECK(tc, !p.fwd_ws && !p128.fwd_ws, "plan: the warp-specialized forward chain taken unasked (%d / %d)",
+              p.fwd_ws, p128.fwd_ws);
 }
 
 /* ------------------------------------------------------------------ 2. graph capture */
