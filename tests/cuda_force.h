@@ -31,6 +31,7 @@ static inline rewy_test_force env_force(void) {
     f.win = env_force_int("REWY_CUDA_WIN");
     f.chain_bulk = env_force_int("REWY_CUDA_CHAIN_BULK");
     f.fwd_ws = env_force_int("REWY_CUDA_FWD_WS");
+    f.chain_ws = env_force_int("REWY_CUDA_CHAIN_WS");
     return f;
 }
 

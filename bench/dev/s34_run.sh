@@ -3,8 +3,9 @@
 # $OUT/run.log.
 #   verify   the oracle matrix (test_cuda) at the default and under each ';'-separated forcing of TEST_ENV; memcheck and
 #            racecheck (--quick) under the forcing RACE_ENV; each kernel's device time (ncu) at the shapes of KSHAPES
-#   ws       the warp-specialized forward chain (REWY_CUDA_FWD_WS=1): oracle, memcheck, racecheck, GPU-bound ms against
-#            the default at SHAPES, and both chains' device time at KSHAPES
+#   ws       the warp-specialized chains (chain_ws.cu: REWY_CUDA_FWD_WS, REWY_CUDA_CHAIN_WS): the oracle under the forcings
+#            of WS_TEST_ENV, GPU-bound ms of the default and under each forcing of WS_ALT at SHAPES, memcheck and
+#            racecheck with both forced, each kernel's device time at KSHAPES with both forced
 source "$(dirname "$0")/carried_bins.sh"
 V=$B/bench/dev/variant_time
 SHAPES=${SHAPES:-"1x2048x4 1x8192x16 4x4096x16 8x2048x32 2x16384x8 16x1024x16"}
@@ -27,16 +28,19 @@ verify)
   oracle "${TEST_ENV:-}"
   sanit "${RACE_ENV:-REWY_CUDA_CHAIN=2}" ;;
 ws)
-  # the oracle at the default and with the kernel forced (alone; with two-chunk windows, whose checkpoints it writes)
-  oracle "REWY_CUDA_FWD_WS=1;REWY_CUDA_FWD_WS=2 REWY_CUDA_WIN=2"
+  # the oracle at the default and with the kernels forced: the forward chain (=1; =2: Q S after K S, with two-chunk
+  # windows, whose checkpoints it writes), the pair (with one-chunk windows too), both
+  oracle "${WS_TEST_ENV:-REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1;REWY_CUDA_FWD_WS=2 REWY_CUDA_WIN=2;REWY_CUDA_WIN=1 REWY_CUDA_CHAIN_WS=1}"
   gb() { timeout 40 env "$@" 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | awk '{print $NF}' | tr '\n' '/'; }
-  echo "GPU-bound ms, fwd/bwd: default | REWY_CUDA_FWD_WS=1 | =2 (Q S after K S)" > /tmp/tab.txt
+  IFS=';' read -ra ALTS <<< "${WS_ALT:-REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1;REWY_CUDA_FWD_WS=2}"
+  echo "GPU-bound ms, fwd/bwd: default | ${WS_ALT:-REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1 | REWY_CUDA_FWD_WS=2}" > /tmp/tab.txt
   for op in gdn delta; do for s in $SHAPES; do
-    echo "| $op | $s | $(gb $V $op ${s//x/ }) | $(gb REWY_CUDA_FWD_WS=1 $V $op ${s//x/ }) | $(gb REWY_CUDA_FWD_WS=2 $V $op ${s//x/ }) |" | tee -a /tmp/tab.txt
+    line="| $op | $s | $(gb $V $op ${s//x/ }) |"
+    for a in "${ALTS[@]}"; do line="$line $(gb $a $V $op ${s//x/ }) |"; done
+    echo "$line" | tee -a /tmp/tab.txt
   done; done
-  env REWY_CUDA_FWD_WS=1 REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-150} compute-sanitizer --tool memcheck --error-exitcode 9 $T/test_cuda --quick > /tmp/cs.log 2>&1
-  echo "memcheck [REWY_CUDA_FWD_WS=1] rc=$? $(grep -E 'ERROR SUMMARY' /tmp/cs.log | tail -1) $(el)"
-  [ -n "${KSHAPES:-}" ] && KTOP=4 ktab gdn REWY_CUDA_FWD_WS=1
+  sanit "REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1"
+  [ -n "${KSHAPES:-}" ] && KTOP=6 ktab gdn "REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1"
   cat /tmp/tab.txt ;;
 esac; done
 echo "total $(el)"

@@ -178,7 +178,8 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
     pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
-    pl.chain_bvc = chain_scan_bvc(p, dt, vec);
+    pl.chain_ws = chain_scan_ws(p, dt, vec);
+    pl.chain_bvc = pl.chain_ws ? 128 : chain_scan_bvc(p, dt, vec);
     pl.chain_bulk = chain_scan_bulk(p);
     pl.win = plan_windows(c, p, vec, &pl.nwin);
     return pl;

@@ -572,6 +572,9 @@ cudaError_t launch_chain_pair(const Prob &p, int bvc, const void *q, const void 
     if (bvc != 64 && bvc != 128) return cudaErrorInvalidValue;
     /* full chunks take lean_tile's copies where the caller's q, k, dO are 16-B aligned (rows are: K, V of 64 or 128) */
     const bool lean = (((uintptr_t)q | (uintptr_t)k | (uintptr_t)do_) & 15) == 0;
+    /* the warp-specialized pair (chain_ws.cu), whose copies need those alignments */
+    if (p.plan.chain_ws && lean)
+        return launch_chain_pair_ws(p, q, k, GB, W, Cq, h0, Sc, R, do_, dht, dh0, Sbar, PR, s);
     auto go = [&](auto ks, auto bv) -> cudaError_t {
         constexpr int KS = decltype(ks)::value, BVC = decltype(bv)::value;
         constexpr size_t sm = ChainLayout<KS, BVC>::TOTAL;

@@ -79,6 +79,100 @@ template <int KPC, bool SVF, class F> __device__ __forceinline__ void ws_state_e
         }
 }
 
+/* A state warpgroup's part of the state (S or S̄): features 64·wg + wg_row(e), columns v0 + 64·hf + wg_col(e), in
+ * registers for the whole walk; s0: the thread's first element in an API state (h0, ht, dht, dh0, checkpoints) */
+template <int KPC> struct WsState {
+    float s[2][32];
+    size_t s0;
+    int wg;
+    __device__ WsState(const Prob &p, size_t sbase, int v0, int w)
+        : s0(sbase + st_idx(p, 64 * w + wg_row(0), v0 + wg_col(0))), wg(w) {}
+    template <class F> __device__ __forceinline__ void each(const Prob &p, F &&f) {
+        if (p.svf) ws_state_elems<KPC, true>(f);
+        else ws_state_elems<KPC, false>(f);
+    }
+    __device__ __forceinline__ void load(const Prob &p, const float *src) {
+        each(p, [&](int hf, int e, int d) { s[hf][e] = src ? src[s0 + d] : 0.f; });
+    }
+    __device__ __forceinline__ void save(const Prob &p, float *dst) {
+        each(p, [&](int hf, int e, int d) { dst[s0 + d] = s[hf][e]; });
+    }
+    __device__ __forceinline__ void scale(float g) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+            for (int e = 0; e < 32; e++) s[hf][e] *= g;
+    }
+    /* the bf16 copy: the B operand [feature][column] of the products with the state, two cm_mn<64> halves of KPC rows */
+    __device__ __forceinline__ void spill(__nv_bfloat16 *Sb) const {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+            for (int e = 0; e < 32; e += 2)
+                *reinterpret_cast<__nv_bfloat162 *>(Sb + hf * KPC * 64 + cm_mn<64>(wg_col(e), 64 * wg + wg_row(e))) =
+                    __floats2bfloat162_rn(s[hf][e], s[hf][e + 1]);
+    }
+    /* its rows of the copy to a saved chunk state (S_c, S̄⁺: dst [K][V], V = 128), once its four warps wrote them */
+    __device__ __forceinline__ void save_rows(state_t *dst, const __nv_bfloat16 *Sb, int bar) const {
+        ws_sync(bar, 128);
+#pragma unroll 1
+        for (int hf = 0; hf < 2; hf++) wg_store_rows<64, 64>(dst + 64 * wg * 128, Sb + hf * KPC * 64 + 64 * 64 * wg, 64, 128, 64 * hf);
+    }
+};
+
+/* ---- copies into a stage by the NL threads of the state warpgroups (cp.async; zero from row n on) */
+/* rows [0, n) of a [64][128] bf16 tile, row r at src + r·rs, as two cm_mn<64> halves (V, Ō, U) */
+template <int NL>
+__device__ __forceinline__ void ws_copy_rows128(__nv_bfloat16 *dst, const __nv_bfloat16 *src, size_t rs, int n) {
+#pragma unroll 1
+    for (int m = 0; m < MAXBT * 128 / 8 / NL; m++) {
+        const int x = threadIdx.x + NL * m, r = x >> 4, c8 = (x & 15) * 8;
+        const bool ok = r < n;
+        cp_async16(dst + (c8 >> 6) * 64 * 64 + cm_mn<64>(c8 & 63, r), ok ? src + (size_t)r * rs + c8 : src, ok);
+    }
+}
+/* a dense [64][KD] tile (kkt's A, C_q, W) as cm_k<KD> */
+template <int KD, int NL, class E> __device__ __forceinline__ void ws_copy_dense(E *dst, const E *src) {
+#pragma unroll 1
+    for (int m = 0; m < MAXBT * KD / 8 / NL; m++) {
+        const int x = threadIdx.x + NL * m, r = x / (KD / 8), c8 = (x % (KD / 8)) * 8;
+        cp_async16(dst + cm_k<KD>(r, c8), src + r * KD + c8, true);
+    }
+}
+
+/* ---- a warpgroup's [64 tokens][128 columns] accumulators x (rows i0 = wg_row(0) and i0 + 8) */
+/* to the two cm_mn<64> halves at dst (a B operand [token][column]) in bf16, row i0 times f0 and row i0 + 8 times f1 */
+__device__ __forceinline__ void ws_put_rows(__nv_bfloat16 *dst, const float (&x)[2][32], float f0, float f1) {
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+        for (int e = 0; e < 32; e += 2) {
+            const float f = e & 2 ? f1 : f0;
+            *reinterpret_cast<__nv_bfloat162 *>(dst + hf * 64 * 64 + cm_mn<64>(wg_col(e), wg_row(e))) =
+                __floats2bfloat162_rn(f * x[hf][e], f * x[hf][e + 1]);
+        }
+}
+/* to rows [0, n) of a row-major [token][128] matrix (row stride ld) in bf16 (o, R, R̄): the thread's two rows, its
+ * columns at compile-time offsets */
+__device__ __forceinline__ void ws_store_rows(__nv_bfloat16 *dst, size_t ld, const float (&x)[2][32], int n) {
+    const int i0 = wg_row(0);
+    __nv_bfloat16 *const d0 = dst + (size_t)i0 * ld + wg_col(0), *const d1 = d0 + 8 * ld;
+    const bool w0 = i0 < n, w1 = i0 + 8 < n;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+        for (int e = 0; e < 32; e += 2)
+            if (e & 2 ? w1 : w0)
+                *reinterpret_cast<__nv_bfloat162 *>((e & 2 ? d1 : d0) + 64 * hf + 8 * (e >> 2)) =
+                    __floats2bfloat162_rn(x[hf][e], x[hf][e + 1]);
+}
+/* the row factors e^{G_n − G_i} (0 from n on) of F at the thread's rows i0, i0 + 8 */
+__device__ __forceinline__ float2 ws_fdec(const Prob &p, const float *Gs, int n) {
+    const int i0 = wg_row(0);
+    const float gl = Gs[n - 1];
+    return make_float2(i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f);
+}
+
 /* QS_LATE: the O warpgroup issues Q S once K S is complete (BAR_K), so that the chain's K S has the tensor cores to
  * itself; else both at once (a variant under measurement: force.fwd_ws = 2 / 1) */
 template <int KPC, bool QS_LATE>
@@ -93,7 +187,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
     constexpr int WS_BAR_S = 1, WS_BAR_P = 2, WS_BAR_F = 3, WS_BAR_Y = 4, WS_BAR_K = 5, WS_BAR_SC = 6;
     constexpr int MB = L::MB, NT = L::NT, NL = 128 * MB; /* NL: the state warpgroups, which also issue the copies */
     extern __shared__ __align__(128) char smc[];
-    const int wg = threadIdx.x >> 7, tid = threadIdx.x;
+    const int wg = threadIdx.x >> 7;
     const int nvt = p.V / 128, sh = blockIdx.x / nvt, sq = sh / p.HV, hv = sh % p.HV, h = hv / p.G;
     const int v0 = (blockIdx.x % nvt) * 128;
     int c_begin, c_end;
@@ -109,48 +203,20 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
     using W64 = WgStrides<64, 64>;
 
     if (wg < MB) {
-        /* ---- a state warpgroup: features 64·wg + wg_row(e), columns v0 + 64·hf + wg_col(e) */
-        float s[2][32];
-        auto feat = [&](int e) { return 64 * wg + wg_row(e); };
-        /* this thread's first element in a state (h0, ht, the windows' checkpoints) */
-        const size_t s0 = sbase + st_idx(p, feat(0), v0 + wg_col(0));
-        auto load_state = [&](const float *src) {
-            auto ld1 = [&](int hf, int e, int d) { s[hf][e] = src ? src[d] : 0.f; };
-            src = src ? src + s0 : src;
-            if (p.svf) ws_state_elems<KPC, true>(ld1);
-            else ws_state_elems<KPC, false>(ld1);
-        };
-        auto save_state = [&](float *dst) {
-            auto st1 = [&](int hf, int e, int d) { dst[d] = s[hf][e]; };
-            dst += s0;
-            if (p.svf) ws_state_elems<KPC, true>(st1);
-            else ws_state_elems<KPC, false>(st1);
-        };
-        load_state(h0);
-        /* chunk c's tiles into stage b: K, Q (cm_k<KPC>), V's halves (cm_mn<64>), A and C_q (cm_k<64>), G and β; rows
-         * from n on are zero (A, C_q and β are zero there already) */
+        /* ---- a state warpgroup: S's features 64·wg …; it also issues the copies */
+        WsState<KPC> S(p, sbase, v0, wg);
+        S.load(p, h0);
+        /* chunk c's tiles into stage b: K, Q (cm_k<KPC>), V's halves, A and C_q (cm_k<64>), G and β */
         auto issue = [&](int c, int b) {
             const ChunkInfo cj = p.ctab[c];
             char *st = stage(b);
+            const size_t cw = (size_t)c * p.HV + hv;
             wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oK), k, p, cj, h);
             wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oQ), q, p, cj, h);
-            const T *vs = v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0;
-#pragma unroll 1
-            for (int m = 0; m < MAXBT * 128 / 8 / NL; m++) {
-                const int x = tid + NL * m, r = x / 16, c8 = (x % 16) * 8, hf = c8 >> 6;
-                const bool ok = r < cj.n;
-                cp_async16(reinterpret_cast<T *>(st + L::oV) + hf * 64 * 64 + cm_mn<64>(c8 & 63, r),
-                           ok ? vs + (size_t)r * rsv + c8 : v, ok);
-            }
-            const size_t cw = (size_t)c * p.HV + hv;
-            const T *as = Ab + cw * MAXBT * MAXBT;
-            const cq_t *cs = Cq + cw * MAXBT * MAXBT;
-#pragma unroll 1
-            for (int m = 0; m < MAXBT * MAXBT / 8 / NL; m++) {
-                const int x = tid + NL * m, r = x / 8, c8 = (x % 8) * 8;
-                cp_async16(reinterpret_cast<T *>(st + L::oA) + cm_k<64>(r, c8), as + r * MAXBT + c8, true);
-                cp_async16(reinterpret_cast<cq_t *>(st + L::oC) + cm_k<64>(r, c8), cs + r * MAXBT + c8, true);
-            }
+            ws_copy_rows128<NL>(reinterpret_cast<T *>(st + L::oV), v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv,
+                                cj.n);
+            ws_copy_dense<64, NL>(reinterpret_cast<T *>(st + L::oA), Ab + cw * MAXBT * MAXBT);
+            ws_copy_dense<64, NL>(reinterpret_cast<cq_t *>(st + L::oC), Cq + cw * MAXBT * MAXBT);
             wg_copy_gates(reinterpret_cast<float *>(st + L::oGB), GB, p, hv, c);
             cp_async_commit();
         };
@@ -160,44 +226,29 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             const char *st = stage(b);
             /* S's copy: the B operand of K S and Q S (the O warpgroup read the last one: BAR_F) */
             if (it > 0) ws_sync(WS_BAR_F, NL + 128);
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-                for (int e = 0; e < 32; e += 2)
-                    *reinterpret_cast<__nv_bfloat162 *>(Sb + hf * KPC * 64 + cm_mn<64>(wg_col(e), feat(e))) =
-                        __floats2bfloat162_rn(s[hf][e], s[hf][e + 1]);
-            if (Sc) { /* policy A saves S_c: this warpgroup's rows, from the copy */
-                ws_sync(WS_BAR_SC + wg, 128);
-                state_t *sd = Sc + ((size_t)c * p.HV + hv) * p.K * p.V + (size_t)64 * wg * p.V;
-#pragma unroll 1
-                for (int hf = 0; hf < 2; hf++)
-                    wg_store_rows<64, 64>(sd, Sb + hf * KPC * 64 + 64 * 64 * wg, 64, p.V, v0 + 64 * hf);
-            }
+            S.spill(Sb);
+            if (Sc) S.save_rows(Sc + ((size_t)c * p.HV + hv) * p.K * p.V, Sb, WS_BAR_SC + wg); /* policy A's S_c */
             cp_async_wait_group<0>();
             wg_proxy_fence();
             ws_sync(WS_BAR_S, NT); /* chunk c's tiles and S's copy are in */
             if (it + 1 < nch) issue(c + 1, b ^ 1);
-            const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
-            const float gn = gexp(p, Gs[p.ctab[c].n - 1]);
+            const float gn = gexp(p, reinterpret_cast<const float *>(st + L::oGB)[p.ctab[c].n - 1]);
             ws_sync(WS_BAR_P, NT); /* R̃ is in */
-            /* S ← γ_n S + Kᵀ R̃ */
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-                for (int e = 0; e < 32; e++) s[hf][e] *= gn;
-            /* Kᵀ's rows of this warpgroup's features: the tile read from feature 64·wg on (one descriptor start for
-             * every warpgroup, so no branch on wg around the products) */
+            /* S ← γ_n S + Kᵀ R̃; Kᵀ's rows of this warpgroup's features: the tile read from feature 64·wg on (one
+             * descriptor start for every warpgroup, so no branch on wg around the products) */
+            S.scale(gn);
             const uint32_t ktlo = wg_lo<W::KT_LBO>(st + L::oK + 2 * cm_k<KPC>(0, 64) * wg);
             wg_arrive();
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) ws_state_add<KPC, 0>(s[hf], ktlo, wg_lo<W64::N_LBO>(Pb + hf * 64 * 64));
+            for (int hf = 0; hf < 2; hf++) ws_state_add<KPC, 0>(S.s[hf], ktlo, wg_lo<W64::N_LBO>(Pb + hf * 64 * 64));
             wg_commit();
             wg_wait();
-            if (float *ck = window_checkpoint(p, c_begin, c, c_end)) save_state(ck); /* a time window's start state */
+            if (float *ck = window_checkpoint(p, c_begin, c, c_end)) S.save(p, ck); /* a time window's start state */
         }
-        if (ht) save_state(ht);
+        if (ht) S.save(p, ht);
     } else if (wg == MB) {
         /* ---- the R warpgroup: tokens wg_row(e), columns 64·hf + wg_col(e) */
+        const int i0 = wg_row(0); /* a thread's rows: i0, i0 + 8 */
         for (int it = 0; it < nch; it++) {
             const int c = c_begin + it, b = it & 1;
             const char *st = stage(b);
@@ -214,8 +265,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             wg_commit();
             wg_wait();
             if (QS_LATE) ws_arrive(WS_BAR_K, 256);
-            /* Y = diag(β)(V − γ ⊙ K S), the B operand of A Y; a thread's rows are i0 and i0 + 8 */
-            const int i0 = wg_row(0);
+            /* Y = diag(β)(V − γ ⊙ K S), the B operand of A Y */
             const float g0 = gexp(p, Gs[i0]), g1 = gexp(p, Gs[i0 + 8]), b0 = bs[i0], b1 = bs[i0 + 8];
 #pragma unroll
             for (int hf = 0; hf < 2; hf++)
@@ -237,28 +287,16 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             wg_commit();
             wg_wait();
             /* R (the B operand of C_q R) and R̃ = diag(f) R (of Kᵀ R̃; zero on rows from n on) */
-            const float gl = Gs[n - 1];
-            const float f0 = i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, f1 = i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f;
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-                for (int e = 0; e < 32; e += 2) {
-                    const int j = cm_mn<64>(wg_col(e), wg_row(e)) + hf * 64 * 64;
-                    const float f = e & 2 ? f1 : f0;
-                    *reinterpret_cast<__nv_bfloat162 *>(Rb + j) = __floats2bfloat162_rn(x[hf][e], x[hf][e + 1]);
-                    *reinterpret_cast<__nv_bfloat162 *>(Pb + j) = __floats2bfloat162_rn(f * x[hf][e], f * x[hf][e + 1]);
-                }
+            const float2 f = ws_fdec(p, Gs, n);
+            ws_put_rows(Rb, x, 1.f, 1.f);
+            ws_put_rows(Pb, x, f.x, f.y);
+            if (R) ws_store_rows(R + ((size_t)c * p.HV + hv) * MAXBT * p.V + v0, p.V, x, n); /* policy A's R */
             wg_proxy_fence();
-            if (R) { /* policy A saves R: from its copy, once all four warps wrote it */
-                ws_sync(WS_BAR_Y, 128);
-                rp_t *rd = R + ((size_t)c * p.HV + hv) * MAXBT * p.V;
-#pragma unroll 1
-                for (int hf = 0; hf < 2; hf++) wg_store_rows<MAXBT, 64>(rd, Rb + hf * 64 * 64, n, p.V, v0 + 64 * hf);
-            }
             ws_arrive(WS_BAR_P, NT);
         }
     } else {
         /* ---- the O warpgroup: tokens wg_row(e), columns 64·hf + wg_col(e) */
+        const int i0 = wg_row(0);
         for (int it = 0; it < nch; it++) {
             const int c = c_begin + it, b = it & 1;
             const char *st = stage(b);
@@ -275,8 +313,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             wg_commit();
             wg_wait();
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* S's copy is read */
-            /* O = diag(scale·γ) Q S + C_q R, once R is in; a thread's rows are i0 and i0 + 8 */
-            const int i0 = wg_row(0);
+            /* O = diag(scale·γ) Q S + C_q R, once R is in */
             const float q0 = p.scale * gexp(p, Gs[i0]), q1 = p.scale * gexp(p, Gs[i0 + 8]);
 #pragma unroll
             for (int e = 0; e < 32; e++) {
@@ -290,20 +327,207 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             for (int hf = 0; hf < 2; hf++) ws_product<64, true>(x[hf], clo, wg_lo<W64::N_LBO>(Rb + hf * 64 * 64));
             wg_commit();
             wg_wait();
-            /* the thread's two rows of o (rows from n on: none), columns at compile-time offsets */
-            T *const od0 = o + (size_t)(ci.tok0 + i0) * rsv + (size_t)hv * p.V + v0 + wg_col(0), *const od1 = od0 + 8 * rsv;
-            const bool w0 = i0 < ci.n, w1 = i0 + 8 < ci.n;
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-                for (int e = 0; e < 32; e += 2)
-                    if (e & 2 ? w1 : w0)
-                        *reinterpret_cast<__nv_bfloat162 *>((e & 2 ? od1 : od0) + 64 * hf + 8 * (e >> 2)) =
-                            __floats2bfloat162_rn(x[hf][e], x[hf][e + 1]);
+            ws_store_rows(o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0, rsv, x, ci.n);
         }
     }
 #else
     (void)p, (void)q, (void)k, (void)v, (void)GB, (void)Ab, (void)Cq, (void)h0, (void)ht, (void)Sc, (void)R, (void)o;
+#endif
+}
+
+/* ==== Policy R's two chains (chain_scan.cu's pair, the W form) in the same roles ====
+ * One launch: blocks [0, nb) the reverse chain, [nb, 2nb) the forward recompute, one per (sequence, value head, 128
+ * columns) each, as chain_pair_kernel's blocks; the same inputs and outputs (W from kkt_inverse, U over R's region; S_c,
+ * R; S̄⁺, R̄ into PR; dh0), so P = Aᵀ R̄ and the pullback follow unchanged.
+ *   Recompute:  store S_c;  R = U − W S (stored);  S ← γ_n S + Kᵀ diag(f) R
+ *     state warpgroups: S's copy (and S_c from it), the copies, the state update; the R warpgroup: W S, R, R̃ (the O
+ *     warpgroup has nothing to do and leaves).
+ *   Reverse:    store S̄⁺;  R̄ = diag(f) K S̄⁺ + C_qᵀ Ō (stored);  S̄ ← γ_n S̄⁺ + Qᵀ diag(scale·γ) Ō − Wᵀ R̄
+ *     state warpgroups: S̄⁺'s copy (and S̄⁺ from it), the copies, Qᵀ Ō_g as soon as Ō_g is in (BAR_O), then −Wᵀ R̄
+ *     (BAR_P); the R warpgroup: K S̄⁺ (then arrive BAR_F), the row scaling, C_qᵀ Ō, R̄ stored and −R̄ for the state;
+ *     the O warpgroup: Ō_g = diag(scale·γ) Ō (BAR_O).
+ * Stage: K, W, Q, Ō or U (two halves), C_q, G and β. */
+template <int KPC> struct WsPairLayout {
+    static constexpr int KT = MAXBT * KPC * 2, HT = MAXBT * 64 * 2;
+    static constexpr int oK = 0, oW = KT, oQ = 2 * KT, oX = 3 * KT, oC = oX + 2 * HT, oGB = oC + HT;
+    static constexpr int STAGE = oGB + 2 * MAXBT * 4;
+    static constexpr int SH = KPC * 64 * 2;
+    static constexpr int oS = 2 * STAGE, oO = oS + 2 * SH, oP = oO + 2 * HT, TOTAL = oP + 2 * HT;
+    static_assert(STAGE % 128 == 0, "WsPairLayout: stages 128-B aligned");
+};
+
+template <int KPC>
+__global__ void __launch_bounds__(WsLayout<KPC>::NT, 1)
+chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *GB, const __nv_bfloat16 *W,
+                     const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const __nv_bfloat16 *do_, const float *dht,
+                     float *dh0, state_t *Sbar, rp_t *PR, int nb) {
+#if REWY_WGMMA
+    using T = __nv_bfloat16;
+    using L = WsPairLayout<KPC>;
+    constexpr int WS_BAR_S = 1, WS_BAR_P = 2, WS_BAR_F = 3, WS_BAR_O = 4, WS_BAR_SC = 5;
+    constexpr int MB = KPC / 64, NT = WsLayout<KPC>::NT, NL = 128 * MB;
+    extern __shared__ __align__(128) char smc[];
+    const bool rev = (int)blockIdx.x < nb;
+    const int bid = rev ? blockIdx.x : blockIdx.x - nb, wg = threadIdx.x >> 7;
+    const int sq = bid / p.HV, hv = bid % p.HV, h = hv / p.G; /* V = 128: one tile */
+    int c_begin, c_end;
+    seq_chunks(p, sq, c_begin, c_end);
+    if (c_end <= c_begin) return; /* the whole block (a window empty for this sequence: the carry stays as it is) */
+    if (!rev && wg == MB + 1) return; /* the recompute has no O warpgroup's work */
+    const int nch = c_end - c_begin;
+    const int NA = rev ? NT : NL + 128; /* the threads at BAR_S */
+    auto chunk_at = [&](int it) { return rev ? c_end - 1 - it : c_begin + it; };
+    const size_t rsv = (size_t)p.HV * p.V, sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+    auto stage = [&](int b) { return smc + b * L::STAGE; };
+    T *const Sb = reinterpret_cast<T *>(smc + L::oS), *const Og = reinterpret_cast<T *>(smc + L::oO);
+    T *const Pb = reinterpret_cast<T *>(smc + L::oP);
+    using Wk = WgStrides<KPC, 64>;
+    using W64 = WgStrides<64, 64>;
+
+    if (wg < MB) {
+        /* ---- a state warpgroup: S (recompute) or S̄ (reverse), features 64·wg …; it also issues the copies */
+        WsState<KPC> S(p, sbase, 0, wg);
+        S.load(p, rev ? dht : h0);
+        /* chunk c's tiles into stage b: K, W (and the reverse's Q, Ō, C_q; the recompute's U), G and β. G, β by chunk;
+         * W, U, C_q (kkt's, of the backward's window) by workspace slot */
+        auto issue = [&](int c, int b) {
+            const ChunkInfo cj = p.ctab[c];
+            char *st = stage(b);
+            const size_t cw = (size_t)chunk_slot(p, c, cj) * p.HV + hv;
+            wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oK), k, p, cj, h);
+            ws_copy_dense<KPC, NL>(reinterpret_cast<T *>(st + L::oW), W + cw * MAXBT * KPC);
+            if (rev) {
+                wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oQ), q, p, cj, h);
+                ws_copy_rows128<NL>(reinterpret_cast<T *>(st + L::oX), do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V,
+                                    rsv, cj.n);
+                ws_copy_dense<64, NL>(reinterpret_cast<cq_t *>(st + L::oC), Cq + cw * MAXBT * MAXBT);
+            } else {
+                ws_copy_rows128<NL>(reinterpret_cast<T *>(st + L::oX), R + cw * MAXBT * 128, 128, MAXBT); /* U */
+            }
+            wg_copy_gates(reinterpret_cast<float *>(st + L::oGB), GB, p, hv, c);
+            cp_async_commit();
+        };
+        issue(chunk_at(0), 0);
+        for (int it = 0; it < nch; it++) {
+            const int c = chunk_at(it), b = it & 1;
+            const ChunkInfo ci = p.ctab[c];
+            const size_t ch = (size_t)chunk_slot(p, c, ci) * p.HV + hv;
+            const char *st = stage(b);
+            /* the state's copy, the B operand of W S or K S̄⁺ (the R warpgroup read the last one: BAR_F), and from
+             * it S_c or S̄⁺ for the pullback */
+            if (it > 0) ws_sync(WS_BAR_F, NL + 128);
+            S.spill(Sb);
+            S.save_rows((rev ? Sbar : Sc) + ch * p.K * p.V, Sb, WS_BAR_SC + wg);
+            cp_async_wait_group<0>();
+            wg_proxy_fence();
+            ws_sync(WS_BAR_S, NA); /* chunk c's tiles and the state's copy are in */
+            if (it + 1 < nch) issue(chunk_at(it + 1), b ^ 1);
+            S.scale(gexp(p, reinterpret_cast<const float *>(st + L::oGB)[ci.n - 1]));
+            /* the tiles read from feature 64·wg on: this warpgroup's rows of Kᵀ, Qᵀ, Wᵀ */
+            const int fo = 2 * cm_k<KPC>(0, 64) * wg;
+            if (rev) { /* S̄ += Qᵀ Ō_g, as soon as Ō_g is in */
+                ws_sync(WS_BAR_O, NL + 128);
+                const uint32_t qtlo = wg_lo<Wk::KT_LBO>(st + L::oQ + fo);
+                wg_arrive();
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) ws_state_add<KPC, 0>(S.s[hf], qtlo, wg_lo<W64::N_LBO>(Og + hf * 64 * 64));
+                wg_commit();
+            }
+            ws_sync(WS_BAR_P, NL + 128); /* R̃ (recompute) or −R̄ (reverse) is in */
+            /* S ← γ_n S + Kᵀ R̃, or S̄ ← γ_n S̄⁺ + Qᵀ Ō_g − Wᵀ R̄ */
+            const uint32_t xtlo = wg_lo<Wk::KT_LBO>(st + (rev ? L::oW : L::oK) + fo);
+            wg_arrive();
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) ws_state_add<KPC, 0>(S.s[hf], xtlo, wg_lo<W64::N_LBO>(Pb + hf * 64 * 64));
+            wg_commit();
+            wg_wait();
+        }
+        if (rev && dh0) S.save(p, dh0);
+    } else if (wg == MB) {
+        /* ---- the R warpgroup: tokens wg_row(e), columns 64·hf + wg_col(e) */
+        for (int it = 0; it < nch; it++) {
+            const int c = chunk_at(it), b = it & 1;
+            const ChunkInfo ci = p.ctab[c];
+            const size_t ch = (size_t)chunk_slot(p, c, ci) * p.HV + hv;
+            const char *st = stage(b);
+            ws_sync(WS_BAR_S, NA);
+            const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
+            const float2 f = ws_fdec(p, Gs, ci.n);
+            float x[2][32];
+            /* W S (recompute) or K S̄⁺ (reverse) */
+            const uint32_t alo = wg_lo<Wk::K_LBO>(st + (rev ? L::oK : L::oW));
+            wg_arrive();
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) ws_product<KPC, false>(x[hf], alo, wg_lo<Wk::N_LBO>(Sb + hf * KPC * 64));
+            wg_commit();
+            wg_wait();
+            if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* the state's copy is read */
+            if (rev) {
+                /* R̄ = diag(f) K S̄⁺ + C_qᵀ Ō (C_q's tile read MN-major as C_qᵀ) */
+#pragma unroll
+                for (int e = 0; e < 32; e++) {
+                    x[0][e] *= e & 2 ? f.y : f.x;
+                    x[1][e] *= e & 2 ? f.y : f.x;
+                }
+                const uint32_t ctlo = wg_lo<W64::KT_LBO>(st + L::oC);
+                wg_arrive();
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+                    ws_state_add<64, 0>(x[hf], ctlo, wg_lo<W64::N_LBO>(reinterpret_cast<const T *>(st + L::oX) + hf * 64 * 64));
+                wg_commit();
+                wg_wait();
+                ws_put_rows(Pb, x, -1.f, -1.f); /* −R̄, the B operand of the state's −Wᵀ R̄ */
+                ws_store_rows(PR + ch * MAXBT * p.V, p.V, x, ci.n);
+            } else {
+                /* R = U − W S, stored over U's region (this block read its U into the stage); R̃ = diag(f) R */
+                const T *Us = reinterpret_cast<const T *>(st + L::oX);
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                    for (int e = 0; e < 32; e += 2) {
+                        const float2 u = __bfloat1622float2(
+                            *reinterpret_cast<const __nv_bfloat162 *>(Us + hf * 64 * 64 + cm_mn<64>(wg_col(e), wg_row(e))));
+                        x[hf][e] = u.x - x[hf][e];
+                        x[hf][e + 1] = u.y - x[hf][e + 1];
+                    }
+                ws_put_rows(Pb, x, f.x, f.y);
+                ws_store_rows(R + ch * MAXBT * p.V, p.V, x, ci.n);
+            }
+            wg_proxy_fence();
+            ws_arrive(WS_BAR_P, NL + 128);
+        }
+    } else {
+        /* ---- the O warpgroup (reverse only): Ō_g = diag(scale·γ) Ō, the B operand of Qᵀ Ō_g. A 16-B vector x of the
+         * two cm_mn<64> halves holds eight columns of token ((x / 64) % 8) · 8 + x % 8 */
+        const int t = threadIdx.x & 127;
+        for (int it = 0; it < nch; it++) {
+            const int c = chunk_at(it), b = it & 1;
+            const char *st = stage(b);
+            ws_sync(WS_BAR_S, NA);
+            const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
+            const uint4 *src = reinterpret_cast<const uint4 *>(st + L::oX);
+            uint4 *dst = reinterpret_cast<uint4 *>(Og);
+#pragma unroll 2
+            for (int m = 0; m < 2 * 64 * 64 / 8 / 128; m++) {
+                const int x = t + 128 * m, j = ((x >> 6) & 7) * 8 + (x & 7);
+                const float sc = p.scale * gexp(p, Gs[j]);
+                uint4 u = src[x];
+                uint32_t *w = reinterpret_cast<uint32_t *>(&u);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[i]));
+                    const __nv_bfloat162 r = __floats2bfloat162_rn(sc * a.x, sc * a.y);
+                    w[i] = *reinterpret_cast<const uint32_t *>(&r);
+                }
+                dst[x] = u;
+            }
+            wg_proxy_fence();
+            ws_arrive(WS_BAR_O, NL + 128);
+        }
+    }
+#else
+    (void)p, (void)q, (void)k, (void)GB, (void)W, (void)Cq, (void)h0, (void)Sc, (void)R, (void)do_, (void)dht, (void)dh0;
+    (void)Sbar, (void)PR, (void)nb;
 #endif
 }
 
@@ -340,6 +564,38 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
         return p.Kp == 64 ? go(std::integral_constant<int, 64>{}, late) : go(std::integral_constant<int, 128>{}, late);
     };
     return p.plan.force.fwd_ws == 2 ? by_k(std::true_type{}) : by_k(std::false_type{});
+}
+
+/* Whether policy R's two chains run as chain_pair_ws_kernel (Plan::chain_ws; the plan then takes the register chains'
+ * 128-column stages: kkt's W and U from the saved A, P = Aᵀ R̄ after it): bf16, chunk 64, K of 64 or 128, V = 128, an
+ * sm_90a binary, the tiles in the device's shared memory. Blocks beyond the SMs run in waves (each is a whole walk),
+ * so any grid. Not yet the default anywhere (force.chain_ws = 1 takes it where it applies, 0 never): its
+ * measurements decide (docs/PERF.md). No pointer enters the choice, so the layout never depends on it; unaligned
+ * inputs fall back to chain_pair_kernel's 128-column blocks at launch. */
+bool chain_scan_ws(const Prob &p, rewy_dtype dt, bool vec) {
+    if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
+    if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || p.V != 128 || !p.plan.wgmma) return false;
+    const size_t smem = p.Kp == 64 ? WsPairLayout<64>::TOTAL : WsPairLayout<128>::TOTAL;
+    if (smem > p.plan.smem_optin) return false;
+    return p.plan.force.chain_ws == 1;
+}
+
+cudaError_t launch_chain_pair_ws(const Prob &p, const void *q, const void *k, const float *GB, const __nv_bfloat16 *W,
+                                 const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_,
+                                 const float *dht, float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s) {
+    if (p.V != 128 || (p.Kp != 64 && p.Kp != 128)) return cudaErrorInvalidValue;
+    const int nb = p.N * p.HV;
+    auto go = [&](auto kp) -> cudaError_t {
+        constexpr int KPC = decltype(kp)::value;
+        constexpr size_t smem = WsPairLayout<KPC>::TOTAL;
+        cudaError_t e = ensure_smem<chain_pair_ws_kernel<KPC>>(smem);
+        if (e != cudaSuccess) return e;
+        chain_pair_ws_kernel<KPC><<<2 * nb, WsLayout<KPC>::NT, smem, s>>>(
+            p, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, GB, W, Cq, h0, Sc, R, (const __nv_bfloat16 *)do_, dht,
+            dh0, Sbar, PR, nb);
+        return cudaGetLastError();
+    };
+    return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});
 }
 
 } // namespace rewy_cuda

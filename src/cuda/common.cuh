@@ -65,6 +65,7 @@ struct Plan {
     int bwd_w;                     /* policy R's reverse scan runs the W chain (bwd_scan_uses_w) */
     int chain_bvc;                 /* policy R's register chains: value columns per block, 0: not (chain_scan_bvc) */
     int chain_bulk;                /* and their full chunks by bulk copies on sm_90 (chain_scan_bulk) */
+    int chain_ws;                  /* those chains as the warp-specialized wgmma pair (chain_scan_ws; chain_bvc = 128) */
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
     int fwd_ws;                    /* that chain as the warp-specialized wgmma kernel (chain_forward_ws; fwd_chain = 128) */

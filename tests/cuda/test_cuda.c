@@ -272,6 +272,14 @@ static void test_forced_plan(test_counts *tc) {
     else
         CHECK(tc, !p.fwd_ws && !p128.fwd_ws, "plan: the warp-specialized forward chain taken unasked (%d / %d)",
               p.fwd_ws, p128.fwd_ws);
+    /* the warp-specialized pair of policy R's chains (chain_ws.cu): only where told, at V = 128, sm_90a */
+    if (f.chain_ws == 1)
+        CHECK(tc, !p.chain_ws && p128.chain_ws == p128.wgmma && (!p128.chain_ws || p128.chain_bvc == 128),
+              "plan: REWY_CUDA_CHAIN_WS=1 gave %d / %d (chains of %d columns, sm_90a binary %d)", p.chain_ws,
+              p128.chain_ws, p128.chain_bvc, p128.wgmma);
+    else
+        CHECK(tc, !p.chain_ws && !p128.chain_ws, "plan: the warp-specialized chain pair taken unasked (%d / %d)",
+              p.chain_ws, p128.chain_ws);
 }
 
 /* ------------------------------------------------------------------ 2. graph capture */
