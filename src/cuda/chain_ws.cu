@@ -65,6 +65,17 @@ template <int KPC, int MBI> __device__ __forceinline__ void ws_state_add(float (
     });
 }
 
+/* x (+)= X B for both 64-column halves, waited: X [64][KD] K-major at alo, B two cm_mn<64> halves of KD rows (the
+ * state's bf16 copy: KD = K, X = K, Q or W; Y and R: KD = 64, X = A or C_q); ACC adds to x */
+template <int KD, bool ACC = false>
+__device__ __forceinline__ void ws_times(float (&x)[2][32], uint32_t alo, const __nv_bfloat16 *B) {
+    wg_arrive();
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) ws_product<KD, ACC>(x[hf], alo, wg_lo<WgStrides<KD, 64>::N_LBO>(B + hf * KD * 64));
+    wg_commit();
+    wg_wait();
+}
+
 /* f(hf, e, d) for every state element (hf, e) a thread holds (feature wg_row(e) of its block, column 64·hf + wg_col(e)),
  * d its offset in a [K][V] state (SVF: [V][K]) from the thread's first element (e = 0, hf = 0), with V = 128 and
  * K = KPC: all offsets compile-time, so that the element loops keep one base address (64 addresses hoisted out of
@@ -257,13 +268,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             const float *Gs = reinterpret_cast<const float *>(st + L::oGB), *bs = Gs + MAXBT;
             const T *Vs = reinterpret_cast<const T *>(st + L::oV);
             float x[2][32];
-            /* K S */
-            const uint32_t klo = wg_lo<W::K_LBO>(st + L::oK);
-            wg_arrive();
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) ws_product<KPC, false>(x[hf], klo, wg_lo<W::N_LBO>(Sb + hf * KPC * 64));
-            wg_commit();
-            wg_wait();
+            ws_times<KPC>(x, wg_lo<W::K_LBO>(st + L::oK), Sb); /* K S */
             if (QS_LATE) ws_arrive(WS_BAR_K, 256);
             /* Y = diag(β)(V − γ ⊙ K S), the B operand of A Y */
             const float g0 = gexp(p, Gs[i0]), g1 = gexp(p, Gs[i0 + 8]), b0 = bs[i0], b1 = bs[i0 + 8];
@@ -280,12 +285,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             wg_proxy_fence();
             ws_sync(WS_BAR_Y, 128);
             /* R = A Y */
-            const uint32_t alo = wg_lo<W64::K_LBO>(st + L::oA);
-            wg_arrive();
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) ws_product<64, false>(x[hf], alo, wg_lo<W64::N_LBO>(Yb + hf * 64 * 64));
-            wg_commit();
-            wg_wait();
+            ws_times<64>(x, wg_lo<W64::K_LBO>(st + L::oA), Yb);
             /* R (the B operand of C_q R) and R̃ = diag(f) R (of Kᵀ R̃; zero on rows from n on) */
             const float2 f = ws_fdec(p, Gs, n);
             ws_put_rows(Rb, x, 1.f, 1.f);
@@ -306,12 +306,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             float x[2][32];
             /* Q S, beside K S or after it */
             if (QS_LATE) ws_sync(WS_BAR_K, 256);
-            const uint32_t qlo = wg_lo<W::K_LBO>(st + L::oQ);
-            wg_arrive();
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) ws_product<KPC, false>(x[hf], qlo, wg_lo<W::N_LBO>(Sb + hf * KPC * 64));
-            wg_commit();
-            wg_wait();
+            ws_times<KPC>(x, wg_lo<W::K_LBO>(st + L::oQ), Sb);
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* S's copy is read */
             /* O = diag(scale·γ) Q S + C_q R, once R is in */
             const float q0 = p.scale * gexp(p, Gs[i0]), q1 = p.scale * gexp(p, Gs[i0 + 8]);
@@ -321,12 +316,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
                 x[1][e] *= e & 2 ? q1 : q0;
             }
             ws_sync(WS_BAR_P, NT);
-            const uint32_t clo = wg_lo<W64::K_LBO>(st + L::oC);
-            wg_arrive();
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) ws_product<64, true>(x[hf], clo, wg_lo<W64::N_LBO>(Rb + hf * 64 * 64));
-            wg_commit();
-            wg_wait();
+            ws_times<64, true>(x, wg_lo<W64::K_LBO>(st + L::oC), Rb);
             ws_store_rows(o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0, rsv, x, ci.n);
         }
     }
@@ -454,13 +444,7 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
             const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
             const float2 f = ws_fdec(p, Gs, ci.n);
             float x[2][32];
-            /* W S (recompute) or K S̄⁺ (reverse) */
-            const uint32_t alo = wg_lo<Wk::K_LBO>(st + (rev ? L::oK : L::oW));
-            wg_arrive();
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) ws_product<KPC, false>(x[hf], alo, wg_lo<Wk::N_LBO>(Sb + hf * KPC * 64));
-            wg_commit();
-            wg_wait();
+            ws_times<KPC>(x, wg_lo<Wk::K_LBO>(st + (rev ? L::oK : L::oW)), Sb); /* W S (recompute) or K S̄⁺ */
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* the state's copy is read */
             if (rev) {
                 /* R̄ = diag(f) K S̄⁺ + C_qᵀ Ō (C_q's tile read MN-major as C_qᵀ) */
