@@ -221,7 +221,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
         auto issue = [&](int c, int b) {
             const ChunkInfo cj = p.ctab[c];
             char *st = stage(b);
-            const size_t cw = (size_t)c * p.HV + hv;
+            const size_t cw = (size_t)c * p.HV + hv; /* the forward pass: every region by chunk (no window's slots) */
             wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oK), k, p, cj, h);
             wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oQ), q, p, cj, h);
             ws_copy_rows128<NL>(reinterpret_cast<T *>(st + L::oV), v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv,
@@ -526,13 +526,14 @@ bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, con
     if (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)o) & 15) return false;
     const size_t smem = p.Kp == 64 ? WsLayout<64>::TOTAL : WsLayout<128>::TOTAL;
     if (smem > p.plan.smem_optin) return false;
-    return p.plan.force.fwd_ws == 1 || p.plan.force.fwd_ws == 2;
+    /* a forced "no forward chain" wins */
+    return (p.plan.force.fwd_ws == 1 || p.plan.force.fwd_ws == 2) && p.plan.force.fwd_chain != 0;
 }
 
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                     const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,
                                     rp_t *R, void *o, cudaStream_t s) {
-    if (p.V != 128 || (p.Kp != 64 && p.Kp != 128)) return cudaErrorInvalidValue;
+    if (p.V != 128 || p.K != p.Kp || (p.Kp != 64 && p.Kp != 128)) return cudaErrorInvalidValue;
     auto go = [&](auto kp, auto late) -> cudaError_t {
         constexpr int KPC = decltype(kp)::value;
         constexpr bool LATE = decltype(late)::value;
@@ -561,13 +562,13 @@ bool chain_scan_ws(const Prob &p, rewy_dtype dt, bool vec) {
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || p.V != 128 || !p.plan.wgmma) return false;
     const size_t smem = p.Kp == 64 ? WsPairLayout<64>::TOTAL : WsPairLayout<128>::TOTAL;
     if (smem > p.plan.smem_optin) return false;
-    return p.plan.force.chain_ws == 1;
+    return p.plan.force.chain_ws == 1 && p.plan.force.chain != 0; /* a forced "no chains" wins */
 }
 
 cudaError_t launch_chain_pair_ws(const Prob &p, const void *q, const void *k, const float *GB, const __nv_bfloat16 *W,
                                  const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_,
                                  const float *dht, float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s) {
-    if (p.V != 128 || (p.Kp != 64 && p.Kp != 128)) return cudaErrorInvalidValue;
+    if (p.V != 128 || p.K != p.Kp || (p.Kp != 64 && p.Kp != 128)) return cudaErrorInvalidValue;
     const int nb = p.N * p.HV;
     auto go = [&](auto kp) -> cudaError_t {
         constexpr int KPC = decltype(kp)::value;
