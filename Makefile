@@ -272,9 +272,9 @@ test-cuda:
 	@# plan's path for K < 16, runs the whole matrix where told (REWY_CUDA_RECURRENT=1: at every K, a cross-check); the
 	@# forward as the register chain with its output, the default where 16-column blocks would fill the SMs, on the test
 	@# shapes only where told (REWY_CUDA_FWD_CHAIN=1: the plan's width, =32, =64, =128 (the widths the default takes:
-	@# 128 at V = 128 on grids of at least one block an SM at that width); REWY_CUDA_FWD_WS=1: that chain as the
-	@# warp-specialized wgmma kernel, chain_ws.cu, at V = 128 from an sm_90a binary; REWY_CUDA_CHAIN_WS=1: policy R's
-	@# two chains as that kernel's pair, at V = 128); policy R's
+	@# 128 at V = 128 on grids of at least one block an SM at that width); REWY_CUDA_FWD_WS=1, REWY_CUDA_CHAIN_WS=1: that
+	@# chain and policy R's two chains as the warp-specialized wgmma kernels of chain_ws.cu wherever they apply (V = 128,
+	@# sm_90a; by default only in place of the register chains' 128-column blocks on larger grids); policy R's
 	@# time windows (the default on long sequences; REWY_CUDA_WIN=n chunks a window: the test shapes' 4 chunks a sequence
 	@# in 4, 2 or 3 + 1 windows) over the scan pair, the register chains, and the checkpoints of the forward's scan,
 	@# fused-output scan and chain

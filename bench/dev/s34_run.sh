@@ -32,13 +32,15 @@ verify)
   oracle "${TEST_ENV:-}"
   sanit "${RACE_ENV:-REWY_CUDA_CHAIN=2}" ;;
 ws)
-  # the oracle at the default and with the kernels forced: the forward chain (=1; =2: Q S after K S, with two-chunk
-  # windows, whose checkpoints it writes), the pair (with one-chunk windows too), both
-  oracle "${WS_TEST_ENV:-REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1;REWY_CUDA_FWD_WS=2 REWY_CUDA_WIN=2;REWY_CUDA_WIN=1 REWY_CUDA_CHAIN_WS=1}"
+  # the oracle at the default and with both kernels forced (alone; with one-chunk windows, whose checkpoints the forward
+  # writes and whose carry the pair reads and writes). Session 34 measured the binaries of c53609e, where =2 was the
+  # forward with Q S after K S (now its only form) and =1 the forward with both issued at once (deleted)
+  oracle "${WS_TEST_ENV:-REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1;REWY_CUDA_FWD_WS=1 REWY_CUDA_WIN=1 REWY_CUDA_CHAIN_WS=1}"
   [ $HUNG -eq 1 ] && { echo "a forced oracle run hung: no timings"; exit 1; }
   gb() { timeout 30 env "$@" 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | awk '{print $NF}' | tr '\n' '/'; }
-  IFS=';' read -ra ALTS <<< "${WS_ALT:-REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1;REWY_CUDA_FWD_WS=2}"
-  echo "GPU-bound ms, fwd/bwd: default | ${WS_ALT:-REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1 | REWY_CUDA_FWD_WS=2}" > /tmp/tab.txt
+  WS_ALT=${WS_ALT:-REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1;REWY_CUDA_FWD_WS=0 REWY_CUDA_CHAIN_WS=0}
+  IFS=';' read -ra ALTS <<< "$WS_ALT"
+  echo "GPU-bound ms, fwd/bwd: default | $WS_ALT" > /tmp/tab.txt
   for op in gdn delta; do for s in $SHAPES; do
     line="| $op | $s | $(gb $V $op ${s//x/ }) |"
     for a in "${ALTS[@]}"; do line="$line $(gb $a $V $op ${s//x/ }) |"; done

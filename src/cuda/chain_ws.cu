@@ -18,7 +18,7 @@
  *   BAR_S (NT)            the chunk's tiles and S's bf16 copy are in; the R and O warpgroups are done with the chunk
  *                         before (so the other stage and R's tiles are free)
  *   R warpgroup           K S → Y (BAR_Y: its own four warps) → A Y → R, R̃ → arrive BAR_P
- *   O warpgroup           Q S (QS_LATE: after K S, BAR_K) → arrive BAR_F (S's copy is read) → wait BAR_P → C_q R → o
+ *   O warpgroup           Q S once K S is done (BAR_K) → arrive BAR_F (S's copy is read) → wait BAR_P → C_q R → o
  *   state warpgroups      issue the next chunk's copies → wait BAR_P → S ← γ_n S + Kᵀ R̃ → wait BAR_F → S's copy
  * Operands in shared memory (wgmma.cuh's layouts, scan_wg.cuh's strides): K, Q [token][feature] K-major (K read
  * MN-major as Kᵀ); A, C_q [token][token] K-major; V, Y, R, R̃ and S's copy as two 64-column halves, MN-major.
@@ -184,9 +184,9 @@ __device__ __forceinline__ float2 ws_fdec(const Prob &p, const float *Gs, int n)
     return make_float2(i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f);
 }
 
-/* QS_LATE: the O warpgroup issues Q S once K S is complete (BAR_K), so that the chain's K S has the tensor cores to
- * itself; else both at once (a variant under measurement: force.fwd_ws = 2 / 1) */
-template <int KPC, bool QS_LATE>
+/* The O warpgroup issues Q S once K S is complete (BAR_K), so that the chain's K S has the tensor cores to itself:
+ * issued together, the forward took 0.5–2 % longer (H200, session 34: GDN (8,2048,32) 0.649 against 0.655 ms). */
+template <int KPC>
 __global__ void __launch_bounds__(WsLayout<KPC>::NT, 1)
 chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *GB,
                 const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
@@ -269,7 +269,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             const T *Vs = reinterpret_cast<const T *>(st + L::oV);
             float x[2][32];
             ws_times<KPC>(x, wg_lo<W::K_LBO>(st + L::oK), Sb); /* K S */
-            if (QS_LATE) ws_arrive(WS_BAR_K, 256);
+            ws_arrive(WS_BAR_K, 256); /* the O warpgroup's Q S may start */
             /* Y = diag(β)(V − γ ⊙ K S), the B operand of A Y */
             const float g0 = gexp(p, Gs[i0]), g1 = gexp(p, Gs[i0 + 8]), b0 = bs[i0], b1 = bs[i0 + 8];
 #pragma unroll
@@ -304,8 +304,8 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             const ChunkInfo ci = p.ctab[c];
             const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
             float x[2][32];
-            /* Q S, beside K S or after it */
-            if (QS_LATE) ws_sync(WS_BAR_K, 256);
+            /* Q S, after K S */
+            ws_sync(WS_BAR_K, 256);
             ws_times<KPC>(x, wg_lo<W::K_LBO>(st + L::oQ), Sb);
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* S's copy is read */
             /* O = diag(scale·γ) Q S + C_q R, once R is in */
@@ -518,51 +518,59 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
 /* Whether the forward pass's chain runs as this kernel (Plan::fwd_ws; the plan then also takes fwd_chain's stages:
  * kkt's G, A in bf16 and C_q). Where: the forward chain's shapes (bf16, chunk 64, K of 64 or 128) with V = 128, an
  * sm_90a binary, 16-B aligned q, k, v and o (NULL in a size query: the layout does not depend on this choice), and
- * the tiles in the device's shared memory. Not yet the default anywhere (force.fwd_ws = 1 or 2 (QS_LATE) takes it where it applies,
- * 0 never): its measurements decide (docs/PERF.md). */
+ * the tiles in the device's shared memory. By default for GDN where the plan's forward chain takes 128-column blocks
+ * (the large grids: chain_forward_bvc), where it won (H200, session 34, GPU-bound forward: (8,2048,32) 0.733 → 0.649
+ * ms, (16,1024,16) 0.385 → 0.350). It lost at (4,4096,16) (0.448 → 0.511: 64 blocks, one a walk of 64 chunks) and at
+ * (1,8192,16) (0.436 → 0.793: 16 blocks), and DeltaNet, whose register chain has no exponentials, was level at the
+ * large grids ((8,2048,32) 0.624 → 0.622, (16,1024,16) 0.330 → 0.336). force.fwd_ws = 1 takes it wherever it applies,
+ * 0 never; a forced forward chain (force.fwd_chain, the tests of the register chain) keeps that chain. */
 bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v, const void *o) {
     if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || p.V != 128 || !p.plan.wgmma) return false;
     if (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)o) & 15) return false;
     const size_t smem = p.Kp == 64 ? WsLayout<64>::TOTAL : WsLayout<128>::TOTAL;
     if (smem > p.plan.smem_optin) return false;
-    /* a forced "no forward chain" wins */
-    return (p.plan.force.fwd_ws == 1 || p.plan.force.fwd_ws == 2) && p.plan.force.fwd_chain != 0;
+    const rewy_test_force &f = p.plan.force;
+    if (f.fwd_ws != REWY_TEST_AUTO) return f.fwd_ws == 1 && f.fwd_chain != 0; /* a forced "no forward chain" wins */
+    return f.fwd_chain == REWY_TEST_AUTO && p.gated && chain_forward_bvc(p, dt, vec, o) == 128;
 }
 
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                     const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,
                                     rp_t *R, void *o, cudaStream_t s) {
     if (p.V != 128 || p.K != p.Kp || (p.Kp != 64 && p.Kp != 128)) return cudaErrorInvalidValue;
-    auto go = [&](auto kp, auto late) -> cudaError_t {
+    auto go = [&](auto kp) -> cudaError_t {
         constexpr int KPC = decltype(kp)::value;
-        constexpr bool LATE = decltype(late)::value;
         constexpr size_t smem = WsLayout<KPC>::TOTAL;
-        cudaError_t e = ensure_smem<chain_ws_kernel<KPC, LATE>>(smem);
+        cudaError_t e = ensure_smem<chain_ws_kernel<KPC>>(smem);
         if (e != cudaSuccess) return e;
-        chain_ws_kernel<KPC, LATE><<<p.N * p.HV * (p.V / 128), WsLayout<KPC>::NT, smem, s>>>(
+        chain_ws_kernel<KPC><<<p.N * p.HV * (p.V / 128), WsLayout<KPC>::NT, smem, s>>>(
             p, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, Ab, Cq, h0, ht, Sc, R,
             (__nv_bfloat16 *)o);
         return cudaGetLastError();
     };
-    auto by_k = [&](auto late) {
-        return p.Kp == 64 ? go(std::integral_constant<int, 64>{}, late) : go(std::integral_constant<int, 128>{}, late);
-    };
-    return p.plan.force.fwd_ws == 2 ? by_k(std::true_type{}) : by_k(std::false_type{});
+    return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});
 }
 
 /* Whether policy R's two chains run as chain_pair_ws_kernel (Plan::chain_ws; the plan then takes the register chains'
  * 128-column stages: kkt's W and U from the saved A, P = Aᵀ R̄ after it): bf16, chunk 64, K of 64 or 128, V = 128, an
  * sm_90a binary, the tiles in the device's shared memory. Blocks beyond the SMs run in waves (each is a whole walk),
- * so any grid. Not yet the default anywhere (force.chain_ws = 1 takes it where it applies, 0 never): its
- * measurements decide (docs/PERF.md). No pointer enters the choice, so the layout never depends on it; unaligned
- * inputs fall back to chain_pair_kernel's 128-column blocks at launch. */
+ * so any grid. By default where the plan would run the register chains at 128 columns (chain_scan_bvc: their grid of
+ * 2·N·HV blocks fits the SMs, and the mma.sync pair would take 64-column tiles), where it won (H200, session 34,
+ * GPU-bound backward with the default time windows: GDN (4,4096,16) 1.649 → 1.377 ms, DeltaNet 1.509 → 1.292). It
+ * lost against the wgmma scans on the large grids ((8,2048,32) 2.077 → 2.324, (16,1024,16) 1.072 → 1.200: two to four
+ * waves of whole walks) and against the scan pair's 16-column tiles on the long ones ((1,8192,16) 1.004 → 1.419).
+ * force.chain_ws = 1 takes it wherever it applies, 0 never; forced register chains (force.chain) keep those. No
+ * pointer enters the choice, so the layout never depends on it; unaligned inputs fall back to chain_pair_kernel's
+ * 128-column blocks at launch. */
 bool chain_scan_ws(const Prob &p, rewy_dtype dt, bool vec) {
     if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || p.V != 128 || !p.plan.wgmma) return false;
     const size_t smem = p.Kp == 64 ? WsPairLayout<64>::TOTAL : WsPairLayout<128>::TOTAL;
     if (smem > p.plan.smem_optin) return false;
-    return p.plan.force.chain_ws == 1 && p.plan.force.chain != 0; /* a forced "no chains" wins */
+    const rewy_test_force &f = p.plan.force;
+    if (f.chain_ws != REWY_TEST_AUTO) return f.chain_ws == 1 && f.chain != 0; /* a forced "no chains" wins */
+    return f.chain == REWY_TEST_AUTO && chain_scan_bvc(p, dt, vec) == 128;
 }
 
 cudaError_t launch_chain_pair_ws(const Prob &p, const void *q, const void *k, const float *GB, const __nv_bfloat16 *W,

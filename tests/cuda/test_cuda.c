@@ -224,6 +224,11 @@ static void test_forced_plan(test_counts *tc) {
             CHECK(tc, pb.fwd_chain == want && !(pb.fwd_chain && pb.fuse_output),
                   "plan: GDN (%d,4096,%d) took the forward chain at %d columns (fused output %d), want %d (%d SMs)",
                   big.B, big.H, pb.fwd_chain, pb.fuse_output, want, pb.sms);
+            /* the warp-specialized kernels (chain_ws.cu) in place of the register chains' 128-column blocks */
+            CHECK(tc, pb.fwd_ws == (want == 128 && pb.wgmma) && pb.chain_ws == (pb.chain_bvc == 128 && pb.wgmma),
+                  "plan: GDN (%d,4096,%d) took the warp-specialized forward %d (forward chain %d columns) and pair %d "
+                  "(chains of %d columns; sm_90a binary %d)", big.B, big.H, pb.fwd_ws, want, pb.chain_ws,
+                  pb.chain_bvc, pb.wgmma);
             /* the time windows' rule (plan_windows): a quarter of the 64 chunks where N·16·H ≥ 2·SMs, unless the
              * wgmma scans take the shape */
             const int wwant = !pb.scan_wg && big.B * 16 * big.H >= 2 * pb.sms ? 16 : 0;
@@ -264,22 +269,26 @@ static void test_forced_plan(test_counts *tc) {
     if (f.fwd_chain == 128) /* V's width: 64 at V = 64; at V = 128 where the tiles fit (Hopper's 227 KB a block) */
         CHECK(tc, p.fwd_chain == 64 && (p128.fwd_chain == 128 || (!p128.fwd_chain && p128.smem_optin < 227 * 1024)),
               "plan: REWY_CUDA_FWD_CHAIN=128 gave %d / %d columns", p.fwd_chain, p128.fwd_chain);
-    /* the warp-specialized forward chain (chain_ws.cu): only where told, at V = 128, from an sm_90a binary */
-    if (f.fwd_ws == 1 || f.fwd_ws == 2)
+    /* the warp-specialized forward chain and pair (chain_ws.cu): at V = 128 from an sm_90a binary, where told (=1)
+     * or by default in place of the register chains' 128-column blocks (the large grids' GDN forward; the pair where
+     * the register chains would run at 128 columns: here under REWY_CUDA_SCAN_BV=64), never at =0 */
+    if (f.fwd_ws == 1 && f.fwd_chain != 0)
         CHECK(tc, !p.fwd_ws && p128.fwd_ws == p128.wgmma && (!p128.fwd_ws || p128.fwd_chain == 128),
-              "plan: REWY_CUDA_FWD_WS=%d gave %d / %d (forward chain %d columns, sm_90a binary %d)", f.fwd_ws, p.fwd_ws,
+              "plan: REWY_CUDA_FWD_WS=1 gave %d / %d (forward chain %d columns, sm_90a binary %d)", p.fwd_ws,
               p128.fwd_ws, p128.fwd_chain, p128.wgmma);
     else
-        CHECK(tc, !p.fwd_ws && !p128.fwd_ws, "plan: the warp-specialized forward chain taken unasked (%d / %d)",
-              p.fwd_ws, p128.fwd_ws);
-    /* the warp-specialized pair of policy R's chains (chain_ws.cu): only where told, at V = 128, sm_90a */
-    if (f.chain_ws == 1)
+        CHECK(tc, !p.fwd_ws && (f.fwd_ws != 0 || !p128.fwd_ws) && (!p128.fwd_ws || p128.fwd_chain == 128),
+              "plan: the warp-specialized forward chain %d / %d (REWY_CUDA_FWD_WS %d, forward chain %d columns)",
+              p.fwd_ws, p128.fwd_ws, f.fwd_ws, p128.fwd_chain);
+    if (f.chain_ws == 1 && f.chain != 0)
         CHECK(tc, !p.chain_ws && p128.chain_ws == p128.wgmma && (!p128.chain_ws || p128.chain_bvc == 128),
               "plan: REWY_CUDA_CHAIN_WS=1 gave %d / %d (chains of %d columns, sm_90a binary %d)", p.chain_ws,
               p128.chain_ws, p128.chain_bvc, p128.wgmma);
     else
-        CHECK(tc, !p.chain_ws && !p128.chain_ws, "plan: the warp-specialized chain pair taken unasked (%d / %d)",
-              p.chain_ws, p128.chain_ws);
+        CHECK(tc, !p.chain_ws && (f.chain_ws != 0 || !p128.chain_ws) && (!p128.chain_ws || p128.chain_bvc == 128) &&
+                      (f.chain == REWY_TEST_AUTO || !p128.chain_ws),
+              "plan: the warp-specialized chain pair %d / %d (REWY_CUDA_CHAIN_WS %d, REWY_CUDA_CHAIN %d, chains of %d "
+              "columns)", p.chain_ws, p128.chain_ws, f.chain_ws, f.chain, p128.chain_bvc);
 }
 
 /* ------------------------------------------------------------------ 2. graph capture */
