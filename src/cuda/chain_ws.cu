@@ -11,8 +11,11 @@
  *   the state warpgroups (KPC/64 of them: features 64·w …) hold S in registers (64 a thread), write its bf16 copy,
  *     issue the next chunk's copies and run the state update Kᵀ R̃;
  *   the R warpgroup forms K S, the bracket Y, R = A Y and R̃ = diag(f) R;
- *   the O warpgroup forms Q S while K S runs, and C_q R while the state update runs, and stores o.
- * Only K S → Y → A Y → Kᵀ R̃ is the chain; Q S, C_q R, o's stores and the copies run beside it.
+ *   the O warpgroup forms Q S once K S is done (beside Y and A Y), and C_q R beside the state update, and stores o.
+ * Only K S → Y → A Y → Kᵀ R̃ is the chain; Q S, C_q R, o's stores and the copies run beside it. Policy R's two chains
+ * take the same roles below (chain_pair_ws_kernel). Both are the plan's choice in place of chain_scan.cu's 128-column
+ * blocks where they won (the deciding functions at the end; measurements: docs/PERF.md, session 34). Session 27's first
+ * try (64 columns, one copy warp, P in the reverse block) lost everywhere (DESIGN.md).
  *
  * Per chunk (named barriers; NT = all threads):
  *   BAR_S (NT)            the chunk's tiles and S's bf16 copy are in; the R and O warpgroups are done with the chunk
