@@ -172,14 +172,16 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wg = state_scan_wg_ok(p, dt, ptr.k, ptr.v, vec);
     pl.bwd_scan_wg = bwd_state_scan_wg_ok(p, dt, ptr.q, ptr.k, ptr.do_, vec);
     pl.scan_wg2 = plan_scan_wg2(p);
-    pl.fwd_ws = chain_forward_ws(p, dt, vec, ptr.q, ptr.k, ptr.v, ptr.o);
-    pl.fwd_chain = pl.fwd_ws ? 128 : chain_forward_bvc(p, dt, vec, ptr.o);
+    pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
+    pl.fwd_ws = chain_forward_ws(p, dt, vec, ptr.q, ptr.k, ptr.v, ptr.o, pl.fwd_chain);
+    if (pl.fwd_ws) pl.fwd_chain = 128; /* its stages (kkt's A in bf16 and C_q) */
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
     pl.bwd_w = bwd_scan_uses_w(p, dt, vec);
-    pl.chain_ws = chain_scan_ws(p, dt, vec);
-    pl.chain_bvc = pl.chain_ws ? 128 : chain_scan_bvc(p, dt, vec);
+    pl.chain_bvc = chain_scan_bvc(p, dt, vec);
+    pl.chain_ws = chain_scan_ws(p, dt, vec, pl.chain_bvc);
+    if (pl.chain_ws) pl.chain_bvc = 128; /* its stages (kkt's W and U, P after it) and layout */
     pl.chain_bulk = chain_scan_bulk(p);
     pl.win = plan_windows(c, p, vec, &pl.nwin);
     return pl;

@@ -49,32 +49,13 @@ template <int KPC> struct WsLayout {
 __device__ __forceinline__ void ws_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void ws_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
-/* x (+)= A · B for one 64-column half: A [64][KD] K-major (alo), B [KD][64] MN-major (blo), k over KD; ACC: add to x */
-template <int KD, bool ACC> __device__ __forceinline__ void ws_product(float (&x)[32], uint32_t alo, uint32_t blo) {
-    using W = WgStrides<KD, 64>;
-    static_for<0, KD / 16>([&](auto ks) {
-        constexpr int k0 = 16 * decltype(ks)::value;
-        wg_mma<__nv_bfloat16, 64, 0, 1, 2 * cm_k<KD>(0, k0), W::K_SBO, 2 * cm_mn<64>(0, k0), W::N_SBO>(x, alo, blo,
-                                                                                                       ACC || k0 > 0);
-    });
-}
-/* s += Xᵀ B for one 64-column half of feature block MBI: X [token][feature] read MN-major (xtlo), B [token][64] (blo) */
-template <int KPC, int MBI> __device__ __forceinline__ void ws_state_add(float (&s)[32], uint32_t xtlo, uint32_t blo) {
-    using W = WgStrides<KPC, 64>;
-    static_for<0, MAXBT / 16>([&](auto ks) {
-        constexpr int k0 = 16 * decltype(ks)::value;
-        wg_mma<__nv_bfloat16, 64, 1, 1, 2 * cm_k<KPC>(k0, 64 * MBI), W::KT_SBO, 2 * cm_mn<64>(0, k0), W::N_SBO>(s, xtlo,
-                                                                                                                blo, 1);
-    });
-}
-
 /* x (+)= X B for both 64-column halves, waited: X [64][KD] K-major at alo, B two cm_mn<64> halves of KD rows (the
  * state's bf16 copy: KD = K, X = K, Q or W; Y and R: KD = 64, X = A or C_q); ACC adds to x */
 template <int KD, bool ACC = false>
 __device__ __forceinline__ void ws_times(float (&x)[2][32], uint32_t alo, const __nv_bfloat16 *B) {
     wg_arrive();
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) ws_product<KD, ACC>(x[hf], alo, wg_lo<WgStrides<KD, 64>::N_LBO>(B + hf * KD * 64));
+    for (int hf = 0; hf < 2; hf++) wg_k_times_state<KD, 64, ACC>(x[hf], alo, wg_lo<WgStrides<KD, 64>::N_LBO>(B + hf * KD * 64));
     wg_commit();
     wg_wait();
 }
@@ -254,7 +235,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             const uint32_t ktlo = wg_lo<W::KT_LBO>(st + L::oK + 2 * cm_k<KPC>(0, 64) * wg);
             wg_arrive();
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) ws_state_add<KPC, 0>(S.s[hf], ktlo, wg_lo<W64::N_LBO>(Pb + hf * 64 * 64));
+            for (int hf = 0; hf < 2; hf++) wg_state_add_block<KPC, 64>(S.s[hf], ktlo, wg_lo<W64::N_LBO>(Pb + hf * 64 * 64));
             wg_commit();
             wg_wait();
             if (float *ck = window_checkpoint(p, c_begin, c, c_end)) S.save(p, ck); /* a time window's start state */
@@ -423,7 +404,7 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
                 const uint32_t qtlo = wg_lo<Wk::KT_LBO>(st + L::oQ + fo);
                 wg_arrive();
 #pragma unroll
-                for (int hf = 0; hf < 2; hf++) ws_state_add<KPC, 0>(S.s[hf], qtlo, wg_lo<W64::N_LBO>(Og + hf * 64 * 64));
+                for (int hf = 0; hf < 2; hf++) wg_state_add_block<KPC, 64>(S.s[hf], qtlo, wg_lo<W64::N_LBO>(Og + hf * 64 * 64));
                 wg_commit();
             }
             ws_sync(WS_BAR_P, NL + 128); /* R̃ (recompute) or −R̄ (reverse) is in */
@@ -431,7 +412,7 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
             const uint32_t xtlo = wg_lo<Wk::KT_LBO>(st + (rev ? L::oW : L::oK) + fo);
             wg_arrive();
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) ws_state_add<KPC, 0>(S.s[hf], xtlo, wg_lo<W64::N_LBO>(Pb + hf * 64 * 64));
+            for (int hf = 0; hf < 2; hf++) wg_state_add_block<KPC, 64>(S.s[hf], xtlo, wg_lo<W64::N_LBO>(Pb + hf * 64 * 64));
             wg_commit();
             wg_wait();
         }
@@ -460,7 +441,7 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
                 wg_arrive();
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++)
-                    ws_state_add<64, 0>(x[hf], ctlo, wg_lo<W64::N_LBO>(reinterpret_cast<const T *>(st + L::oX) + hf * 64 * 64));
+                    wg_state_add_block<64, 64>(x[hf], ctlo, wg_lo<W64::N_LBO>(reinterpret_cast<const T *>(st + L::oX) + hf * 64 * 64));
                 wg_commit();
                 wg_wait();
                 ws_put_rows(Pb, x, -1.f, -1.f); /* −R̄, the B operand of the state's −Wᵀ R̄ */
@@ -527,7 +508,8 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
  * (1,8192,16) (0.436 → 0.793: 16 blocks), and DeltaNet, whose register chain has no exponentials, was level at the
  * large grids ((8,2048,32) 0.624 → 0.622, (16,1024,16) 0.330 → 0.336). force.fwd_ws = 1 takes it wherever it applies,
  * 0 never; a forced forward chain (force.fwd_chain, the tests of the register chain) keeps that chain. */
-bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v, const void *o) {
+bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v, const void *o,
+                      int fwd_chain) {
     if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || p.V != 128 || !p.plan.wgmma) return false;
     if (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)o) & 15) return false;
@@ -535,7 +517,7 @@ bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, con
     if (smem > p.plan.smem_optin) return false;
     const rewy_test_force &f = p.plan.force;
     if (f.fwd_ws != REWY_TEST_AUTO) return f.fwd_ws == 1 && f.fwd_chain != 0; /* a forced "no forward chain" wins */
-    return f.fwd_chain == REWY_TEST_AUTO && p.gated && chain_forward_bvc(p, dt, vec, o) == 128;
+    return f.fwd_chain == REWY_TEST_AUTO && p.gated && fwd_chain == 128;
 }
 
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
@@ -566,14 +548,14 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
  * force.chain_ws = 1 takes it wherever it applies, 0 never; forced register chains (force.chain) keep those. No
  * pointer enters the choice, so the layout never depends on it; unaligned inputs fall back to chain_pair_kernel's
  * 128-column blocks at launch. */
-bool chain_scan_ws(const Prob &p, rewy_dtype dt, bool vec) {
+bool chain_scan_ws(const Prob &p, rewy_dtype dt, bool vec, int chain_bvc) {
     if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
     if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || p.V != 128 || !p.plan.wgmma) return false;
     const size_t smem = p.Kp == 64 ? WsPairLayout<64>::TOTAL : WsPairLayout<128>::TOTAL;
     if (smem > p.plan.smem_optin) return false;
     const rewy_test_force &f = p.plan.force;
     if (f.chain_ws != REWY_TEST_AUTO) return f.chain_ws == 1 && f.chain != 0; /* a forced "no chains" wins */
-    return f.chain == REWY_TEST_AUTO && chain_scan_bvc(p, dt, vec) == 128;
+    return f.chain == REWY_TEST_AUTO && chain_bvc == 128;
 }
 
 cudaError_t launch_chain_pair_ws(const Prob &p, const void *q, const void *k, const float *GB, const __nv_bfloat16 *W,

@@ -120,13 +120,13 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
 /* chain_ws.cu: that forward chain as one warp-specialized block of warpgroup products per (sequence, value head, 128
  * value columns) on sm_90a (Plan::fwd_ws; launch_chain_forward hands over to it): same inputs and outputs */
 bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v,
-                      const void *o); /* Plan::fwd_ws */
+                      const void *o, int fwd_chain); /* Plan::fwd_ws, given the register chain's width */
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                     const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,
                                     rp_t *R, void *o, cudaStream_t s);
 /* chain_ws.cu: policy R's pair as that kernel's roles (Plan::chain_ws; launch_chain_pair hands over to it where q, k
  * and dO are 16-B aligned): same inputs and outputs as chain_pair_kernel */
-bool chain_scan_ws(const Prob &p, rewy_dtype dt, bool vec); /* Plan::chain_ws */
+bool chain_scan_ws(const Prob &p, rewy_dtype dt, bool vec, int chain_bvc); /* Plan::chain_ws, given chain_scan_bvc */
 cudaError_t launch_chain_pair_ws(const Prob &p, const void *q, const void *k, const float *GB, const __nv_bfloat16 *W,
                                  const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const void *do_,
                                  const float *dht, float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s);

@@ -89,26 +89,31 @@ __device__ __forceinline__ void wg_copy_gates(float *dst, const float *GB, const
 
 /* ---- the products of a chunk step (issue only: wg_arrive before, wg_commit / wg_wait after) */
 
-/* x = K S: [64 tokens][BVT], k over the KPC features (K tile klo K-major, state copy slo) */
-template <int KPC, int BVT>
+/* x = K S: [64 tokens][BVT], k over the KPC features (K tile klo K-major, state copy slo); ACC: x += K S. Any
+ * [64][KPC] K-major tile times a [KPC][BVT] MN-major one (chain_ws.cu: also A Y, C_q R over KPC = 64 tokens) */
+template <int KPC, int BVT, bool ACC = false>
 __device__ __forceinline__ void wg_k_times_state(float (&x)[BVT / 2], uint32_t klo, uint32_t slo) {
     using W = WgStrides<KPC, BVT>;
     static_for<0, KPC / 16>([&](auto ks) {
         constexpr int k0 = 16 * decltype(ks)::value;
-        wg_mma<wg_bf16, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), W::K_SBO, 2 * cm_mn<BVT>(0, k0), W::N_SBO>(x, klo, slo, k0);
+        wg_mma<wg_bf16, BVT, 0, 1, 2 * cm_k<KPC>(0, k0), W::K_SBO, 2 * cm_mn<BVT>(0, k0), W::N_SBO>(x, klo, slo,
+                                                                                                    ACC || k0 > 0);
     });
 }
-/* s += Xᵀ B: X a [token][feature] tile read MN-major (xtlo: K or Q), B [token][column] cm_mn<BVT> (blo) */
+/* s += Xᵀ B for the 64 features from 64·MBI on: X a [token][feature] tile read MN-major (xtlo: K, Q, W; C_q), B
+ * [token][column] cm_mn<BVT> (blo) */
+template <int KPC, int BVT, int MBI = 0>
+__device__ __forceinline__ void wg_state_add_block(float (&s)[BVT / 2], uint32_t xtlo, uint32_t blo) {
+    using W = WgStrides<KPC, BVT>;
+    static_for<0, MAXBT / 16>([&](auto ks) {
+        constexpr int k0 = 16 * decltype(ks)::value;
+        wg_mma<wg_bf16, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * MBI), W::KT_SBO, 2 * cm_mn<BVT>(0, k0), W::N_SBO>(s, xtlo, blo, 1);
+    });
+}
+/* the same for MB blocks of 64 features */
 template <int KPC, int BVT, int MB>
 __device__ __forceinline__ void wg_state_add(float (&s)[MB][BVT / 2], uint32_t xtlo, uint32_t blo) {
-    using W = WgStrides<KPC, BVT>;
-    static_for<0, MB>([&](auto mbc) {
-        constexpr int mb = decltype(mbc)::value;
-        static_for<0, MAXBT / 16>([&](auto ks) {
-            constexpr int k0 = 16 * decltype(ks)::value;
-            wg_mma<wg_bf16, BVT, 1, 1, 2 * cm_k<KPC>(k0, 64 * mb), W::KT_SBO, 2 * cm_mn<BVT>(0, k0), W::N_SBO>(s[mb], xtlo, blo, 1);
-        });
-    });
+    static_for<0, MB>([&](auto mbc) { wg_state_add_block<KPC, BVT, decltype(mbc)::value>(s[decltype(mbc)::value], xtlo, blo); });
 }
 /* x = A B in tf32: A [64][64] (alo), B [BVT columns][64] (blo), both cm_t<64> */
 template <int BVT>
