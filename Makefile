@@ -300,9 +300,9 @@ test-cuda:
 	  REWY_CUDA_FWD_CHAIN=128 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_FWD_CHAIN=128 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_FWD_WS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_FWD_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
+	  REWY_CUDA_FWD_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --v128 | tail -2; \
 	  REWY_CUDA_CHAIN_WS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
-	  REWY_CUDA_CHAIN_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
+	  REWY_CUDA_CHAIN_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --v128 | tail -2; \
 	  REWY_CUDA_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \
 	  REWY_CUDA_CHAIN=2 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --quick | tail -2; \

@@ -17,6 +17,8 @@
  *  (cases.h: cases_extreme, nan_gate_checks).
  *
  * REWY_TEST_QUICK=1 or --quick: a few small cases (for compute-sanitizer).
+ * --v128: the quick matrix's V = 128 cases alone, no graph or vector-gate checks (racecheck of chain_ws.cu's kernels,
+ *   whose 512-thread blocks make the whole quick matrix run past the sanitizer's time).
  * REWY_TEST_SCALAR=0: skip parts 1 and 2 (to spend device time on the vector-gate matrix alone). */
 #include <math.h>
 #include <stdlib.h>
@@ -140,14 +142,19 @@ static void quick_extreme(case_list *l, rewy_op op) {
     c = base(op); c.T = 100; c.scale = 1e30f; c.gates = REWY_GATES_STRONG; c.chunk_size = 16; add(l, c);
 }
 
+/* V = 128 (chain_ws.cu under REWY_CUDA_FWD_WS=1, REWY_CUDA_CHAIN_WS=1): packed varlen, −1000 resets, grouped value
+ * heads; DeltaNet */
+static void quick_v128(case_list *l) {
+    rewy_case c = base(REWY_OP_GDN); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; c.gates = REWY_GATES_RESET;
+    c.H = 1; c.HV = 2; add(l, c);
+}
+
 static void quick_matrix(case_list *l) {
     quick_cases(l, REWY_OP_GDN);
     rewy_case c = base(REWY_OP_DELTANET); c.T = 20; c.K = 16; c.V = 24; c.dtype = REWY_F16; c.chunk_size = 16; add(l, c);
     quick_extreme(l, REWY_OP_GDN);
     cases_small_k(l, REWY_OP_GDN, 1);
-    /* V = 128 (chain_ws.cu under REWY_CUDA_FWD_WS=1): packed varlen, −1000 resets, grouped value heads */
-    c = base(REWY_OP_GDN); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; c.gates = REWY_GATES_RESET; c.H = 1; c.HV = 2;
-    add(l, c);
+    quick_v128(l);
 }
 
 /* ------------------------------------------------------------------ the forced choices reach the plan */
@@ -522,18 +529,23 @@ static void vec_matrix(case_list *l, int quick) {
         for (int i = 0; i < 2; i++) cases_tiny_dg(l, ops[i]);
 }
 
+/* every case of the list under both policies (each with both pullbacks: run_case) */
+static void run_list(test_counts *tc, const case_list *l) {
+    for (int i = 0; i < l->n; i++)
+        for (int p = 0; p < 2; p++) {
+            rewy_case c = l->c[i];
+            c.policy = p ? REWY_POLICY_A : REWY_POLICY_R;
+            run_case(tc, c, 1);
+        }
+}
+
 static void test_vector_gates(test_counts *tc, int quick) {
     static case_list l;
     cases_init(&l, REWY_BACKEND_CUDA, SEED0);
     vec_matrix(&l, quick);
     struct timespec t0, t1;
     timespec_get(&t0, TIME_UTC);
-    for (int i = 0; i < l.n; i++)
-        for (int p = 0; p < 2; p++) {
-            rewy_case c = l.c[i];
-            c.policy = p ? REWY_POLICY_A : REWY_POLICY_R;
-            run_case(tc, c, 1);
-        }
+    run_list(tc, &l);
     timespec_get(&t1, TIME_UTC);
     printf("test_cuda: vector gates, %d cases x 2 policies x {WY, ReWY}, %.1f s\n", l.n,
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
@@ -544,14 +556,21 @@ int main(int argc, char **argv) {
     cases_init(&l, REWY_BACKEND_CUDA, SEED0);
     test_counts tc = {0, 0};
     int quick = test_quick() || (argc > 1 && strcmp(argv[1], "--quick") == 0);
+    const int v128 = argc > 1 && strcmp(argv[1], "--v128") == 0;
     int dev = 0;
     struct cudaDeviceProp prop;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
         fprintf(stderr, "test_cuda: no CUDA device\n");
         return 1;
     }
-    printf("test_cuda on %s (sm_%d%d), %s matrix\n", prop.name, prop.major, prop.minor, quick ? "quick" : "full");
+    printf("test_cuda on %s (sm_%d%d), %s matrix\n", prop.name, prop.major, prop.minor,
+           v128 ? "V = 128" : quick ? "quick" : "full");
     if (!rewy_has_cuda()) { fprintf(stderr, "test_cuda: library built without CUDA\n"); return 1; }
+    if (v128) {
+        quick_v128(&l);
+        run_list(&tc, &l);
+        return test_finish(&tc);
+    }
     test_forced_plan(&tc);
     const char *sc = getenv("REWY_TEST_SCALAR");
     const int scalar = !(sc && sc[0] == '0');
@@ -560,12 +579,7 @@ int main(int argc, char **argv) {
     else full_matrix(&l);
     struct timespec t0, t1;
     timespec_get(&t0, TIME_UTC);
-    for (int i = 0; i < l.n; i++)
-        for (int p = 0; p < 2; p++) {
-            rewy_case c = l.c[i];
-            c.policy = p ? REWY_POLICY_A : REWY_POLICY_R;
-            run_case(&tc, c, 1);
-        }
+    run_list(&tc, &l);
     timespec_get(&t1, TIME_UTC);
     printf("test_cuda: %d cases x 2 policies x {WY, ReWY}, %.1f s\n", l.n,
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
