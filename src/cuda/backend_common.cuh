@@ -150,6 +150,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     Prob p = {};
     p.B = c->B; p.T = c->T; p.H = c->H; p.HV = g.HV; p.K = c->K; p.V = c->V; p.BT = g.BT;
     p.G = g.HV / c->H; p.N = g.N; p.NC = g.NC; p.Kp = g.Kp;
+    p.gated = c->op != REWY_OP_DELTANET; /* as make_prob (session 34's chain_forward_ws read it here, unset) */
     Plan &pl = p.plan;
     pl.force = force ? *force : rewy_test_force_none();
     pl.recurrent = plan_recurrent(c, pl.force);
@@ -403,7 +404,9 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
             REWY_TRY(cudaMemsetAsync(wu.ready, 0, sizeof(int) * (size_t)p.NC * p.HV, s));
         }
     }
-    REWY_TRY(Op::gates(p, a, L, Gc, A, Cq, Gc, &sg, s, wu));
+    /* the warp-specialized forward chain forms C_q itself (and stores it where policy A saves it) */
+    const bool ws = chain && pl.fwd_ws;
+    REWY_TRY(Op::gates(p, a, L, Gc, A, ws ? nullptr : Cq, Gc, &sg, s, wu));
     /* the sequential stage: one walk of every sequence, which under time windows also leaves each later window's
      * start state in the saved checkpoints (Prob::ck), from which the backward recomputes that window */
     Prob pf = p;
@@ -412,7 +415,10 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
         pf.ck = at<float>(a->saved, L.wck);
         pf.ck_win = pl.win;
     }
-    if (chain) { /* S_c and R only where policy A saves them */
+    if (ws) { /* S_c, R and C_q only where policy A saves them */
+        REWY_TRY(launch_chain_forward_ws(pf, a->q, a->k, a->v, sg.GB, wu.Ab, polA ? Cq : nullptr, a->h0, a->ht,
+                                         polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
+    } else if (chain) { /* S_c and R only where policy A saves them */
         REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, a->v, sg.GB, wu.Ab, Cq, a->h0, a->ht,
                                       polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
     } else if (fo) { /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */

@@ -650,7 +650,6 @@ int chain_forward_bvc(const Prob &p, rewy_dtype dt, bool vec, const void *o) {
 cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const void *k, const void *v, const float *GB,
                                  const bf16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R, void *o,
                                  cudaStream_t s) {
-    if (p.plan.fwd_ws) return launch_chain_forward_ws(p, q, k, v, GB, Ab, Cq, h0, ht, Sc, R, o, s);
     if ((bvc != 16 && bvc != 32 && bvc != 64 && bvc != 128) || p.V % bvc) return cudaErrorInvalidValue;
     if (((uintptr_t)o & 15) != 0) return cudaErrorInvalidValue; /* chain_forward_bvc declines it */
     /* full chunks take lean_tile's copies where the caller's q, k and v are 16-B aligned */

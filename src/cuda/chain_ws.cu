@@ -3,7 +3,8 @@
  * scalar gates, bf16, chunk 64, K of 64 or 128, V = 128 (sm_90a):
  *   store S_c;   Y = diag(β)(V − γ ⊙ K S);   R = A Y;   O = diag(scale·γ) Q S + C_q R;
  *   S ← γ_n S + Kᵀ diag(f) R,   f_j = e^{G_n − G_j} (j < n),
- * with A in bf16 (kkt_inverse's wu.Ab) and C_q from kkt_inverse.
+ * with A in bf16 (kkt_inverse's wu.Ab) and C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i − G_j}) formed in the block (ws_cq_issue), so
+ * that kkt_inverse neither reads Q nor writes C_q for it.
  *
  * Why roles: a step of chain_scan.cu's chains is a sequence of short phases (copies, products, epilogues, barriers)
  * that every warp walks in turn, and neither fewer instructions (wgmma) nor bulk copies shortened it (PERF.md,
@@ -11,7 +12,8 @@
  *   the state warpgroups (KPC/64 of them: features 64·w …) hold S in registers (64 a thread), write its bf16 copy,
  *     issue the next chunk's copies and run the state update Kᵀ R̃;
  *   the R warpgroup forms K S, the bracket Y, R = A Y and R̃ = diag(f) R;
- *   the O warpgroup forms Q S once K S is done (beside Y and A Y), and C_q R beside the state update, and stores o.
+ *   the O warpgroup forms Q S once K S is done, then C_q (both beside Y and A Y), C_q R beside the state update, and
+ *     stores o.
  * Only K S → Y → A Y → Kᵀ R̃ is the chain; Q S, C_q R, o's stores and the copies run beside it. Policy R's two chains
  * take the same roles below (chain_pair_ws_kernel). Both are the plan's choice in place of chain_scan.cu's 128-column
  * blocks where they won (the deciding functions at the end; measurements: docs/PERF.md, session 34). Session 27's first
@@ -21,11 +23,12 @@
  *   BAR_S (NT)            the chunk's tiles and S's bf16 copy are in; the R and O warpgroups are done with the chunk
  *                         before (so the other stage and R's tiles are free)
  *   R warpgroup           K S → Y (BAR_Y: its own four warps) → A Y → R, R̃ → arrive BAR_P
- *   O warpgroup           Q S once K S is done (BAR_K) → arrive BAR_F (S's copy is read) → wait BAR_P → C_q R → o
+ *   O warpgroup           Q S once K S is done (BAR_K) → arrive BAR_F (S's copy is read) → C_q (BAR_CQ: its own four
+ *                         warps) → wait BAR_P → C_q R → o
  *   state warpgroups      issue the next chunk's copies → wait BAR_P → S ← γ_n S + Kᵀ R̃ → wait BAR_F → S's copy
  * Operands in shared memory (wgmma.cuh's layouts, scan_wg.cuh's strides): K, Q [token][feature] K-major (K read
  * MN-major as Kᵀ); A, C_q [token][token] K-major; V, Y, R, R̃ and S's copy as two 64-column halves, MN-major.
- * Two stages of the chunk tiles (K, Q, V, A, C_q, G, β): 209 KB at K = 128. */
+ * Two stages of the chunk tiles (K, Q, V, A, G, β, and the slot of the C_q the O warpgroup forms): 209 KB at K = 128. */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 
@@ -168,12 +171,40 @@ __device__ __forceinline__ float2 ws_fdec(const Prob &p, const float *Gs, int n)
     return make_float2(i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f);
 }
 
+/* C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i − G_j}) of a chunk (MATH §2), formed by one warpgroup from the stage's Q and K tiles:
+ * ws_cq_issue issues Q Kᵀ (both tiles cm_k<KPC>; Kᵀ is the K tile read K-major as the B operand), ws_cq_put waits for
+ * it and writes C_q into Cs as cm_k<64>(i, j) (the A operand of C_q R; read MN-major, C_qᵀ), zero from row n on and
+ * above the diagonal, in bf16 as kkt_inverse forms it. The caller fences and meets whoever reads Cs. The forward
+ * block's O warpgroup forms it, so that kkt neither reads Q nor writes C_q for the forward; the pair's reverse block
+ * still reads kkt's (formed there, the backward lost: session 35, PERF.md). */
+template <int KPC> __device__ __forceinline__ void ws_cq_issue(float (&cq)[32], const char *Qt, const char *Kt) {
+    using W = WgStrides<KPC, 64>;
+    const uint32_t qlo = wg_lo<W::K_LBO>(Qt), klo = wg_lo<W::K_LBO>(Kt);
+    wg_arrive();
+    static_for<0, KPC / 16>([&](auto ks) {
+        constexpr int k0 = 16 * decltype(ks)::value;
+        wg_mma<__nv_bfloat16, 64, 0, 0, 2 * cm_k<KPC>(0, k0), W::K_SBO, 2 * cm_k<KPC>(0, k0), W::K_SBO>(cq, qlo, klo, k0);
+    });
+    wg_commit();
+}
+__device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_bfloat16 *Cs, const float *Gs, int n) {
+    wg_wait();
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+        const int i = wg_row(e), j = wg_col(e);
+        const bool row = i < n;
+        const float c0 = row && j <= i ? p.scale * cq[e] * gexp(p, Gs[i] - Gs[j]) : 0.f;
+        const float c1 = row && j + 1 <= i ? p.scale * cq[e + 1] * gexp(p, Gs[i] - Gs[j + 1]) : 0.f;
+        *reinterpret_cast<__nv_bfloat162 *>(Cs + cm_k<MAXBT>(i, j)) = __floats2bfloat162_rn(c0, c1);
+    }
+}
+
 /* The O warpgroup issues Q S once K S is complete (BAR_K), so that the chain's K S has the tensor cores to itself:
  * issued together, the forward took 0.5–2 % longer (H200, session 34: GDN (8,2048,32) 0.649 against 0.655 ms). */
 template <int KPC>
 __global__ void __launch_bounds__(WsLayout<KPC>::NT, 1)
 chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *GB,
-                const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
+                const __nv_bfloat16 *Ab, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
                 __nv_bfloat16 *o) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
@@ -181,6 +212,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
     /* the named barriers (the file-top comment); SC + w: state warpgroup w's own */
     constexpr int WS_BAR_S = 1, WS_BAR_P = 2, WS_BAR_F = 3, WS_BAR_Y = 4, WS_BAR_K = 5, WS_BAR_SC = 6;
     constexpr int MB = L::MB, NT = L::NT, NL = 128 * MB; /* NL: the state warpgroups, which also issue the copies */
+    constexpr int WS_BAR_CQ = WS_BAR_SC + MB;            /* the O warpgroup's own: its C_q tile is in */
     extern __shared__ __align__(128) char smc[];
     const int wg = threadIdx.x >> 7;
     const int nvt = p.V / 128, sh = blockIdx.x / nvt, sq = sh / p.HV, hv = sh % p.HV, h = hv / p.G;
@@ -201,7 +233,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
         /* ---- a state warpgroup: S's features 64·wg …; it also issues the copies */
         WsState<KPC> S(p, sbase, v0, wg);
         S.load(p, h0);
-        /* chunk c's tiles into stage b: K, Q (cm_k<KPC>), V's halves, A and C_q (cm_k<64>), G and β */
+        /* chunk c's tiles into stage b: K, Q (cm_k<KPC>), V's halves, A (cm_k<64>), G and β */
         auto issue = [&](int c, int b) {
             const ChunkInfo cj = p.ctab[c];
             char *st = stage(b);
@@ -211,7 +243,6 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             ws_copy_rows128<NL>(reinterpret_cast<T *>(st + L::oV), v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv,
                                 cj.n);
             ws_copy_dense<64, NL>(reinterpret_cast<T *>(st + L::oA), Ab + cw * MAXBT * MAXBT);
-            ws_copy_dense<64, NL>(reinterpret_cast<cq_t *>(st + L::oC), Cq + cw * MAXBT * MAXBT);
             wg_copy_gates(reinterpret_cast<float *>(st + L::oGB), GB, p, hv, c);
             cp_async_commit();
         };
@@ -287,11 +318,21 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             ws_sync(WS_BAR_S, NT);
             const ChunkInfo ci = p.ctab[c];
             const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
+            T *const Cs = reinterpret_cast<T *>(stage(b) + L::oC);
             float x[2][32];
             /* Q S, after K S */
             ws_sync(WS_BAR_K, 256);
             ws_times<KPC>(x, wg_lo<W::K_LBO>(st + L::oQ), Sb);
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* S's copy is read */
+            /* C_q into the stage (beside Y and A Y), and to policy A's saved C_q */
+            {
+                float cq[32];
+                ws_cq_issue<KPC>(cq, st + L::oQ, st + L::oK);
+                ws_cq_put(p, cq, Cs, Gs, ci.n);
+            }
+            wg_proxy_fence();
+            ws_sync(WS_BAR_CQ, 128);
+            if (Cq) wg_store_rows<MAXBT, MAXBT>(Cq + ((size_t)c * p.HV + hv) * MAXBT * MAXBT, Cs, MAXBT, MAXBT, 0);
             /* O = diag(scale·γ) Q S + C_q R, once R is in */
             const float q0 = p.scale * gexp(p, Gs[i0]), q1 = p.scale * gexp(p, Gs[i0 + 8]);
 #pragma unroll
@@ -500,14 +541,15 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
 }
 
 /* Whether the forward pass's chain runs as this kernel (Plan::fwd_ws; the plan then also takes fwd_chain's stages:
- * kkt's G, A in bf16 and C_q). Where: the forward chain's shapes (bf16, chunk 64, K of 64 or 128) with V = 128, an
- * sm_90a binary, 16-B aligned q, k, v and o (NULL in a size query: the layout does not depend on this choice), and
- * the tiles in the device's shared memory. By default for GDN where the plan's forward chain takes 128-column blocks
- * (the large grids: chain_forward_bvc), where it won (H200, session 34, GPU-bound forward: (8,2048,32) 0.733 → 0.649
- * ms, (16,1024,16) 0.385 → 0.350). It lost at (4,4096,16) (0.448 → 0.511: 64 blocks, one a walk of 64 chunks) and at
- * (1,8192,16) (0.436 → 0.793: 16 blocks), and DeltaNet, whose register chain has no exponentials, was level at the
- * large grids ((8,2048,32) 0.624 → 0.622, (16,1024,16) 0.330 → 0.336). force.fwd_ws = 1 takes it wherever it applies,
- * 0 never; a forced forward chain (force.fwd_chain, the tests of the register chain) keeps that chain. */
+ * kkt's G and A in bf16, without C_q). Where: the forward chain's shapes (bf16, chunk 64, K of 64 or 128) with V = 128,
+ * an sm_90a binary, 16-B aligned q, k, v and o (NULL in a size query: the layout does not depend on this choice), and
+ * the tiles in the device's shared memory. By default where the plan's forward chain takes 128-column blocks (the
+ * large grids: chain_forward_bvc), for both operators: with C_q formed in the block it won against the register chain
+ * there (H100, session 35, GPU-bound forward: GDN (8,2048,32) 0.734 → 0.675 ms, (16,1024,16) 0.388 → 0.368; DeltaNet
+ * 0.627 → 0.601, 0.335 → 0.326). With C_q from kkt (session 34, H200) it won for GDN only and lost on the grids of
+ * fewer blocks than SMs: (4,4096,16) 0.448 → 0.511 (64 blocks, each a walk of 64 chunks), (1,8192,16) 0.436 → 0.793
+ * (16 blocks). force.fwd_ws = 1 takes it wherever it applies, 0 never; a forced forward chain (force.fwd_chain, the
+ * tests of the register chain) keeps that chain. */
 bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v, const void *o,
                       int fwd_chain) {
     if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
@@ -517,12 +559,12 @@ bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, con
     if (smem > p.plan.smem_optin) return false;
     const rewy_test_force &f = p.plan.force;
     if (f.fwd_ws != REWY_TEST_AUTO) return f.fwd_ws == 1 && f.fwd_chain != 0; /* a forced "no forward chain" wins */
-    return f.fwd_chain == REWY_TEST_AUTO && p.gated && fwd_chain == 128;
+    return f.fwd_chain == REWY_TEST_AUTO && fwd_chain == 128;
 }
 
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
-                                    const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,
-                                    rp_t *R, void *o, cudaStream_t s) {
+                                    const __nv_bfloat16 *Ab, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
+                                    void *o, cudaStream_t s) {
     if (p.V != 128 || p.K != p.Kp || (p.Kp != 64 && p.Kp != 128)) return cudaErrorInvalidValue;
     auto go = [&](auto kp) -> cudaError_t {
         constexpr int KPC = decltype(kp)::value;

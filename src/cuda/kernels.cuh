@@ -118,12 +118,13 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
                                  const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,
                                  rp_t *R, void *o, cudaStream_t s);
 /* chain_ws.cu: that forward chain as one warp-specialized block of warpgroup products per (sequence, value head, 128
- * value columns) on sm_90a (Plan::fwd_ws; launch_chain_forward hands over to it): same inputs and outputs */
+ * value columns) on sm_90a (Plan::fwd_ws, in place of launch_chain_forward): the same inputs and outputs, except that
+ * it forms C_q itself from q and k (kkt skips it) and stores it to Cq where given (policy A saves it; NULL: not stored) */
 bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v,
                       const void *o, int fwd_chain); /* Plan::fwd_ws, given the register chain's width */
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
-                                    const __nv_bfloat16 *Ab, const cq_t *Cq, const float *h0, float *ht, state_t *Sc,
-                                    rp_t *R, void *o, cudaStream_t s);
+                                    const __nv_bfloat16 *Ab, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
+                                    void *o, cudaStream_t s);
 /* chain_ws.cu: policy R's pair as that kernel's roles (Plan::chain_ws; launch_chain_pair hands over to it where q, k
  * and dO are 16-B aligned): same inputs and outputs as chain_pair_kernel */
 bool chain_scan_ws(const Prob &p, rewy_dtype dt, bool vec, int chain_bvc); /* Plan::chain_ws, given chain_scan_bvc */

@@ -236,6 +236,13 @@ static void test_forced_plan(test_counts *tc) {
                   "plan: GDN (%d,4096,%d) took the warp-specialized forward %d (forward chain %d columns) and pair %d "
                   "(chains of %d columns; sm_90a binary %d)", big.B, big.H, pb.fwd_ws, want, pb.chain_ws,
                   pb.chain_bvc, pb.wgmma);
+            /* DeltaNet's forward alike (its plan once differed: the GDN-only rule of session 34) */
+            rewy_config bd = big;
+            bd.op = REWY_OP_DELTANET;
+            rewy_test_plan pd;
+            CHECK(tc, rewy_test_get_plan(&bd, &f, &pd) == REWY_OK && pd.fwd_ws == pb.fwd_ws,
+                  "plan: DeltaNet (%d,4096,%d) took the warp-specialized forward %d, GDN %d", big.B, big.H, pd.fwd_ws,
+                  pb.fwd_ws);
             /* the time windows' rule (plan_windows): a quarter of the 64 chunks where N·16·H ≥ 2·SMs, unless the
              * wgmma scans take the shape */
             const int wwant = !pb.scan_wg && big.B * 16 * big.H >= 2 * pb.sms ? 16 : 0;
