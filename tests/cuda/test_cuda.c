@@ -143,7 +143,7 @@ static void quick_extreme(case_list *l, rewy_op op) {
 }
 
 /* V = 128 (chain_ws.cu under REWY_CUDA_FWD_WS=1, REWY_CUDA_CHAIN_WS=1): packed varlen, −1000 resets, grouped value
- * heads; DeltaNet */
+ * heads */
 static void quick_v128(case_list *l) {
     rewy_case c = base(REWY_OP_GDN); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; c.gates = REWY_GATES_RESET;
     c.H = 1; c.HV = 2; add(l, c);
