@@ -175,7 +175,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wg2 = plan_scan_wg2(p);
     pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
     pl.fwd_ws = chain_forward_ws(p, dt, vec, ptr.q, ptr.k, ptr.v, ptr.o, pl.fwd_chain);
-    if (pl.fwd_ws) pl.fwd_chain = 128; /* its stages (kkt's A in bf16 and C_q) */
+    if (pl.fwd_ws) pl.fwd_chain = 128; /* its stages (kkt's A in bf16; C_q it forms itself) */
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);

@@ -540,6 +540,14 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
 #endif
 }
 
+/* The shapes both kernels take: scalar gates, bf16 inputs (and bf16 chunk states and R), chunk 64, K of 64 or 128,
+ * V = 128, an sm_90a binary, and smem (the kernel's layout at this K) within the device's shared memory */
+static bool ws_shapes_ok(const Prob &p, rewy_dtype dt, bool vec, size_t smem) {
+    if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
+    return dt == REWY_BF16 && p.BT == MAXBT && w_shape_ok(dt, p.BT, p.K, p.Kp) && p.V == 128 && p.plan.wgmma &&
+           smem <= p.plan.smem_optin;
+}
+
 /* Whether the forward pass's chain runs as this kernel (Plan::fwd_ws; the plan then also takes fwd_chain's stages:
  * kkt's G and A in bf16, without C_q). Where: the forward chain's shapes (bf16, chunk 64, K of 64 or 128) with V = 128,
  * an sm_90a binary, 16-B aligned q, k, v and o (NULL in a size query: the layout does not depend on this choice), and
@@ -552,11 +560,8 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
  * tests of the register chain) keeps that chain. */
 bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v, const void *o,
                       int fwd_chain) {
-    if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
-    if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || p.V != 128 || !p.plan.wgmma) return false;
+    if (!ws_shapes_ok(p, dt, vec, p.Kp == 64 ? WsLayout<64>::TOTAL : WsLayout<128>::TOTAL)) return false;
     if (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)o) & 15) return false;
-    const size_t smem = p.Kp == 64 ? WsLayout<64>::TOTAL : WsLayout<128>::TOTAL;
-    if (smem > p.plan.smem_optin) return false;
     const rewy_test_force &f = p.plan.force;
     if (f.fwd_ws != REWY_TEST_AUTO) return f.fwd_ws == 1 && f.fwd_chain != 0; /* a forced "no forward chain" wins */
     return f.fwd_chain == REWY_TEST_AUTO && fwd_chain == 128;
@@ -591,10 +596,7 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
  * pointer enters the choice, so the layout never depends on it; unaligned inputs fall back to chain_pair_kernel's
  * 128-column blocks at launch. */
 bool chain_scan_ws(const Prob &p, rewy_dtype dt, bool vec, int chain_bvc) {
-    if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
-    if (dt != REWY_BF16 || p.BT != MAXBT || !w_shape_ok(dt, p.BT, p.K, p.Kp) || p.V != 128 || !p.plan.wgmma) return false;
-    const size_t smem = p.Kp == 64 ? WsPairLayout<64>::TOTAL : WsPairLayout<128>::TOTAL;
-    if (smem > p.plan.smem_optin) return false;
+    if (!ws_shapes_ok(p, dt, vec, p.Kp == 64 ? WsPairLayout<64>::TOTAL : WsPairLayout<128>::TOTAL)) return false;
     const rewy_test_force &f = p.plan.force;
     if (f.chain_ws != REWY_TEST_AUTO) return f.chain_ws == 1 && f.chain != 0; /* a forced "no chains" wins */
     return f.chain == REWY_TEST_AUTO && chain_bvc == 128;

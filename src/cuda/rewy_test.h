@@ -37,8 +37,8 @@ typedef struct rewy_test_force {
                       * per window where they apply, 0 off */
     int chain_bulk;  /* policy R's register chains take full chunks by bulk copies (sm_90a binary): 0 off (cp.async) */
     int fwd_ws;      /* the forward pass's chain as the warp-specialized wgmma kernel (chain_ws.cu; sm_90a binary, bf16,
-                      * K of 64 or 128, V = 128; by default GDN's in place of 128-column register chains): 1 on
-                      * where it applies, 0 off */
+                      * K of 64 or 128, V = 128; by default in place of 128-column register chains): 1 on where it
+                      * applies, 0 off */
     int chain_ws;    /* policy R's chains as the warp-specialized wgmma pair (chain_ws.cu; sm_90a binary, bf16, K of 64 or
                       * 128, V = 128; by default in place of 128-column register chains): 1 on where it applies (any
                       * grid), 0 off */
