@@ -1,0 +1,79 @@
+#!/bin/bash
+# Session 36: the wgmma pullback (pullback_wg.cu, REWY_CUDA_PB_WG=1) against pullback_fast (the default) on the device,
+# one build (sm_90a) for both: from .carry/s36.tar.xz if carried (build/d: librewy.so, test_cuda, variant_time), else
+# built here. Modes, the most valuable first (output also in $OUT/run.log):
+#   oracle  test_cuda with the kernel forced (whole matrix), then with time windows (--quick) and with the ws pair beside
+#           it (--v128)
+#   time    GPU-bound ms, forward / backward, default | forced, GDN and DeltaNet at SHAPES; ncu's per-kernel table of
+#           one call at GDN (8,2048,32) both ways
+#   san     memcheck and racecheck of test_cuda --quick with the kernel forced
+#   dflt    test_cuda at the default (the plan checks)
+#   oracle2, time2: the same kernel built with its registers capped for two blocks an SM (build/d2,
+#           -DREWY_CUDA_PB_WG_BLOCKS=2): its oracle (--quick, --v128); GPU-bound ms default | one block | two blocks
+set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
+el() { echo "$(( $(date +%s) - t0 )) s"; }
+exec > >(tee -a $OUT/run.log) 2>&1
+B=build/d
+if [ -f .carry/s36.tar.xz ]; then tar xJf .carry/s36.tar.xz; else
+  make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=$B lib $B/tests/cuda/test_cuda \
+    $B/bench/dev/variant_time > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
+fi
+if [ ! -x build/d2/bench/dev/variant_time ]; then # the same with the registers capped for two blocks an SM
+  rm -rf build/d2; cp -a $B build/d2; touch src/cuda/pullback_wg.cu
+  make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a -DREWY_CUDA_PB_WG_BLOCKS=2" BUILD=build/d2 lib \
+    build/d2/tests/cuda/test_cuda build/d2/bench/dev/variant_time > $OUT/build2.log 2>&1 || { tail -20 $OUT/build2.log; exit 1; }
+fi
+echo "built $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+SHAPES=${SHAPES:-"8x2048x32 16x1024x16 4x4096x16 1x8192x16 2x16384x8 1x2048x4"}
+F=REWY_CUDA_PB_WG=1
+gb() { timeout 40 env "$@" 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | awk '{print $NF}' | tr '\n' '/'; }
+oracle() { # oracle ENV… [-- ARGS]: test_cuda of build $TB (default $B) with ENV (ARGS: --quick, --v128)
+  local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
+  env "${a[@]}" timeout ${TC_LIMIT:-150} ${TB:-$B}/tests/cuda/test_cuda "$@" > /tmp/tc.log 2>&1
+  echo "test_cuda [${a[*]} $*] rc=$? $(tail -1 /tmp/tc.log) $(el)"
+  grep -E "FAIL" /tmp/tc.log | head -6
+}
+kernel_table() {
+  timeout 90 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv "$@" once 2>/dev/null |
+    python3 -c "
+import csv, sys
+rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith('\"'))]
+h = rows[0]; n = h.index('Kernel Name'); m = h.index('Metric Value')
+for r in rows[1:]: print('%9.1f us  %s' % (float(r[m].replace(',', '')) / 1e3, r[n][:100]))"
+}
+for mode in ${@:-oracle time san}; do case $mode in
+oracle)
+  oracle $F; oracle REWY_CUDA_WIN=3 $F -- --quick; oracle REWY_CUDA_CHAIN_WS=1 $F -- --v128 ;;
+oracle2)
+  TB=build/d2 oracle $F -- --quick; TB=build/d2 oracle $F -- --v128 ;;
+time2) # default | the kernel, one block an SM | two blocks an SM (build/d2)
+  echo "GPU-bound ms fwd/bwd: default | $F | $F, build/d2" > /tmp/tab.txt
+  for op in gdn delta; do for s in $SHAPES; do
+    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F build/d2/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/tab.txt
+  done; done
+  for b in $B build/d2; do echo "[ncu gdn 8x2048x32 $F $b]"
+    ( export $F; kernel_table $b/bench/dev/variant_time gdn 8 2048 32 ) | grep pullback
+  done
+  cat /tmp/tab.txt ;;
+time)
+  echo "GPU-bound ms fwd/bwd: default | $F" > /tmp/tab.txt
+  for rep in $(seq ${REPS:-1}); do for op in gdn delta; do for s in $SHAPES; do
+    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F $B/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/tab.txt
+  done; done; done
+  for e in "" $F; do echo "[ncu gdn 8x2048x32 $e]"
+    ( [ -n "$e" ] && export $e; kernel_table $B/bench/dev/variant_time gdn 8 2048 32 ) | awk '{k = substr($0, index($0, "us") + 4);
+      sub(/^void /, "", k); sub(/[(].*/, "", k); t[k] += $1; n[k]++}
+      END {for (k in t) printf "%9.1f us  %3d launches  %s\n", t[k], n[k], k}' | sort -rn | head -8
+  done
+  cat /tmp/tab.txt ;;
+san)
+  for tool in memcheck racecheck; do
+    env $F REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-120} compute-sanitizer --tool $tool --error-exitcode 9 \
+      $B/tests/cuda/test_cuda --quick > /tmp/cs.log 2>&1
+    echo "$tool [$F] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
+    grep -E "Error|Race|Hazard" /tmp/cs.log | head -4
+  done ;;
+dflt)
+  oracle -- ;;
+esac; done
+echo "total $(el)"
