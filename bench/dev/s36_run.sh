@@ -8,8 +8,7 @@
 #           one call at GDN (8,2048,32) both ways
 #   san     memcheck and racecheck of test_cuda --quick with the kernel forced
 #   dflt    test_cuda at the default (the plan checks)
-#   oracle2, time2: the same kernel built with its registers capped for two blocks an SM (build/d2,
-#           -DREWY_CUDA_PB_WG_BLOCKS=2): its oracle (--quick, --v128); GPU-bound ms default | one block | two blocks
+#   profile Nsight source counters of the kernel at GDN (8,2048,32)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
@@ -17,11 +16,6 @@ B=build/d
 if [ -f .carry/s36.tar.xz ]; then tar xJf .carry/s36.tar.xz; else
   make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=$B lib $B/tests/cuda/test_cuda \
     $B/bench/dev/variant_time > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
-fi
-if [ ! -x build/d2/bench/dev/variant_time ]; then # the same with the registers capped for two blocks an SM
-  rm -rf build/d2; cp -a $B build/d2; touch src/cuda/pullback_wg.cu
-  make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a -DREWY_CUDA_PB_WG_BLOCKS=2" BUILD=build/d2 lib \
-    build/d2/tests/cuda/test_cuda build/d2/bench/dev/variant_time > $OUT/build2.log 2>&1 || { tail -20 $OUT/build2.log; exit 1; }
 fi
 echo "built $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 SHAPES=${SHAPES:-"8x2048x32 16x1024x16 4x4096x16 1x8192x16 2x16384x8 1x2048x4"}
@@ -44,17 +38,6 @@ for r in rows[1:]: print('%9.1f us  %s' % (float(r[m].replace(',', '')) / 1e3, r
 for mode in ${@:-oracle time san}; do case $mode in
 oracle)
   oracle $F; oracle REWY_CUDA_WIN=3 $F -- --quick; oracle REWY_CUDA_CHAIN_WS=1 $F -- --v128 ;;
-oracle2)
-  TB=build/d2 oracle $F -- --quick; TB=build/d2 oracle $F -- --v128 ;;
-time2) # default | the kernel, one block an SM | two blocks an SM (build/d2)
-  echo "GPU-bound ms fwd/bwd: default | $F | $F, build/d2" > /tmp/tab.txt
-  for op in gdn delta; do for s in $SHAPES; do
-    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F build/d2/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/tab.txt
-  done; done
-  for b in $B build/d2; do echo "[ncu gdn 8x2048x32 $F $b]"
-    ( export $F; kernel_table $b/bench/dev/variant_time gdn 8 2048 32 ) | grep pullback
-  done
-  cat /tmp/tab.txt ;;
 time)
   echo "GPU-bound ms fwd/bwd: default | $F" > /tmp/tab.txt
   for rep in $(seq ${REPS:-1}); do for op in gdn delta; do for s in $SHAPES; do
@@ -75,5 +58,13 @@ san)
   done ;;
 dflt)
   oracle -- ;;
+profile) # Nsight source counters of the kernel at GDN (8,2048,32): $OUT/pw.txt (sections), pw.cuda.csv, pw.csv
+  timeout 240 ncu --clock-control none -k "regex:pullback_wg" -c 1 --section SourceCounters --section WarpStateStats \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \
+    --section Occupancy -o /tmp/pw -f env $F $B/bench/dev/variant_time gdn 8 2048 32 once > /dev/null 2>&1
+  ncu -i /tmp/pw.ncu-rep --page source --csv --print-source cuda > $OUT/pw.cuda.csv 2>&1
+  ncu -i /tmp/pw.ncu-rep --page source --csv --print-source sass > $OUT/pw.csv 2>&1
+  ncu -i /tmp/pw.ncu-rep > $OUT/pw.txt 2>&1
+  grep -E "Duration|Issued Warp|No Eligible|Registers Per|Achieved Occ|Throughput|Stall" $OUT/pw.txt | head -30 ;;
 esac; done
 echo "total $(el)"

@@ -42,8 +42,8 @@ typedef struct rewy_test_force {
     int chain_ws;    /* policy R's chains as the warp-specialized wgmma pair (chain_ws.cu; sm_90a binary, bf16, K of 64 or
                       * 128, V = 128; by default in place of 128-column register chains): 1 on where it applies (any
                       * grid), 0 off */
-    int pb_wg;       /* the scalar-gate ReWY pullback as two-warpgroup wgmma blocks, two an SM (pullback_wg.cu; sm_90a
-                      * binary, bf16, K ≤ 128, V a multiple of 32): 1 on where it applies, 0 off (the default until it is
+    int pb_wg;       /* the scalar-gate ReWY pullback as a persistent grid of two-warpgroup wgmma blocks (pullback_wg.cu;
+                      * sm_90a binary, bf16, K and V ≤ 128): 1 on where it applies, 0 off (the default until it is
                       * measured) */
 } rewy_test_force;
 
