@@ -32,7 +32,6 @@ static inline rewy_test_force env_force(void) {
     f.chain_bulk = env_force_int("REWY_CUDA_CHAIN_BULK");
     f.fwd_ws = env_force_int("REWY_CUDA_FWD_WS");
     f.chain_ws = env_force_int("REWY_CUDA_CHAIN_WS");
-    f.pb_wg = env_force_int("REWY_CUDA_PB_WG");
     return f;
 }
 

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Session 36: the wgmma pullback (pullback_wg.cu, REWY_CUDA_PB_WG=1) against pullback_fast (the default) on the device,
-# one build (sm_90a) for both: from .carry/s36.tar.xz if carried (build/d: librewy.so, test_cuda, variant_time), else
-# built here. Modes, the most valuable first (output also in $OUT/run.log):
+# Session 36: the wgmma pullback (pullback_wg.cu, REWY_CUDA_PB_WG=1) against pullback_fast (the default) on the device.
+# The kernel lost and was deleted (docs/PERF.md, session 36): run this from a checkout of 9cd3bf5 (its second form; the
+# first form, with 32-column slabs, is f1c90eb). One build (sm_90a) for both: from .carry/s36.tar.xz if carried
+# (build/d: librewy.so, test_cuda, variant_time), else built here. Modes, the most valuable first (output also in $OUT/run.log):
 #   oracle  test_cuda with the kernel forced (whole matrix), then with time windows (--quick) and with the ws pair beside
 #           it (--v128)
 #   time    GPU-bound ms, forward / backward, default | forced, GDN and DeltaNet at SHAPES; ncu's per-kernel table of

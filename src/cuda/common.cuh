@@ -69,7 +69,6 @@ struct Plan {
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
     int fwd_ws;                    /* that chain as the warp-specialized wgmma kernel (chain_forward_ws; fwd_chain = 128) */
-    int pb_wg;                     /* the scalar-gate ReWY pullback as two-warpgroup wgmma blocks (pullback_wg.cu) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
     int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
 };
@@ -208,27 +207,6 @@ template <class T> __device__ __forceinline__ float dot8(const T *a, const T *b)
     ld8(b, y);
 #pragma unroll
     for (int m = 0; m < 8; m++) s += x[m] * y[m];
-    return s;
-}
-
-/* the block sums of x and of y at once over a block of NW warps (one pair of barriers; the pullbacks' ⟨S̄⁺, S_c⟩
- * and endpoint terms); red: 2·NW floats */
-template <int NW> __device__ float2 block_sum2(float x, float y, float *red) {
-    for (int o = 16; o > 0; o >>= 1) {
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-        y += __shfl_xor_sync(0xffffffffu, y, o);
-    }
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) {
-        red[threadIdx.x >> 5] = x;
-        red[NW + (threadIdx.x >> 5)] = y;
-    }
-    __syncthreads();
-    float2 s = make_float2(0.f, 0.f);
-    for (int w = 0; w < NW; w++) {
-        s.x += red[w];
-        s.y += red[NW + w];
-    }
     return s;
 }
 

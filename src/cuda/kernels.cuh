@@ -146,14 +146,5 @@ cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const v
                             float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *g,
                             float *dg, cudaStream_t s);
 
-/* pullback_wg.cu: the same pullback (ReWY, scalar gates) as two-warpgroup wgmma blocks on sm_90a (Plan::pb_wg;
- * launch_pullback hands over to it): the same inputs and outputs */
-bool pullback_wg(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
-                 const void *do_, const void *dq, const void *dk, const void *dv); /* Plan::pb_wg */
-cudaError_t launch_pullback_wg(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
-                               const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR,
-                               float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw, float *dg,
-                               cudaStream_t s);
-
 } // namespace rewy_cuda
 #endif

@@ -53,6 +53,26 @@ __device__ float block_sum(float x, float *red) {
     return s;
 }
 
+/* the block sums of x and of y at once (one pair of barriers); red: 2·NW floats */
+template <int NW> __device__ float2 block_sum2(float x, float y, float *red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+        y += __shfl_xor_sync(0xffffffffu, y, o);
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) {
+        red[threadIdx.x >> 5] = x;
+        red[NW + (threadIdx.x >> 5)] = y;
+    }
+    __syncthreads();
+    float2 s = make_float2(0.f, 0.f);
+    for (int w = 0; w < NW; w++) {
+        s.x += red[w];
+        s.y += red[NW + w];
+    }
+    return s;
+}
+
 /* Shared-memory layout of the pullback (floats unless noted); bk = K slab (64, or 32 for WY / fp32). */
 struct PbLayout {
     int bk, ldk2, ldkt, off_T, off_S, off_WY, total_bytes;
@@ -832,7 +852,6 @@ cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const v
                             float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw,
                             float *dg, cudaStream_t s) {
     (void)beta; /* β comes from GB */
-    if (p.plan.pb_wg && !wy) return launch_pullback_wg(p, q, k, v, GB, do_, Sc, Sbar, R, PR, acc, dq, dk, dv, dbeta, graw, dg, s);
     return with_dtype(dt, [&](auto t) {
         return run<decltype(t)>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, graw, dg, s);
     });

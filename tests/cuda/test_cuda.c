@@ -303,11 +303,6 @@ static void test_forced_plan(test_counts *tc) {
                       (f.chain == REWY_TEST_AUTO || !p128.chain_ws),
               "plan: the warp-specialized chain pair %d / %d (REWY_CUDA_CHAIN_WS %d, REWY_CUDA_CHAIN %d, chains of %d "
               "columns)", p.chain_ws, p128.chain_ws, f.chain_ws, f.chain, p128.chain_bvc);
-    /* the wgmma pullback (pullback_wg.cu): where told (REWY_CUDA_PB_WG=1), from an sm_90a binary (both shapes here
-     * are ReWY and bf16); not by default until measured */
-    CHECK(tc, p.pb_wg == (f.pb_wg == 1 && p.wgmma) && p128.pb_wg == p.pb_wg,
-          "plan: the wgmma pullback %d / %d (REWY_CUDA_PB_WG %d, sm_90a binary %d)", p.pb_wg, p128.pb_wg, f.pb_wg,
-          p.wgmma);
 }
 
 /* ------------------------------------------------------------------ 2. graph capture */
