@@ -10,6 +10,7 @@
 #   san     memcheck and racecheck of test_cuda --quick with the kernel forced
 #   dflt    test_cuda at the default (the plan checks)
 #   profile Nsight source counters of the kernel at GDN (8,2048,32)
+#   epi     (main after 6eb213b) chain_ws.cu's epilogue changes: oracle with both ws kernels forced, GPU-bound ms
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
@@ -59,6 +60,15 @@ san)
   done ;;
 dflt)
   oracle -- ;;
+epi) # the ws blocks with V's and U's fragments loaded during the product and C_q's epilogue without branches: the
+  # oracle with both ws kernels forced (--v128), GPU-bound ms at the shapes they take by default, then the whole
+  # matrix with both forced (against session 36's earlier calls' default numbers on the same kind of card)
+  W="REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1"
+  oracle $W -- --v128
+  for s in gdn:8x2048x32 gdn:16x1024x16 gdn:4x4096x16 delta:8x2048x32 delta:16x1024x16 delta:4x4096x16; do
+    echo "| ${s%%:*} | ${s#*:} | $(gb $B/bench/dev/variant_time ${s%%:*} $(echo ${s#*:} | tr x ' ')) |"
+  done
+  oracle $W ;;
 profile) # Nsight source counters of the kernel at GDN (8,2048,32): $OUT/pw.txt (sections), pw.cuda.csv, pw.csv
   timeout 240 ncu --clock-control none -k "regex:pullback_wg" -c 1 --section SourceCounters --section WarpStateStats \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \

@@ -55,11 +55,15 @@ __device__ __forceinline__ void ws_arrive(int id, int n) { asm volatile("bar.arr
 /* x (+)= X B for both 64-column halves, waited: X [64][KD] K-major at alo, B two cm_mn<64> halves of KD rows (the
  * state's bf16 copy: KD = K, X = K, Q or W; Y and R: KD = 64, X = A or C_q); ACC adds to x */
 template <int KD, bool ACC = false>
-__device__ __forceinline__ void ws_times(float (&x)[2][32], uint32_t alo, const __nv_bfloat16 *B) {
+__device__ __forceinline__ void ws_times_issue(float (&x)[2][32], uint32_t alo, const __nv_bfloat16 *B) {
     wg_arrive();
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) wg_k_times_state<KD, 64, ACC>(x[hf], alo, wg_lo<WgStrides<KD, 64>::N_LBO>(B + hf * KD * 64));
     wg_commit();
+}
+template <int KD, bool ACC = false>
+__device__ __forceinline__ void ws_times(float (&x)[2][32], uint32_t alo, const __nv_bfloat16 *B) {
+    ws_times_issue<KD, ACC>(x, alo, B);
     wg_wait();
 }
 
@@ -189,13 +193,17 @@ template <int KPC> __device__ __forceinline__ void ws_cq_issue(float (&cq)[32], 
 }
 __device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_bfloat16 *Cs, const float *Gs, int n) {
     wg_wait();
+    /* every element takes its exponential, of 0 where masked (so none overflows), and the mask selects: with the
+     * exponential behind a branch per element this epilogue took 40 % of the forward block's O warpgroup (session 35) */
+    const float gi0 = Gs[wg_row(0)], gi1 = Gs[wg_row(2)];
 #pragma unroll
     for (int e = 0; e < 32; e += 2) {
         const int i = wg_row(e), j = wg_col(e);
-        const bool row = i < n;
-        const float c0 = row && j <= i ? p.scale * cq[e] * gexp(p, Gs[i] - Gs[j]) : 0.f;
-        const float c1 = row && j + 1 <= i ? p.scale * cq[e + 1] * gexp(p, Gs[i] - Gs[j + 1]) : 0.f;
-        *reinterpret_cast<__nv_bfloat162 *>(Cs + cm_k<MAXBT>(i, j)) = __floats2bfloat162_rn(c0, c1);
+        const float gi = e & 2 ? gi1 : gi0;
+        const bool k0 = i < n && j <= i, k1 = i < n && j + 1 <= i;
+        const float x0 = p.scale * cq[e] * gexp(p, k0 ? gi - Gs[j] : 0.f);
+        const float x1 = p.scale * cq[e + 1] * gexp(p, k1 ? gi - Gs[j + 1] : 0.f);
+        *reinterpret_cast<__nv_bfloat162 *>(Cs + cm_k<MAXBT>(i, j)) = __floats2bfloat162_rn(k0 ? x0 : 0.f, k1 ? x1 : 0.f);
     }
 }
 
@@ -283,17 +291,26 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             const float *Gs = reinterpret_cast<const float *>(st + L::oGB), *bs = Gs + MAXBT;
             const T *Vs = reinterpret_cast<const T *>(st + L::oV);
             float x[2][32];
-            ws_times<KPC>(x, wg_lo<W::K_LBO>(st + L::oK), Sb); /* K S */
+            ws_times_issue<KPC>(x, wg_lo<W::K_LBO>(st + L::oK), Sb); /* K S */
+            /* V's fragments and the row factors while K S runs: read after the wait, these loads stalled the bracket
+             * below (session 35's source counters: a third of this warpgroup's time) */
+            __nv_bfloat162 vf[2][16];
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                for (int e = 0; e < 32; e += 2)
+                    vf[hf][e / 2] = *reinterpret_cast<const __nv_bfloat162 *>(Vs + cm_mn<64>(wg_col(e), wg_row(e)) + hf * 64 * 64);
+            const float g0 = gexp(p, Gs[i0]), g1 = gexp(p, Gs[i0 + 8]), b0 = bs[i0], b1 = bs[i0 + 8];
+            wg_wait();
             ws_arrive(WS_BAR_K, 256); /* the O warpgroup's Q S may start */
             /* Y = diag(β)(V − γ ⊙ K S), the B operand of A Y */
-            const float g0 = gexp(p, Gs[i0]), g1 = gexp(p, Gs[i0 + 8]), b0 = bs[i0], b1 = bs[i0 + 8];
 #pragma unroll
             for (int hf = 0; hf < 2; hf++)
 #pragma unroll
                 for (int e = 0; e < 32; e += 2) {
                     const int j = cm_mn<64>(wg_col(e), wg_row(e)) + hf * 64 * 64;
                     const float gi = e & 2 ? g1 : g0, bi = e & 2 ? b1 : b0;
-                    const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vs + j));
+                    const float2 vv = __bfloat1622float2(vf[hf][e / 2]);
                     *reinterpret_cast<__nv_bfloat162 *>(Yb + j) =
                         __floats2bfloat162_rn(bi * (vv.x - gi * x[hf][e]), bi * (vv.y - gi * x[hf][e + 1]));
                 }
@@ -469,7 +486,17 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
             const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
             const float2 f = ws_fdec(p, Gs, ci.n);
             float x[2][32];
-            ws_times<KPC>(x, wg_lo<Wk::K_LBO>(st + (rev ? L::oK : L::oW)), Sb); /* W S (recompute) or K S̄⁺ */
+            ws_times_issue<KPC>(x, wg_lo<Wk::K_LBO>(st + (rev ? L::oK : L::oW)), Sb); /* W S (recompute) or K S̄⁺ */
+            /* the recompute's U fragments while W S runs (as the forward block's V: loaded after the wait, they stall) */
+            const T *Us = reinterpret_cast<const T *>(st + L::oX);
+            __nv_bfloat162 uf[2][16];
+            if (!rev)
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                    for (int e = 0; e < 32; e += 2)
+                        uf[hf][e / 2] = *reinterpret_cast<const __nv_bfloat162 *>(Us + hf * 64 * 64 + cm_mn<64>(wg_col(e), wg_row(e)));
+            wg_wait();
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* the state's copy is read */
             if (rev) {
                 /* R̄ = diag(f) K S̄⁺ + C_qᵀ Ō (C_q's tile read MN-major as C_qᵀ) */
@@ -489,13 +516,11 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
                 ws_store_rows(PR + ch * MAXBT * p.V, p.V, x, ci.n);
             } else {
                 /* R = U − W S, stored over U's region (this block read its U into the stage); R̃ = diag(f) R */
-                const T *Us = reinterpret_cast<const T *>(st + L::oX);
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++)
 #pragma unroll
                     for (int e = 0; e < 32; e += 2) {
-                        const float2 u = __bfloat1622float2(
-                            *reinterpret_cast<const __nv_bfloat162 *>(Us + hf * 64 * 64 + cm_mn<64>(wg_col(e), wg_row(e))));
+                        const float2 u = __bfloat1622float2(uf[hf][e / 2]);
                         x[hf][e] = u.x - x[hf][e];
                         x[hf][e + 1] = u.y - x[hf][e + 1];
                     }
