@@ -29,14 +29,7 @@ oracle() { # oracle ENV… [-- ARGS]: test_cuda of build $TB (default $B) with E
   echo "test_cuda [${a[*]} $*] rc=$? $(tail -1 /tmp/tc.log) $(el)"
   grep -E "FAIL" /tmp/tc.log | head -6
 }
-kernel_table() {
-  timeout 90 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv "$@" once 2>/dev/null |
-    python3 -c "
-import csv, sys
-rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith('\"'))]
-h = rows[0]; n = h.index('Kernel Name'); m = h.index('Metric Value')
-for r in rows[1:]: print('%9.1f us  %s' % (float(r[m].replace(',', '')) / 1e3, r[n][:100]))"
-}
+source bench/dev/kernel_table.sh
 for mode in ${@:-oracle time san}; do case $mode in
 oracle)
   oracle $F; oracle REWY_CUDA_WIN=3 $F -- --quick; oracle REWY_CUDA_CHAIN_WS=1 $F -- --v128 ;;
