@@ -27,7 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+#include "sm90_probe.cuh"
+
 
 typedef __nv_bfloat16 bf16;
 constexpr int NSEQ = 2, H = 8, TS = 16384, KD = 128, BT = 64, NCH = TS / BT, CL = 8, NT = 256;
@@ -35,20 +36,6 @@ constexpr int BOX = 8192;              /* every box: 64 rows × 128 B */
 constexpr int NBOX = 7;                /* K lo/hi, Q lo/hi, A lo/hi, C_q */
 constexpr int STAGE = NBOX * BOX;      /* one buffer's bytes */
 
-__device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mb_init(uint64_t *mb, unsigned n) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(su32(mb)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void mb_arm(uint64_t *mb, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(su32(mb)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mb_wait(uint64_t *mb, unsigned parity) {
-    unsigned done = 0;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(su32(mb)), "r"(parity) : "memory");
-    } while (!done);
-}
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }

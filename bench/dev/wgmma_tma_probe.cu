@@ -21,26 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+#include "sm90_probe.cuh"
+
 typedef __nv_bfloat16 bf16;
 constexpr int TILE = 64 * 64 * 2; /* one 64 × 64 bf16 box: 64 rows of 128 B */
 
-__device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mb_init(uint64_t *mb, unsigned n) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(su32(mb)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void mb_arm(uint64_t *mb, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(su32(mb)), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void mb_arrive(uint64_t *mb) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(su32(mb)) : "memory");
-}
-__device__ __forceinline__ void mb_wait(uint64_t *mb, unsigned parity) {
-    unsigned done = 0;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(su32(mb)), "r"(parity) : "memory");
-    } while (!done);
 }
 /* box (c0 = column, c1 = row) of a 2-D map into dst (1024-B aligned for the 128-B swizzle), completing on mb */
 __device__ __forceinline__ void tma2(void *dst, const CUtensorMap *tm, int c0, int c1, uint64_t *mb) {
@@ -52,11 +39,6 @@ __device__ __forceinline__ uint64_t desc128(const void *p, int lbo, int sbo) {
     const uint32_t a = su32(p);
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
 }
-#define ACC32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define REGS32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
 template <int TA, int TB> __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " REGS32 ", %32, %33, 1, 1, 1, %34, %35;\n"
                  : ACC32 : "l"(a), "l"(b), "n"(TA), "n"(TB));
