@@ -10,6 +10,8 @@
 #   san     memcheck and racecheck of test_cuda --quick with the kernel forced
 #   dflt    test_cuda at the default (the plan checks)
 #   profile Nsight source counters of the kernel at GDN (8,2048,32)
+#   probe   build and run bench/dev/wgmma_tma_probe.cu (no library build needed: `bash bench/dev/s36_run.sh probe` still
+#           builds build/d first unless carried; the probe alone is `nvcc … bench/dev/wgmma_tma_probe.cu`, its header)
 #   epi     (main after 6eb213b) chain_ws.cu's epilogue changes: oracle with both ws kernels forced, GPU-bound ms
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
@@ -62,6 +64,9 @@ epi) # the ws blocks with V's and U's fragments loaded during the product and C_
     echo "| ${s%%:*} | ${s#*:} | $(gb $B/bench/dev/variant_time ${s%%:*} $(echo ${s#*:} | tr x ' ')) |"
   done
   oracle $W ;;
+probe) # bench/dev/wgmma_tma_probe.cu: swizzled tensor-map tiles into wgmma, and a producer-warp ring's bandwidth
+  nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/wgmma_tma_probe bench/dev/wgmma_tma_probe.cu 2>&1 |
+    grep -v C75; timeout 60 /tmp/wgmma_tma_probe ;;
 profile) # Nsight source counters of the kernel at GDN (8,2048,32): $OUT/pw.txt (sections), pw.cuda.csv, pw.csv
   timeout 240 ncu --clock-control none -k "regex:pullback_wg" -c 1 --section SourceCounters --section WarpStateStats \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \
