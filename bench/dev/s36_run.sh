@@ -10,14 +10,13 @@
 #   san     memcheck and racecheck of test_cuda --quick with the kernel forced
 #   dflt    test_cuda at the default (the plan checks)
 #   profile Nsight source counters of the kernel at GDN (8,2048,32)
-#   probe   build and run bench/dev/wgmma_tma_probe.cu (no library build needed: `bash bench/dev/s36_run.sh probe` still
-#           builds build/d first unless carried; the probe alone is `nvcc … bench/dev/wgmma_tma_probe.cu`, its header)
+#   probe   build and run bench/dev/wgmma_tma_probe.cu (alone, `bash bench/dev/s36_run.sh probe` builds no library)
 #   epi     (main after 6eb213b) chain_ws.cu's epilogue changes: oracle with both ws kernels forced, GPU-bound ms
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
 B=build/d
-if [ -f .carry/s36.tar.xz ]; then tar xJf .carry/s36.tar.xz; else
+if [ "${*:-}" = probe ]; then :; elif [ -f .carry/s36.tar.xz ]; then tar xJf .carry/s36.tar.xz; else
   make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=$B lib $B/tests/cuda/test_cuda \
     $B/bench/dev/variant_time > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
 fi
