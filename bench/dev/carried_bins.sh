@@ -8,4 +8,4 @@ el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
 tar xJf .carry/bins.tar.xz; B=build/cuda-on; T=$B/tests/cuda
 export REWY_LIBRARY=$PWD/$B/librewy.so PYTHONPATH=$PWD/python
-source bench/dev/kernel_table.sh # (the working directory is the repository root here)
+source bench/dev/device_helpers.sh # (the working directory is the repository root here)

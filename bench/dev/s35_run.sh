@@ -13,7 +13,6 @@ source "$(dirname "$0")/carried_bins.sh"
 C=build/cq
 SHAPES=${SHAPES:-"8x2048x32 16x1024x16 4x4096x16 1x8192x16"}
 FORCE=${FORCE:-REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1}
-gb() { timeout 40 env "$@" 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | awk '{print $NF}' | tr '\n' '/'; }
 oracle() { # oracle BUILD ENV…
   local b=$1; shift
   env "$@" timeout ${TC_LIMIT:-150} $b/tests/cuda/test_cuda > /tmp/tc.log 2>&1; echo "test_cuda $b [$*] rc=$? $(tail -1 /tmp/tc.log) $(el)"

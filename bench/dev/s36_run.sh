@@ -16,6 +16,7 @@ set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(da
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
 B=build/d
+source bench/dev/device_helpers.sh
 if [ "${*:-}" = probe ]; then :; elif [ -f .carry/s36.tar.xz ]; then tar xJf .carry/s36.tar.xz; else
   make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=$B lib $B/tests/cuda/test_cuda \
     $B/bench/dev/variant_time > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
@@ -23,14 +24,12 @@ fi
 echo "built $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 SHAPES=${SHAPES:-"8x2048x32 16x1024x16 4x4096x16 1x8192x16 2x16384x8 1x2048x4"}
 F=REWY_CUDA_PB_WG=1
-gb() { timeout 40 env "$@" 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | awk '{print $NF}' | tr '\n' '/'; }
 oracle() { # oracle ENV… [-- ARGS]: test_cuda of build $TB (default $B) with ENV (ARGS: --quick, --v128)
   local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
   env "${a[@]}" timeout ${TC_LIMIT:-150} ${TB:-$B}/tests/cuda/test_cuda "$@" > /tmp/tc.log 2>&1
   echo "test_cuda [${a[*]} $*] rc=$? $(tail -1 /tmp/tc.log) $(el)"
   grep -E "FAIL" /tmp/tc.log | head -6
 }
-source bench/dev/kernel_table.sh
 for mode in ${@:-oracle time san}; do case $mode in
 oracle)
   oracle $F; oracle REWY_CUDA_WIN=3 $F -- --quick; oracle REWY_CUDA_CHAIN_WS=1 $F -- --v128 ;;

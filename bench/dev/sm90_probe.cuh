@@ -25,6 +25,9 @@ __device__ __forceinline__ void mb_wait(uint64_t *mb, unsigned parity) {
     } while (!done);
 }
 
+/* byte offset of (row, byte b of the row) in a 128-byte-swizzled box (rows of 128 B) */
+__host__ __device__ inline int swz(int row, int b) { return row * 128 + ((((b >> 4) ^ (row & 7))) << 4) + (b & 15); }
+
 /* a m64n64 fp32 accumulator d[32] as wgmma's register operands */
 #define ACC32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
     "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \

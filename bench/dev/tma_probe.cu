@@ -55,8 +55,6 @@ __device__ __forceinline__ void tma2_mc(void *dst, const CUtensorMap *tm, int c0
                  " [%0], [%1, {%2, %3}], [%4], %5;\n"
                  ::"r"(su32(dst)), "l"(tm), "r"(c0), "r"(c1), "r"(su32(mb)), "h"((unsigned short)0xff) : "memory");
 }
-/* byte offset of (row, byte b of the row) in a 128-byte-swizzled box */
-__host__ __device__ inline int swz(int row, int b) { return row * 128 + ((((b >> 4) ^ (row & 7))) << 4) + (b & 15); }
 
 struct Maps { CUtensorMap k, q, a, c; };
 

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ CUtenso
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    for (int e = t; e < 64 * 64; e += blockDim.x) Ws[(e >> 6) * 64 + ((((e & 63) >> 3) ^ ((e >> 6) & 7)) << 3) + (e & 7)] = W[e];
+    for (int e = t; e < 64 * 64; e += blockDim.x) Ws[swz(e >> 6, 2 * (e & 63)) / 2] = W[e]; /* as the copies lay tiles */
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     if (t >= 128) { /* the producer warp: one thread issues */

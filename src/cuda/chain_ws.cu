@@ -154,6 +154,15 @@ __device__ __forceinline__ void ws_put_rows(__nv_bfloat16 *dst, const float (&x)
                 __floats2bfloat162_rn(f * x[hf][e], f * x[hf][e + 1]);
         }
 }
+/* the thread's bf16 pairs of such a tile (src: two cm_mn<64> halves, the stage's V or U), at the accumulator's places:
+ * f[hf][e / 2] holds the columns of x[hf][e], x[hf][e + 1] */
+__device__ __forceinline__ void ws_get_rows(__nv_bfloat162 (&f)[2][16], const __nv_bfloat16 *src) {
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+        for (int e = 0; e < 32; e += 2)
+            f[hf][e / 2] = *reinterpret_cast<const __nv_bfloat162 *>(src + hf * 64 * 64 + cm_mn<64>(wg_col(e), wg_row(e)));
+}
 /* to rows [0, n) of a row-major [token][128] matrix (row stride ld) in bf16 (o, R, R̄): the thread's two rows, its
  * columns at compile-time offsets */
 __device__ __forceinline__ void ws_store_rows(__nv_bfloat16 *dst, size_t ld, const float (&x)[2][32], int n) {
@@ -295,11 +304,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             /* V's fragments and the row factors while K S runs: read after the wait, these loads stalled the bracket
              * below (session 35's source counters: a third of this warpgroup's time) */
             __nv_bfloat162 vf[2][16];
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-                for (int e = 0; e < 32; e += 2)
-                    vf[hf][e / 2] = *reinterpret_cast<const __nv_bfloat162 *>(Vs + cm_mn<64>(wg_col(e), wg_row(e)) + hf * 64 * 64);
+            ws_get_rows(vf, Vs);
             const float g0 = gexp(p, Gs[i0]), g1 = gexp(p, Gs[i0 + 8]), b0 = bs[i0], b1 = bs[i0 + 8];
             wg_wait();
             ws_arrive(WS_BAR_K, 256); /* the O warpgroup's Q S may start */
@@ -490,12 +495,7 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
             /* the recompute's U fragments while W S runs (as the forward block's V: loaded after the wait, they stall) */
             const T *Us = reinterpret_cast<const T *>(st + L::oX);
             __nv_bfloat162 uf[2][16];
-            if (!rev)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-                    for (int e = 0; e < 32; e += 2)
-                        uf[hf][e / 2] = *reinterpret_cast<const __nv_bfloat162 *>(Us + hf * 64 * 64 + cm_mn<64>(wg_col(e), wg_row(e)));
+            if (!rev) ws_get_rows(uf, Us);
             wg_wait();
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* the state's copy is read */
             if (rev) {

@@ -1,4 +1,6 @@
-# kernel_table.sh: sourced by the device scripts (carried_bins.sh, s36_run.sh).
+# device_helpers.sh: what the device scripts share (sourced by carried_bins.sh and s36_run.sh, from the repository root).
+# gb ENV… TOOL ARGS…: the GPU-bound ms of variant_time's forward and backward, "fwd/bwd/"
+gb() { timeout 40 env "$@" 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | awk '{print $NF}' | tr '\n' '/'; }
 # kernel_table TOOL ARGS…: each kernel's device time in one run of TOOL (ncu, clocks and caches left alone; TOOL's
 # `once` mode: one forward and one backward), one line a kernel
 kernel_table() {
