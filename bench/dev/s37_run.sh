@@ -1,0 +1,54 @@
+#!/bin/bash
+# Session 37's device script. One sm_90a build (build/d: librewy.so, test_cuda, variant_time) unless the modes are
+# `probe` alone. Modes, in the order given (output also in $OUT/run.log):
+#   probe  bench/dev/wgmma_tma_probe.cu: tensor-map tiles into wgmma (128-B swizzle, and the no-swizzle cm_r layout by one
+#          3-D copy a tile) and a producer warp's ring bandwidth
+#   race   racecheck of both ws blocks forced (test_cuda --v128), then memcheck of the same
+#   base   GPU-bound ms fwd/bwd of the defaults, GDN and DeltaNet at $SHAPES
+#   oracle test_cuda at the defaults (the whole matrix), then with both ws blocks forced (--v128)
+#   tma    the ws blocks' TMA copies: oracle with both forced (whole matrix), racecheck (--v128), GPU-bound ms of the ws
+#          blocks' default shapes
+set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
+el() { echo "$(( $(date +%s) - t0 )) s"; }
+exec > >(tee -a $OUT/run.log) 2>&1
+B=build/d
+source bench/dev/device_helpers.sh
+if [ "${*:-}" != probe ]; then
+  make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=$B lib $B/tests/cuda/test_cuda \
+    $B/bench/dev/variant_time > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
+fi
+echo "built $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+SHAPES=${SHAPES:-"8x2048x32 16x1024x16 4x4096x16 1x8192x16 2x16384x8 1x2048x4"}
+W="REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1"
+oracle() { # oracle ENV… [-- ARGS]: test_cuda with ENV (ARGS: --quick, --v128)
+  local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
+  env "${a[@]}" timeout ${TC_LIMIT:-150} $B/tests/cuda/test_cuda "$@" > /tmp/tc.log 2>&1
+  echo "test_cuda [${a[*]} $*] rc=$? $(tail -1 /tmp/tc.log) $(el)"
+  grep -E "FAIL" /tmp/tc.log | head -6
+}
+san() { # san TOOL ENV… -- ARGS
+  local tool=$1; shift; local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
+  env "${a[@]}" REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+    $B/tests/cuda/test_cuda "$@" > /tmp/cs.log 2>&1
+  echo "$tool [${a[*]} $*] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
+  grep -E "Error|Race|Hazard" /tmp/cs.log | head -4
+}
+for mode in "$@"; do case $mode in
+probe)
+  nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/wgmma_tma_probe bench/dev/wgmma_tma_probe.cu 2>&1 |
+    grep -v C75; timeout 60 /tmp/wgmma_tma_probe ;;
+race)
+  san racecheck $W -- --v128; san memcheck $W -- --v128 ;;
+base)
+  for op in gdn delta; do for s in $SHAPES; do
+    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) |"
+  done; done ;;
+oracle)
+  oracle --; oracle $W -- --v128 ;;
+tma)
+  oracle $W; san racecheck $W -- --v128
+  for s in gdn:8x2048x32 gdn:16x1024x16 gdn:4x4096x16 delta:8x2048x32 delta:16x1024x16 delta:4x4096x16; do
+    echo "| ${s%%:*} | ${s#*:} | $(gb $B/bench/dev/variant_time ${s%%:*} $(echo ${s#*:} | tr x ' ')) |"
+  done ;;
+esac; done
+echo "total $(el)"
