@@ -1,13 +1,12 @@
 #!/bin/bash
 # Session 37's device script. One sm_90a build (build/d: librewy.so, test_cuda, variant_time) unless the modes are
 # `probe` alone. Modes, in the order given (output also in $OUT/run.log):
-#   probe  bench/dev/wgmma_tma_probe.cu: tensor-map tiles into wgmma (128-B swizzle, and the no-swizzle cm_r layout by one
-#          3-D copy a tile) and a producer warp's ring bandwidth
+#   probe  bench/dev/wgmma_tma_probe.cu: 128-B-swizzled tensor-map tiles into wgmma, and a producer warp's ring bandwidth
 #   race   racecheck of both ws blocks forced (test_cuda --v128), then memcheck of the same
 #   base   GPU-bound ms fwd/bwd of the defaults, GDN and DeltaNet at $SHAPES
 #   oracle test_cuda at the defaults (the whole matrix), then with both ws blocks forced (--v128)
-#   tma    the ws blocks' TMA copies: oracle with both forced (whole matrix), racecheck (--v128), GPU-bound ms of the ws
-#          blocks' default shapes
+#   tma    the ws blocks' tensor copies (src/cuda/tma.cuh): oracle with both forced (whole matrix, then time windows
+#          --quick), racecheck and memcheck (--v128), GPU-bound ms of the ws blocks' default shapes
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
@@ -46,7 +45,7 @@ base)
 oracle)
   oracle --; oracle $W -- --v128 ;;
 tma)
-  oracle $W; san racecheck $W -- --v128
+  oracle $W; oracle REWY_CUDA_WIN=3 $W -- --quick; san racecheck $W -- --v128; san memcheck $W -- --v128
   for s in gdn:8x2048x32 gdn:16x1024x16 gdn:4x4096x16 delta:8x2048x32 delta:16x1024x16 delta:4x4096x16; do
     echo "| ${s%%:*} | ${s#*:} | $(gb $B/bench/dev/variant_time ${s%%:*} $(echo ${s#*:} | tr x ' ')) |"
   done ;;

@@ -12,7 +12,12 @@
  *      8 against the H100's 3.35 TB/s: what a kernel that must stream about 200 KB a chunk and head (the pullback) can
  *      expect when its math warps never copy.
  * Build (sm_90a): nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o wgmma_tma_probe bench/dev/wgmma_tma_probe.cu
- * Not yet run (written in session 36 after its device time was spent). */
+ * Run in session 37 (H100): every 128-B-swizzled form reproduces the CPU product with SBO = 1024 (K-major: the k16 step
+ * +32 B; MN-major: +2048 B, and the LBO is not read, as the tiles are one swizzle atom wide in m / n). The same call
+ * tried the library's unswizzled core-matrix layout by one 3-D copy a tile, dims (8 elements, rows, column groups) with
+ * strides (row, 16 B): the encoder accepted the map and the copy faulted (illegal memory access), as the copy engine
+ * takes nested strides only (cuda.h: each dimension's stride includes the previous one's). The library's tensor copies
+ * (src/cuda/tma.cuh) therefore use these swizzled boxes. */
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -51,24 +56,9 @@ __device__ __forceinline__ void wg_commit_wait() {
 __device__ __forceinline__ int acc_row(int t, int e) { return 16 * (t >> 5) + ((t & 31) >> 2) + ((e & 2) ? 8 : 0); }
 __device__ __forceinline__ int acc_col(int t, int e) { return 8 * (e >> 2) + 2 * (t & 3) + (e & 1); }
 
-struct Maps { CUtensorMap a, b, bt, at, a3, b3, bt3; };
+struct Maps { CUtensorMap a, b, bt, at; };
 
-/* box (c0, c1, c2) of a 3-D map */
-__device__ __forceinline__ void tma3(void *dst, const CUtensorMap *tm, int c0, int c1, int c2, uint64_t *mb) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
-                 ::"r"(su32(dst)), "l"(tm), "r"(c0), "r"(c1), "r"(c2), "r"(su32(mb)) : "memory");
-}
-/* an unswizzled descriptor (layout type 0) */
-__device__ __forceinline__ uint64_t desc0(const void *p, int lbo, int sbo) {
-    const uint32_t a = su32(p);
-    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
-}
-
-/* ---- 1. layouts. Modes 3, 4 (the library's no-swizzle core matrices, by one 3-D copy a tile): a [rows][64] matrix
- * as dims (8 elements, rows, 8 column groups), box (8, 64, 8), lands as [column group][row][8] ("cm_r": core (r/8, c/8)
- * at ((c/8)·64 + r)·16 B). Mode 3: A, B K-major from it, k-adjacent cores 1024 B apart (LBO), m/n-adjacent 128 (SBO),
- * a k16 step +2048 B; mode 4: Bt [k][n] the same way read MN-major, k-adjacent 128 B (LBO), n-adjacent 1024 (SBO),
- * a k16 step +256 B. Mode 0: D = A Bᵀ (A [m][k], B [n][k], both K-major); 1: D = A Bt (Bt [k][n] MN-major, TB = 1);
+/* ---- 1. layouts. mode 0: D = A Bᵀ (A [m][k], B [n][k], both K-major); 1: D = A Bt (Bt [k][n] MN-major, TB = 1);
  * 2: D = At^T B^T (At [k][m] MN-major, TA = 1; B [n][k] K-major). K-major: a k16 step is +32 B inside the swizzled
  * 128-B rows, SBO = 1024 (8 rows); MN-major: a k16 step is +2048 B (16 rows of 128 B), (lbo, sbo) the candidate. */
 template <int MODE> __global__ void layout_probe(const __grid_constant__ Maps m, float *D, int lbo, int sbo) {
@@ -81,17 +71,11 @@ template <int MODE> __global__ void layout_probe(const __grid_constant__ Maps m,
     }
     __syncthreads();
     if (t == 0) {
-        mb_arm(&mb, (MODE >= 3 ? 3 : 4) * TILE);
-        if constexpr (MODE >= 3) {
-            tma3(s[0], &m.a3, 0, 0, 0, &mb);
-            tma3(s[1], &m.b3, 0, 0, 0, &mb);
-            tma3(s[2], &m.bt3, 0, 0, 0, &mb);
-        } else {
-            tma2(s[0], &m.a, 0, 0, &mb);
-            tma2(s[1], &m.b, 0, 0, &mb);
-            tma2(s[2], &m.bt, 0, 0, &mb);
-            tma2(s[3], &m.at, 0, 0, &mb);
-        }
+        mb_arm(&mb, 4 * TILE);
+        tma2(s[0], &m.a, 0, 0, &mb);
+        tma2(s[1], &m.b, 0, 0, &mb);
+        tma2(s[2], &m.bt, 0, 0, &mb);
+        tma2(s[3], &m.at, 0, 0, &mb);
     }
     mb_wait(&mb, 0);
     float d[32];
@@ -100,10 +84,7 @@ template <int MODE> __global__ void layout_probe(const __grid_constant__ Maps m,
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const uint64_t ak = desc128((char *)s[0] + 32 * k, 16, 1024), bk = desc128((char *)s[1] + 32 * k, 16, 1024);
-        if constexpr (MODE == 3) mma<0, 0>(d, desc0((char *)s[0] + 2048 * k, lbo, sbo), desc0((char *)s[1] + 2048 * k, lbo, sbo));
-        else if constexpr (MODE == 4)
-            mma<0, 1>(d, desc0((char *)s[0] + 2048 * k, 1024, 128), desc0((char *)s[2] + 256 * k, lbo, sbo));
-        else if constexpr (MODE == 0) mma<0, 0>(d, ak, bk);
+        if constexpr (MODE == 0) mma<0, 0>(d, ak, bk);
         else if constexpr (MODE == 1) mma<0, 1>(d, ak, desc128((char *)s[2] + 2048 * k, lbo, sbo));
         else mma<1, 0>(d, desc128((char *)s[3] + 2048 * k, lbo, sbo), bk);
     }
@@ -112,7 +93,7 @@ template <int MODE> __global__ void layout_probe(const __grid_constant__ Maps m,
 }
 
 /* ---- 2. the pipeline: block b streams tiles b, b + G, … of X ([ntile·64 rows][64] bf16) through S stages */
-template <int S, bool NS = false>
+template <int S>
 __global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ CUtensorMap x, int ntile, const bf16 *W, float *out) {
     extern __shared__ __align__(1024) char sm[];
     bf16 *ring = reinterpret_cast<bf16 *>(sm);                   /* S tiles */
@@ -135,8 +116,7 @@ __global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ CUtenso
                 const int st = i % S;
                 if (i >= S) mb_wait(&empty[st], ((i / S) - 1) & 1);
                 mb_arm(&full[st], TILE);
-                if constexpr (NS) tma3(ring + st * 64 * 64, &x, 0, tile * 64, 0, &full[st]);
-                else tma2(ring + st * 64 * 64, &x, 0, tile * 64, &full[st]);
+                tma2(ring + st * 64 * 64, &x, 0, tile * 64, &full[st]);
             }
         return;
     }
@@ -148,8 +128,7 @@ __global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ CUtenso
         wg_fence();
 #pragma unroll
         for (int k = 0; k < 4; k++)
-            if constexpr (NS) mma<0, 0>(d, desc0((char *)(ring + st * 64 * 64) + 2048 * k, 1024, 128), desc128((char *)Ws + 32 * k, 16, 1024));
-            else mma<0, 0>(d, desc128((char *)(ring + st * 64 * 64) + 32 * k, 16, 1024), desc128((char *)Ws + 32 * k, 16, 1024));
+            mma<0, 0>(d, desc128((char *)(ring + st * 64 * 64) + 32 * k, 16, 1024), desc128((char *)Ws + 32 * k, 16, 1024));
         wg_commit_wait();
         mb_arrive(&empty[st]);
     }
@@ -173,31 +152,20 @@ static CUtensorMap map2(void *p, size_t rows) {
     return m;
 }
 
-/* the same matrix as a 3-D map (8 elements, rows, 8 column groups) of (8, 64, 8) boxes, no swizzle (modes 3, 4) */
-static CUtensorMap map3(void *p, size_t rows) {
-    CUtensorMap m;
-    cuuint64_t dims[3] = {8, rows, 8}, str[2] = {128, 16};
-    cuuint32_t box[3] = {8, 64, 8}, es[3] = {1, 1, 1};
-    CUresult e = enc(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p, dims, str, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (e != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled (3-D): %d\n", (int)e); exit(1); }
-    return m;
-}
-
-template <int S, bool NS = false> static void time_stream(const CUtensorMap &x, int ntile, const bf16 *W, float *out, int sms) {
+template <int S> static void time_stream(const CUtensorMap &x, int ntile, const bf16 *W, float *out, int sms) {
     const size_t smem = (S + 1) * TILE + 2 * S * 8;
-    CK(cudaFuncSetAttribute(stream<S, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CK(cudaFuncSetAttribute(stream<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
-    stream<S, NS><<<sms, 160, smem>>>(x, ntile, W, out); /* warm-up */
+    stream<S><<<sms, 160, smem>>>(x, ntile, W, out); /* warm-up */
     CK(cudaEventRecord(e0));
-    for (int r = 0; r < 5; r++) stream<S, NS><<<sms, 160, smem>>>(x, ntile, W, out);
+    for (int r = 0; r < 5; r++) stream<S><<<sms, 160, smem>>>(x, ntile, W, out);
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float ms;
     CK(cudaEventElapsedTime(&ms, e0, e1));
     ms /= 5;
-    printf("stream%s S=%d: %d tiles of 8 KB over %d blocks, %.3f ms, %.2f TB/s\n", NS ? " (3-D, no swizzle)" : "", S, ntile, sms, ms,
+    printf("stream S=%d: %d tiles of 8 KB over %d blocks, %.3f ms, %.2f TB/s\n", S, ntile, sms, ms,
            (double)ntile * TILE / (ms * 1e-3) / 1e12);
 }
 
@@ -233,26 +201,21 @@ int main() {
     CK(cudaMalloc(&dD, 64 * 64 * 4));
     CK(cudaMemcpy(dA, hAb, TILE, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dB, hBb, TILE, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dBt, hBt, TILE, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dAt, hAt, TILE, cudaMemcpyHostToDevice));
-    Maps m = {map2(dA, 64), map2(dB, 64), map2(dBt, 64), map2(dAt, 64), map3(dA, 64), map3(dB, 64), map3(dBt, 64)};
+    Maps m = {map2(dA, 64), map2(dB, 64), map2(dBt, 64), map2(dAt, 64)};
     const int cand[][2] = {{16, 1024}, {1024, 16}, {1024, 1024}, {16, 2048}, {2048, 1024}, {1024, 2048}, {8192, 1024}, {1024, 8192}};
-    const int cand3[][2] = {{1024, 128}, {128, 1024}}; /* modes 3, 4: the first is the expected one */
-    for (int mode = 0; mode < 5; mode++)
-        for (int c = 0; c < (mode == 0 ? 1 : mode < 3 ? 8 : 2); c++) {
-            const int lbo = mode < 3 ? cand[c][0] : cand3[mode == 4 ? 1 - c : c][0];
-            const int sbo = mode < 3 ? cand[c][1] : cand3[mode == 4 ? 1 - c : c][1];
+    for (int mode = 0; mode < 3; mode++)
+        for (int c = 0; c < (mode ? 8 : 1); c++) {
             CK(cudaMemset(dD, 0, 64 * 64 * 4));
-            if (mode == 0) layout_probe<0><<<1, 128>>>(m, dD, lbo, sbo);
-            else if (mode == 1) layout_probe<1><<<1, 128>>>(m, dD, lbo, sbo);
-            else if (mode == 2) layout_probe<2><<<1, 128>>>(m, dD, lbo, sbo);
-            else if (mode == 3) layout_probe<3><<<1, 128>>>(m, dD, lbo, sbo);
-            else layout_probe<4><<<1, 128>>>(m, dD, lbo, sbo);
+            if (mode == 0) layout_probe<0><<<1, 128>>>(m, dD, cand[c][0], cand[c][1]);
+            else if (mode == 1) layout_probe<1><<<1, 128>>>(m, dD, cand[c][0], cand[c][1]);
+            else layout_probe<2><<<1, 128>>>(m, dD, cand[c][0], cand[c][1]);
             CK(cudaDeviceSynchronize());
             float hD[64 * 64], err = 0.f;
             CK(cudaMemcpy(hD, dD, sizeof hD, cudaMemcpyDeviceToHost));
             for (int i = 0; i < 64 * 64; i++) err = fmaxf(err, fabsf(hD[i] - ref[mode][i]));
             printf("layout mode %d (%s) lbo %5d sbo %5d: max |err| %.3e %s\n", mode,
-                   mode == 0 ? "A, B K-major" : mode == 1 ? "B MN-major" : mode == 2 ? "A MN-major" : mode == 3 ? "cm_r, A B K-major" : "cm_r, B MN-major",
-                   mode ? lbo : 16, mode ? sbo : 1024, err, err < 1e-3f ? "OK" : "");
+                   mode == 0 ? "A, B K-major" : mode == 1 ? "B MN-major" : "A MN-major", mode ? cand[c][0] : 16,
+                   mode ? cand[c][1] : 1024, err, err < 1e-3f ? "OK" : "");
         }
     /* 2. the pipeline over 1 GiB of tiles */
     int dev = 0, sms = 0;
@@ -267,9 +230,5 @@ int main() {
     time_stream<2>(xm, ntile, dA, out, sms);
     time_stream<4>(xm, ntile, dA, out, sms);
     time_stream<8>(xm, ntile, dA, out, sms);
-    const CUtensorMap xm3 = map3(X, (size_t)ntile * 64);
-    time_stream<2, true>(xm3, ntile, dA, out, sms);
-    time_stream<4, true>(xm3, ntile, dA, out, sms);
-    time_stream<8, true>(xm3, ntile, dA, out, sms);
     return 0;
 }

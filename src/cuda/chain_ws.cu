@@ -31,41 +31,82 @@
  * Two stages of the chunk tiles (K, Q, V, A, G, β, and the slot of the C_q the O warpgroup forms): 209 KB at K = 128. */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
+#include "tma.cuh"
 
 namespace rewy_cuda {
+
+constexpr int GB_BYTES = 2 * MAXBT * 4; /* a chunk's G and β (the GB table's entry) */
 
 template <int KPC> struct WsLayout {
     static constexpr int MB = KPC / 64;                  /* state warpgroups */
     static constexpr int NT = 128 * (MB + 2);            /* threads: the state warpgroups, then R's, then O's */
     static constexpr int KT = MAXBT * KPC * 2;           /* a [64][KPC] bf16 tile (K, Q) */
     static constexpr int HT = MAXBT * 64 * 2;            /* a [64][64] bf16 tile (a V half, A, C_q, Y …) */
-    /* a stage: K, Q, V (two halves), A, C_q, G and β */
-    static constexpr int oK = 0, oQ = KT, oV = 2 * KT, oA = oV + 2 * HT, oC = oA + HT, oGB = oC + HT;
-    static constexpr int STAGE = oGB + 2 * MAXBT * 4;
-    /* S's bf16 copy (two halves of [KPC][64]), Y, R and R̃ (two halves each) */
+    /* a stage: K, Q, V (two halves), A, and the slot of C_q */
+    static constexpr int oK = 0, oQ = KT, oV = 2 * KT, oA = oV + 2 * HT, oC = oA + HT, STAGE = oC + HT;
+    /* S's bf16 copy (two halves of [KPC][64]), Y, R and R̃ (two halves each); the stages' G and β, and their mbarriers
+     * (the copies are in) */
     static constexpr int SH = KPC * 64 * 2;
-    static constexpr int oS = 2 * STAGE, oY = oS + 2 * SH, oR = oY + 2 * HT, oP = oR + 2 * HT, TOTAL = oP + 2 * HT;
-    static_assert(STAGE % 128 == 0, "WsLayout: stages 128-B aligned");
+    static constexpr int oS = 2 * STAGE, oY = oS + 2 * SH, oR = oY + 2 * HT, oP = oR + 2 * HT, oGB = oP + 2 * HT;
+    static constexpr int oMB = oGB + 2 * GB_BYTES, TOTAL = oMB + 16;
+    static constexpr unsigned BYTES = 2 * KT + 3 * HT + GB_BYTES; /* a stage's copies: K, Q, V, A, G and β */
+    static_assert(STAGE % TMA_BOX == 0, "WsLayout: the copied boxes 1024-B aligned");
 };
 
 /* named barriers (bar.sync / bar.arrive with a thread count; 0 is __syncthreads) */
 __device__ __forceinline__ void ws_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void ws_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
-/* x (+)= X B for both 64-column halves, waited: X [64][KD] K-major at alo, B two cm_mn<64> halves of KD rows (the
- * state's bf16 copy: KD = K, X = K, Q or W; Y and R: KD = 64, X = A or C_q); ACC adds to x */
-template <int KD, bool ACC = false>
-__device__ __forceinline__ void ws_times_issue(float (&x)[2][32], uint32_t alo, const __nv_bfloat16 *B) {
+/* ---- the products. How a product reads an operand tile (wgmma.cuh): the transpose bit (1: MN-major), the
+ * descriptor's LBO and SBO, and the byte offset of k16 step s. The stages' tiles come by tensor copies in 64-column
+ * boxes with the 128-B swizzle (tma.cuh); the tiles the block writes itself are wgmma.cuh's cm_mn<64> halves, and C_q's
+ * cm_k<64> in the forward block. */
+template <int T_, int LBO_, int SBO_, int STEP_, int BOX_STEPS = 0> struct WsOp {
+    static constexpr int T = T_, LBO = LBO_, SBO = SBO_;
+    static constexpr int off(int s) { return BOX_STEPS ? s / BOX_STEPS * TMA_BOX + s % BOX_STEPS * STEP_ : s * STEP_; }
+};
+/* a copied tile read K-major (m or n = its rows): K, Q, W, A as A; K as the B of Q Kᵀ. Four k16 steps a box */
+using OpSk = WsOp<0, 16, 1024 | WG_SW128, 32, 4>;
+/* a copied tile read MN-major (k = its rows), one box wide in m or n: Kᵀ, Qᵀ, Wᵀ, C_qᵀ as A; Ō, Ō_g as B */
+using OpSt = WsOp<1, TMA_BOX, 1024 | WG_SW128, 2048>;
+using OpN = WsOp<1, 1024, 128, 2048>; /* a cm_mn<64> half read as B (k = its rows): S's copy, Y, R, R̃, −R̄ */
+using OpK = WsOp<0, 128, 1024, 256>;  /* the forward block's C_q, cm_k<64> read K-major: the A of C_q R */
+
+/* x (+)= A B over KD / 16 k steps, issue only: alo = wg_lo<LA::LBO>(A's tile), blo = wg_lo<LB::LBO>(B's) */
+template <class LA, class LB, int KD>
+__device__ __forceinline__ void ws_mma(float (&x)[32], uint32_t alo, uint32_t blo, bool acc) {
+    static_for<0, KD / 16>([&](auto ks) {
+        constexpr int st = decltype(ks)::value;
+        wg_mma<__nv_bfloat16, 64, LA::T, LB::T, LA::off(st), LA::SBO, LB::off(st), LB::SBO>(x, alo, blo, acc || st > 0);
+    });
+}
+/* x (+)= X B for both 64-column halves: X [64][KD] (layout LA: a copied K, Q, W or A; the forward block's C_q), B two
+ * cm_mn<64> halves of KD rows (the state's bf16 copy: KD = K; Y and R: KD = 64); ACC adds to x */
+template <class LA, int KD, bool ACC = false>
+__device__ __forceinline__ void ws_times_issue(float (&x)[2][32], const void *X, const __nv_bfloat16 *B) {
+    const uint32_t alo = wg_lo<LA::LBO>(X);
     wg_arrive();
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) wg_k_times_state<KD, 64, ACC>(x[hf], alo, wg_lo<WgStrides<KD, 64>::N_LBO>(B + hf * KD * 64));
+    for (int hf = 0; hf < 2; hf++) ws_mma<LA, OpN, KD>(x[hf], alo, wg_lo<OpN::LBO>(B + hf * KD * 64), ACC);
     wg_commit();
 }
-template <int KD, bool ACC = false>
-__device__ __forceinline__ void ws_times(float (&x)[2][32], uint32_t alo, const __nv_bfloat16 *B) {
-    ws_times_issue<KD, ACC>(x, alo, B);
+template <class LA, int KD, bool ACC = false>
+__device__ __forceinline__ void ws_times(float (&x)[2][32], const void *X, const __nv_bfloat16 *B) {
+    ws_times_issue<LA, KD, ACC>(x, X, B);
     wg_wait();
 }
+/* x += Xᵀ B for both halves, issue only: X a copied tile read MN-major from X on (a state warpgroup's 64 features of
+ * Kᵀ, Qᵀ or Wᵀ; C_qᵀ), B two halves over the 64 tokens, cm_mn<64> (LB = OpN: R̃, −R̄) or copied (LB = OpSt: Ō, Ō_g) */
+template <class LB>
+__device__ __forceinline__ void ws_tr_times_issue(float (&x)[2][32], const void *X, const __nv_bfloat16 *B) {
+    const uint32_t xlo = wg_lo<OpSt::LBO>(X);
+    wg_arrive();
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) ws_mma<OpSt, LB, MAXBT>(x[hf], xlo, wg_lo<LB::LBO>(B + hf * 64 * 64), true);
+    wg_commit();
+}
+/* the byte offset of feature 64·w in a copied K, Q or W tile (its box w) */
+__device__ __forceinline__ int ws_feat(int w) { return TMA_BOX * w; }
 
 /* f(hf, e, d) for every state element (hf, e) a thread holds (feature wg_row(e) of its block, column 64·hf + wg_col(e)),
  * d its offset in a [K][V] state (SVF: [V][K]) from the thread's first element (e = 0, hf = 0), with V = 128 and
@@ -122,24 +163,21 @@ template <int KPC> struct WsState {
     }
 };
 
-/* ---- copies into a stage by the NL threads of the state warpgroups (cp.async; zero from row n on) */
-/* rows [0, n) of a [64][128] bf16 tile, row r at src + r·rs, as two cm_mn<64> halves (V, Ō, U) */
-template <int NL>
-__device__ __forceinline__ void ws_copy_rows128(__nv_bfloat16 *dst, const __nv_bfloat16 *src, size_t rs, int n) {
+/* ---- a stage's copies: tensor copies (tma.cuh) issued by one thread, completing on the stage's mbarrier; G and β by
+ * a bulk copy on the same. The maps: k, q [token][H·K]; x, the caller's [token][HV·V] V (forward) or dO (reverse); u,
+ * a [slot·HV·64][128] workspace (the recompute's U); a, kkt's [slot·HV·64][KD] A (forward) or W (pair); c, kkt's C_q
+ * (the reverse) */
+struct WsMaps {
+    CUtensorMap k, q, x, u, a, c;
+};
+/* rows [n, 64) of a copied tile of C columns to zero, by the NL threads of the state warpgroups, once its copy is in:
+ * a chunk that ends its sequence has the next sequence's tokens in those rows, and the products take rows ≥ n as zero
+ * (common.cuh's convention) */
+template <int C, int NL> __device__ __forceinline__ void ws_zero_rows(char *tile, int n) {
+    const int per = (MAXBT - n) * 8; /* 16-B pieces a box: whole rows of 128 B */
 #pragma unroll 1
-    for (int m = 0; m < MAXBT * 128 / 8 / NL; m++) {
-        const int x = threadIdx.x + NL * m, r = x >> 4, c8 = (x & 15) * 8;
-        const bool ok = r < n;
-        cp_async16(dst + (c8 >> 6) * 64 * 64 + cm_mn<64>(c8 & 63, r), ok ? src + (size_t)r * rs + c8 : src, ok);
-    }
-}
-/* a dense [64][KD] tile (kkt's A, C_q, W) as cm_k<KD> */
-template <int KD, int NL, class E> __device__ __forceinline__ void ws_copy_dense(E *dst, const E *src) {
-#pragma unroll 1
-    for (int m = 0; m < MAXBT * KD / 8 / NL; m++) {
-        const int x = threadIdx.x + NL * m, r = x / (KD / 8), c8 = (x % (KD / 8)) * 8;
-        cp_async16(dst + cm_k<KD>(r, c8), src + r * KD + c8, true);
-    }
+    for (int x = threadIdx.x; x < C / 64 * per; x += NL)
+        *reinterpret_cast<uint4 *>(tile + x / per * TMA_BOX + 128 * n + 16 * (x % per)) = make_uint4(0, 0, 0, 0);
 }
 
 /* ---- a warpgroup's [64 tokens][128 columns] accumulators x (rows i0 = wg_row(0) and i0 + 8) */
@@ -154,14 +192,14 @@ __device__ __forceinline__ void ws_put_rows(__nv_bfloat16 *dst, const float (&x)
                 __floats2bfloat162_rn(f * x[hf][e], f * x[hf][e + 1]);
         }
 }
-/* the thread's bf16 pairs of such a tile (src: two cm_mn<64> halves, the stage's V or U), at the accumulator's places:
- * f[hf][e / 2] holds the columns of x[hf][e], x[hf][e + 1] */
+/* the thread's bf16 pairs of a copied [64][128] tile (the stage's V or U), at the accumulator's places: f[hf][e / 2]
+ * holds the columns of x[hf][e], x[hf][e + 1] */
 __device__ __forceinline__ void ws_get_rows(__nv_bfloat162 (&f)[2][16], const __nv_bfloat16 *src) {
 #pragma unroll
     for (int hf = 0; hf < 2; hf++)
 #pragma unroll
         for (int e = 0; e < 32; e += 2)
-            f[hf][e / 2] = *reinterpret_cast<const __nv_bfloat162 *>(src + hf * 64 * 64 + cm_mn<64>(wg_col(e), wg_row(e)));
+            f[hf][e / 2] = *reinterpret_cast<const __nv_bfloat162 *>(src + sw128(wg_row(e), 64 * hf + wg_col(e)));
 }
 /* to rows [0, n) of a row-major [token][128] matrix (row stride ld) in bf16 (o, R, R̄): the thread's two rows, its
  * columns at compile-time offsets */
@@ -185,19 +223,14 @@ __device__ __forceinline__ float2 ws_fdec(const Prob &p, const float *Gs, int n)
 }
 
 /* C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i − G_j}) of a chunk (MATH §2), formed by one warpgroup from the stage's Q and K tiles:
- * ws_cq_issue issues Q Kᵀ (both tiles cm_k<KPC>; Kᵀ is the K tile read K-major as the B operand), ws_cq_put waits for
+ * ws_cq_issue issues Q Kᵀ (Kᵀ is the K tile read K-major as the B operand), ws_cq_put waits for
  * it and writes C_q into Cs as cm_k<64>(i, j) (the A operand of C_q R; read MN-major, C_qᵀ), zero from row n on and
  * above the diagonal, in bf16 as kkt_inverse forms it. The caller fences and meets whoever reads Cs. The forward
  * block's O warpgroup forms it, so that kkt neither reads Q nor writes C_q for the forward; the pair's reverse block
  * still reads kkt's (formed there, the backward lost: session 35, PERF.md). */
 template <int KPC> __device__ __forceinline__ void ws_cq_issue(float (&cq)[32], const char *Qt, const char *Kt) {
-    using W = WgStrides<KPC, 64>;
-    const uint32_t qlo = wg_lo<W::K_LBO>(Qt), klo = wg_lo<W::K_LBO>(Kt);
     wg_arrive();
-    static_for<0, KPC / 16>([&](auto ks) {
-        constexpr int k0 = 16 * decltype(ks)::value;
-        wg_mma<__nv_bfloat16, 64, 0, 0, 2 * cm_k<KPC>(0, k0), W::K_SBO, 2 * cm_k<KPC>(0, k0), W::K_SBO>(cq, qlo, klo, k0);
-    });
+    ws_mma<OpSk, OpSk, KPC>(cq, wg_lo<OpSk::LBO>(Qt), wg_lo<OpSk::LBO>(Kt), false);
     wg_commit();
 }
 __device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_bfloat16 *Cs, const float *Gs, int n) {
@@ -220,9 +253,8 @@ __device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_b
  * issued together, the forward took 0.5–2 % longer (H200, session 34: GDN (8,2048,32) 0.649 against 0.655 ms). */
 template <int KPC>
 __global__ void __launch_bounds__(WsLayout<KPC>::NT, 1)
-chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *GB,
-                const __nv_bfloat16 *Ab, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
-                __nv_bfloat16 *o) {
+chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, cq_t *Cq, const float *h0, float *ht,
+                state_t *Sc, rp_t *R, __nv_bfloat16 *o) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WsLayout<KPC>;
@@ -230,7 +262,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
     constexpr int WS_BAR_S = 1, WS_BAR_P = 2, WS_BAR_F = 3, WS_BAR_Y = 4, WS_BAR_K = 5, WS_BAR_SC = 6;
     constexpr int MB = L::MB, NT = L::NT, NL = 128 * MB; /* NL: the state warpgroups, which also issue the copies */
     constexpr int WS_BAR_CQ = WS_BAR_SC + MB;            /* the O warpgroup's own: its C_q tile is in */
-    extern __shared__ __align__(128) char smc[];
+    extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
     const int wg = threadIdx.x >> 7;
     const int nvt = p.V / 128, sh = blockIdx.x / nvt, sq = sh / p.HV, hv = sh % p.HV, h = hv / p.G;
     const int v0 = (blockIdx.x % nvt) * 128;
@@ -240,28 +272,34 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
     const int nch = c_end - c_begin;
     const size_t rsv = (size_t)p.HV * p.V, sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     auto stage = [&](int b) { return smc + b * L::STAGE; };
+    auto gates = [&](int b) { return reinterpret_cast<float *>(smc + L::oGB + b * GB_BYTES); }; /* stage b's G, then β */
+    const unsigned mb = smem_u32(smc + L::oMB); /* stage b's mbarrier: mb + 8·b */
+    if (threadIdx.x == 0) {
+        mbar_init(mb, 1);
+        mbar_init(mb + 8, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
     T *const Sb = reinterpret_cast<T *>(smc + L::oS); /* half hf: Sb + hf · KPC · 64 */
     T *const Yb = reinterpret_cast<T *>(smc + L::oY), *const Rb = reinterpret_cast<T *>(smc + L::oR);
     T *const Pb = reinterpret_cast<T *>(smc + L::oP); /* R̃; the halves of Y, R, R̃ at + hf · 64 · 64 */
-    using W = WgStrides<KPC, 64>;
-    using W64 = WgStrides<64, 64>;
-
     if (wg < MB) {
-        /* ---- a state warpgroup: S's features 64·wg …; it also issues the copies */
+        /* ---- a state warpgroup: S's features 64·wg …; its first thread issues the copies */
         WsState<KPC> S(p, sbase, v0, wg);
         S.load(p, h0);
-        /* chunk c's tiles into stage b: K, Q (cm_k<KPC>), V's halves, A (cm_k<64>), G and β */
+        /* chunk c's tiles into stage b: K, Q, V, A (the forward pass: every region by chunk, no window's slots), G, β */
         auto issue = [&](int c, int b) {
+            if (threadIdx.x != 0) return;
             const ChunkInfo cj = p.ctab[c];
-            char *st = stage(b);
-            const size_t cw = (size_t)c * p.HV + hv; /* the forward pass: every region by chunk (no window's slots) */
-            wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oK), k, p, cj, h);
-            wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oQ), q, p, cj, h);
-            ws_copy_rows128<NL>(reinterpret_cast<T *>(st + L::oV), v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv,
-                                cj.n);
-            ws_copy_dense<64, NL>(reinterpret_cast<T *>(st + L::oA), Ab + cw * MAXBT * MAXBT);
-            wg_copy_gates(reinterpret_cast<float *>(st + L::oGB), GB, p, hv, c);
-            cp_async_commit();
+            const unsigned st = smem_u32(stage(b)), mbb = mb + 8 * b;
+            const size_t cw = (size_t)c * p.HV + hv;
+            bulk_fence(); /* the block's earlier reads of the stage come before these writes */
+            mbar_expect(mbb, L::BYTES);
+            tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
+            tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
+            tma_tile<128>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
+            tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
+            bulk_g2s(smem_u32(gates(b)), GB + cw * 2 * MAXBT, GB_BYTES, mbb);
         };
         issue(c_begin, 0);
         for (int it = 0; it < nch; it++) {
@@ -271,20 +309,21 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             if (it > 0) ws_sync(WS_BAR_F, NL + 128);
             S.spill(Sb);
             if (Sc) S.save_rows(Sc + ((size_t)c * p.HV + hv) * p.K * p.V, Sb, WS_BAR_SC + wg); /* policy A's S_c */
-            cp_async_wait_group<0>();
+            mbar_wait(mb + 8 * b, (it >> 1) & 1);
+            if (const int n = p.ctab[c].n; n < MAXBT) {
+                ws_zero_rows<KPC, NL>(stage(b) + L::oK, n);
+                ws_zero_rows<KPC, NL>(stage(b) + L::oQ, n);
+                ws_zero_rows<128, NL>(stage(b) + L::oV, n);
+            }
             wg_proxy_fence();
             ws_sync(WS_BAR_S, NT); /* chunk c's tiles and S's copy are in */
             if (it + 1 < nch) issue(c + 1, b ^ 1);
-            const float gn = gexp(p, reinterpret_cast<const float *>(st + L::oGB)[p.ctab[c].n - 1]);
+            const float gn = gexp(p, gates(b)[p.ctab[c].n - 1]);
             ws_sync(WS_BAR_P, NT); /* R̃ is in */
             /* S ← γ_n S + Kᵀ R̃; Kᵀ's rows of this warpgroup's features: the tile read from feature 64·wg on (one
              * descriptor start for every warpgroup, so no branch on wg around the products) */
             S.scale(gn);
-            const uint32_t ktlo = wg_lo<W::KT_LBO>(st + L::oK + 2 * cm_k<KPC>(0, 64) * wg);
-            wg_arrive();
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) wg_state_add_block<KPC, 64>(S.s[hf], ktlo, wg_lo<W64::N_LBO>(Pb + hf * 64 * 64));
-            wg_commit();
+            ws_tr_times_issue<OpN>(S.s, st + L::oK + ws_feat(wg), Pb);
             wg_wait();
             if (float *ck = window_checkpoint(p, c_begin, c, c_end)) S.save(p, ck); /* a time window's start state */
         }
@@ -297,10 +336,10 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             const char *st = stage(b);
             ws_sync(WS_BAR_S, NT);
             const int n = p.ctab[c].n;
-            const float *Gs = reinterpret_cast<const float *>(st + L::oGB), *bs = Gs + MAXBT;
+            const float *Gs = gates(b), *bs = Gs + MAXBT;
             const T *Vs = reinterpret_cast<const T *>(st + L::oV);
             float x[2][32];
-            ws_times_issue<KPC>(x, wg_lo<W::K_LBO>(st + L::oK), Sb); /* K S */
+            ws_times_issue<OpSk, KPC>(x, st + L::oK, Sb); /* K S */
             /* V's fragments and the row factors while K S runs: read after the wait, these loads stalled the bracket
              * below (session 35's source counters: a third of this warpgroup's time) */
             __nv_bfloat162 vf[2][16];
@@ -322,7 +361,7 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             wg_proxy_fence();
             ws_sync(WS_BAR_Y, 128);
             /* R = A Y */
-            ws_times<64>(x, wg_lo<W64::K_LBO>(st + L::oA), Yb);
+            ws_times<OpSk, 64>(x, st + L::oA, Yb);
             /* R (the B operand of C_q R) and R̃ = diag(f) R (of Kᵀ R̃; zero on rows from n on) */
             const float2 f = ws_fdec(p, Gs, n);
             ws_put_rows(Rb, x, 1.f, 1.f);
@@ -339,12 +378,12 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
             const char *st = stage(b);
             ws_sync(WS_BAR_S, NT);
             const ChunkInfo ci = p.ctab[c];
-            const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
+            const float *Gs = gates(b);
             T *const Cs = reinterpret_cast<T *>(stage(b) + L::oC);
             float x[2][32];
             /* Q S, after K S */
             ws_sync(WS_BAR_K, 256);
-            ws_times<KPC>(x, wg_lo<W::K_LBO>(st + L::oQ), Sb);
+            ws_times<OpSk, KPC>(x, st + L::oQ, Sb);
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* S's copy is read */
             /* C_q into the stage (beside Y and A Y), and to policy A's saved C_q */
             {
@@ -363,12 +402,12 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
                 x[1][e] *= e & 2 ? q1 : q0;
             }
             ws_sync(WS_BAR_P, NT);
-            ws_times<64, true>(x, wg_lo<W64::K_LBO>(st + L::oC), Rb);
+            ws_times<OpK, 64, true>(x, Cs, Rb);
             ws_store_rows(o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0, rsv, x, ci.n);
         }
     }
 #else
-    (void)p, (void)q, (void)k, (void)v, (void)GB, (void)Ab, (void)Cq, (void)h0, (void)ht, (void)Sc, (void)R, (void)o;
+    (void)p, (void)m, (void)GB, (void)Cq, (void)h0, (void)ht, (void)Sc, (void)R, (void)o;
 #endif
 }
 
@@ -383,66 +422,74 @@ chain_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __
  *     state warpgroups: S̄⁺'s copy (and S̄⁺ from it), the copies, Qᵀ Ō_g as soon as Ō_g is in (BAR_O), then −Wᵀ R̄
  *     (BAR_P); the R warpgroup: K S̄⁺ (then arrive BAR_F), the row scaling, C_qᵀ Ō, R̄ stored and −R̄ for the state;
  *     the O warpgroup: Ō_g = diag(scale·γ) Ō (BAR_O).
- * Stage: K, W, Q, Ō or U (two halves), C_q, G and β. */
+ * Stage: K, W, Q, Ō or U (two halves), C_q; G and β beside. */
 template <int KPC> struct WsPairLayout {
     static constexpr int KT = MAXBT * KPC * 2, HT = MAXBT * 64 * 2;
-    static constexpr int oK = 0, oW = KT, oQ = 2 * KT, oX = 3 * KT, oC = oX + 2 * HT, oGB = oC + HT;
-    static constexpr int STAGE = oGB + 2 * MAXBT * 4;
+    static constexpr int oK = 0, oW = KT, oQ = 2 * KT, oX = 3 * KT, oC = oX + 2 * HT, STAGE = oC + HT;
     static constexpr int SH = KPC * 64 * 2;
-    static constexpr int oS = 2 * STAGE, oO = oS + 2 * SH, oP = oO + 2 * HT, TOTAL = oP + 2 * HT;
-    static_assert(STAGE % 128 == 0, "WsPairLayout: stages 128-B aligned");
+    static constexpr int oS = 2 * STAGE, oO = oS + 2 * SH, oP = oO + 2 * HT, oGB = oP + 2 * HT, oMB = oGB + 2 * GB_BYTES;
+    static constexpr int TOTAL = oMB + 16;
+    /* a stage's copies: the reverse's K, W, Q, Ō, C_q, G and β; the recompute's K, W, U, G and β */
+    static constexpr unsigned BYTES_REV = 3 * KT + 3 * HT + GB_BYTES, BYTES_REC = 2 * KT + 2 * HT + GB_BYTES;
+    static_assert(STAGE % TMA_BOX == 0, "WsPairLayout: the copied boxes 1024-B aligned");
 };
 
 template <int KPC>
 __global__ void __launch_bounds__(WsLayout<KPC>::NT, 1)
-chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *GB, const __nv_bfloat16 *W,
-                     const cq_t *Cq, const float *h0, state_t *Sc, rp_t *R, const __nv_bfloat16 *do_, const float *dht,
-                     float *dh0, state_t *Sbar, rp_t *PR, int nb) {
+chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, const float *h0, state_t *Sc, rp_t *R,
+                     const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int nb) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WsPairLayout<KPC>;
     constexpr int WS_BAR_S = 1, WS_BAR_P = 2, WS_BAR_F = 3, WS_BAR_O = 4, WS_BAR_SC = 5;
     constexpr int MB = KPC / 64, NT = WsLayout<KPC>::NT, NL = 128 * MB;
-    extern __shared__ __align__(128) char smc[];
+    extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
     const bool rev = (int)blockIdx.x < nb;
     const int bid = rev ? blockIdx.x : blockIdx.x - nb, wg = threadIdx.x >> 7;
     const int sq = bid / p.HV, hv = bid % p.HV, h = hv / p.G; /* V = 128: one tile */
     int c_begin, c_end;
     seq_chunks(p, sq, c_begin, c_end);
     if (c_end <= c_begin) return; /* the whole block (a window empty for this sequence: the carry stays as it is) */
+    const unsigned mb = smem_u32(smc + L::oMB); /* stage b's mbarrier: mb + 8·b */
+    if (threadIdx.x == 0) {
+        mbar_init(mb, 1);
+        mbar_init(mb + 8, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
     if (!rev && wg == MB + 1) return; /* the recompute has no O warpgroup's work */
     const int nch = c_end - c_begin;
     const int NA = rev ? NT : NL + 128; /* the threads at BAR_S */
     auto chunk_at = [&](int it) { return rev ? c_end - 1 - it : c_begin + it; };
-    const size_t rsv = (size_t)p.HV * p.V, sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+    const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     auto stage = [&](int b) { return smc + b * L::STAGE; };
+    auto gates = [&](int b) { return reinterpret_cast<float *>(smc + L::oGB + b * GB_BYTES); }; /* stage b's G, then β */
     T *const Sb = reinterpret_cast<T *>(smc + L::oS), *const Og = reinterpret_cast<T *>(smc + L::oO);
     T *const Pb = reinterpret_cast<T *>(smc + L::oP);
-    using Wk = WgStrides<KPC, 64>;
-    using W64 = WgStrides<64, 64>;
 
     if (wg < MB) {
-        /* ---- a state warpgroup: S (recompute) or S̄ (reverse), features 64·wg …; it also issues the copies */
+        /* ---- a state warpgroup: S (recompute) or S̄ (reverse), features 64·wg …; its first thread issues the copies */
         WsState<KPC> S(p, sbase, 0, wg);
         S.load(p, rev ? dht : h0);
         /* chunk c's tiles into stage b: K, W (and the reverse's Q, Ō, C_q; the recompute's U), G and β. G, β by chunk;
          * W, U, C_q (kkt's, of the backward's window) by workspace slot */
         auto issue = [&](int c, int b) {
+            if (threadIdx.x != 0) return;
             const ChunkInfo cj = p.ctab[c];
-            char *st = stage(b);
-            const size_t cw = (size_t)chunk_slot(p, c, cj) * p.HV + hv;
-            wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oK), k, p, cj, h);
-            ws_copy_dense<KPC, NL>(reinterpret_cast<T *>(st + L::oW), W + cw * MAXBT * KPC);
+            const unsigned st = smem_u32(stage(b)), mbb = mb + 8 * b;
+            const int row = chunk_slot(p, c, cj) * p.HV * MAXBT + hv * MAXBT; /* the slot's rows of W, U, C_q */
+            bulk_fence(); /* the block's earlier reads of the stage come before these writes */
+            mbar_expect(mbb, rev ? L::BYTES_REV : L::BYTES_REC);
+            tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
+            tma_tile<KPC>(st + L::oW, &m.a, 0, row, mbb);
             if (rev) {
-                wg_copy_kq<KPC, NL>(reinterpret_cast<T *>(st + L::oQ), q, p, cj, h);
-                ws_copy_rows128<NL>(reinterpret_cast<T *>(st + L::oX), do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V,
-                                    rsv, cj.n);
-                ws_copy_dense<64, NL>(reinterpret_cast<cq_t *>(st + L::oC), Cq + cw * MAXBT * MAXBT);
+                tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
+                tma_tile<128>(st + L::oX, &m.x, hv * p.V, cj.tok0, mbb);
+                tma_tile<64>(st + L::oC, &m.c, 0, row, mbb);
             } else {
-                ws_copy_rows128<NL>(reinterpret_cast<T *>(st + L::oX), R + cw * MAXBT * 128, 128, MAXBT); /* U */
+                tma_tile<128>(st + L::oX, &m.u, 0, row, mbb);
             }
-            wg_copy_gates(reinterpret_cast<float *>(st + L::oGB), GB, p, hv, c);
-            cp_async_commit();
+            bulk_g2s(smem_u32(gates(b)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, mbb);
         };
         issue(chunk_at(0), 0);
         for (int it = 0; it < nch; it++) {
@@ -455,28 +502,26 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
             if (it > 0) ws_sync(WS_BAR_F, NL + 128);
             S.spill(Sb);
             S.save_rows((rev ? Sbar : Sc) + ch * p.K * p.V, Sb, WS_BAR_SC + wg);
-            cp_async_wait_group<0>();
+            mbar_wait(mb + 8 * b, (it >> 1) & 1);
+            if (ci.n < MAXBT) {
+                ws_zero_rows<KPC, NL>(stage(b) + L::oK, ci.n);
+                if (rev) {
+                    ws_zero_rows<KPC, NL>(stage(b) + L::oQ, ci.n);
+                    ws_zero_rows<128, NL>(stage(b) + L::oX, ci.n);
+                }
+            }
             wg_proxy_fence();
             ws_sync(WS_BAR_S, NA); /* chunk c's tiles and the state's copy are in */
             if (it + 1 < nch) issue(chunk_at(it + 1), b ^ 1);
-            S.scale(gexp(p, reinterpret_cast<const float *>(st + L::oGB)[ci.n - 1]));
+            S.scale(gexp(p, gates(b)[ci.n - 1]));
             /* the tiles read from feature 64·wg on: this warpgroup's rows of Kᵀ, Qᵀ, Wᵀ */
-            const int fo = 2 * cm_k<KPC>(0, 64) * wg;
             if (rev) { /* S̄ += Qᵀ Ō_g, as soon as Ō_g is in */
                 ws_sync(WS_BAR_O, NL + 128);
-                const uint32_t qtlo = wg_lo<Wk::KT_LBO>(st + L::oQ + fo);
-                wg_arrive();
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) wg_state_add_block<KPC, 64>(S.s[hf], qtlo, wg_lo<W64::N_LBO>(Og + hf * 64 * 64));
-                wg_commit();
+                ws_tr_times_issue<OpSt>(S.s, st + L::oQ + ws_feat(wg), Og);
             }
             ws_sync(WS_BAR_P, NL + 128); /* R̃ (recompute) or −R̄ (reverse) is in */
             /* S ← γ_n S + Kᵀ R̃, or S̄ ← γ_n S̄⁺ + Qᵀ Ō_g − Wᵀ R̄ */
-            const uint32_t xtlo = wg_lo<Wk::KT_LBO>(st + (rev ? L::oW : L::oK) + fo);
-            wg_arrive();
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) wg_state_add_block<KPC, 64>(S.s[hf], xtlo, wg_lo<W64::N_LBO>(Pb + hf * 64 * 64));
-            wg_commit();
+            ws_tr_times_issue<OpN>(S.s, st + (rev ? L::oW : L::oK) + ws_feat(wg), Pb);
             wg_wait();
         }
         if (rev && dh0) S.save(p, dh0);
@@ -488,10 +533,10 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
             const size_t ch = (size_t)chunk_slot(p, c, ci) * p.HV + hv;
             const char *st = stage(b);
             ws_sync(WS_BAR_S, NA);
-            const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
+            const float *Gs = gates(b);
             const float2 f = ws_fdec(p, Gs, ci.n);
             float x[2][32];
-            ws_times_issue<KPC>(x, wg_lo<Wk::K_LBO>(st + (rev ? L::oK : L::oW)), Sb); /* W S (recompute) or K S̄⁺ */
+            ws_times_issue<OpSk, KPC>(x, st + (rev ? L::oK : L::oW), Sb); /* W S (recompute) or K S̄⁺ */
             /* the recompute's U fragments while W S runs (as the forward block's V: loaded after the wait, they stall) */
             const T *Us = reinterpret_cast<const T *>(st + L::oX);
             __nv_bfloat162 uf[2][16];
@@ -505,12 +550,7 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
                     x[0][e] *= e & 2 ? f.y : f.x;
                     x[1][e] *= e & 2 ? f.y : f.x;
                 }
-                const uint32_t ctlo = wg_lo<W64::KT_LBO>(st + L::oC);
-                wg_arrive();
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++)
-                    wg_state_add_block<64, 64>(x[hf], ctlo, wg_lo<W64::N_LBO>(reinterpret_cast<const T *>(st + L::oX) + hf * 64 * 64));
-                wg_commit();
+                ws_tr_times_issue<OpSt>(x, st + L::oC, reinterpret_cast<const T *>(st + L::oX));
                 wg_wait();
                 ws_put_rows(Pb, x, -1.f, -1.f); /* −R̄, the B operand of the state's −Wᵀ R̄ */
                 ws_store_rows(PR + ch * MAXBT * p.V, p.V, x, ci.n);
@@ -531,19 +571,19 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
             ws_arrive(WS_BAR_P, NL + 128);
         }
     } else {
-        /* ---- the O warpgroup (reverse only): Ō_g = diag(scale·γ) Ō, the B operand of Qᵀ Ō_g. A 16-B vector x of the
-         * two cm_mn<64> halves holds eight columns of token ((x / 64) % 8) · 8 + x % 8 */
+        /* ---- the O warpgroup (reverse only): Ō_g = diag(scale·γ) Ō, the B operand of Qᵀ Ō_g, in Ō's copied layout: a
+         * 16-B vector x holds eight columns of token (x / 8) % 64 */
         const int t = threadIdx.x & 127;
         for (int it = 0; it < nch; it++) {
             const int c = chunk_at(it), b = it & 1;
             const char *st = stage(b);
             ws_sync(WS_BAR_S, NA);
-            const float *Gs = reinterpret_cast<const float *>(st + L::oGB);
+            const float *Gs = gates(b);
             const uint4 *src = reinterpret_cast<const uint4 *>(st + L::oX);
             uint4 *dst = reinterpret_cast<uint4 *>(Og);
 #pragma unroll 2
             for (int m = 0; m < 2 * 64 * 64 / 8 / 128; m++) {
-                const int x = t + 128 * m, j = ((x >> 6) & 7) * 8 + (x & 7);
+                const int x = t + 128 * m, j = (x >> 3) & 63;
                 const float sc = p.scale * gexp(p, Gs[j]);
                 uint4 u = src[x];
                 uint32_t *w = reinterpret_cast<uint32_t *>(&u);
@@ -560,8 +600,7 @@ chain_pair_ws_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, con
         }
     }
 #else
-    (void)p, (void)q, (void)k, (void)GB, (void)W, (void)Cq, (void)h0, (void)Sc, (void)R, (void)do_, (void)dht, (void)dh0;
-    (void)Sbar, (void)PR, (void)nb;
+    (void)p, (void)m, (void)GB, (void)h0, (void)Sc, (void)R, (void)dht, (void)dh0, (void)Sbar, (void)PR, (void)nb;
 #endif
 }
 
@@ -592,18 +631,31 @@ bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, con
     return f.fwd_chain == REWY_TEST_AUTO && fwd_chain == 128;
 }
 
+/* the maps of the caller's [token][heads · D] q, k (D = K) and v or dO (D = V) */
+static bool ws_token_map(const TmaEncoder &enc, CUtensorMap *m, const Prob &p, const void *x, int heads, int d) {
+    return enc.map(m, x, (uint64_t)p.B * p.T, (uint64_t)heads * d, (uint64_t)heads * d);
+}
+/* and of a workspace of [rows][C] tiles (kkt's A, W, C_q; the recompute's U) */
+static bool ws_slot_map(const TmaEncoder &enc, CUtensorMap *m, const void *x, uint64_t rows, int C) {
+    return enc.map(m, x, rows, C, C);
+}
+
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                     const __nv_bfloat16 *Ab, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
                                     void *o, cudaStream_t s) {
     if (p.V != 128 || p.K != p.Kp || (p.Kp != 64 && p.Kp != 128)) return cudaErrorInvalidValue;
+    const TmaEncoder enc;
+    WsMaps m{};
+    if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
+        !ws_token_map(enc, &m.x, p, v, p.HV, p.V) || !ws_slot_map(enc, &m.a, Ab, (uint64_t)p.NC * p.HV * MAXBT, MAXBT))
+        return cudaErrorInvalidValue;
     auto go = [&](auto kp) -> cudaError_t {
         constexpr int KPC = decltype(kp)::value;
         constexpr size_t smem = WsLayout<KPC>::TOTAL;
         cudaError_t e = ensure_smem<chain_ws_kernel<KPC>>(smem);
         if (e != cudaSuccess) return e;
-        chain_ws_kernel<KPC><<<p.N * p.HV * (p.V / 128), WsLayout<KPC>::NT, smem, s>>>(
-            p, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, Ab, Cq, h0, ht, Sc, R,
-            (__nv_bfloat16 *)o);
+        chain_ws_kernel<KPC><<<p.N * p.HV * (p.V / 128), WsLayout<KPC>::NT, smem, s>>>(p, m, GB, Cq, h0, ht, Sc, R,
+                                                                                       (__nv_bfloat16 *)o);
         return cudaGetLastError();
     };
     return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});
@@ -632,14 +684,19 @@ cudaError_t launch_chain_pair_ws(const Prob &p, const void *q, const void *k, co
                                  const float *dht, float *dh0, state_t *Sbar, rp_t *PR, cudaStream_t s) {
     if (p.V != 128 || p.K != p.Kp || (p.Kp != 64 && p.Kp != 128)) return cudaErrorInvalidValue;
     const int nb = p.N * p.HV;
+    const TmaEncoder enc;
+    WsMaps m{};
+    const uint64_t rows = (uint64_t)chunk_slots(p) * p.HV * MAXBT; /* the workspaces' rows */
+    if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
+        !ws_token_map(enc, &m.x, p, do_, p.HV, p.V) || !ws_slot_map(enc, &m.u, R, rows, 128) ||
+        !ws_slot_map(enc, &m.a, W, rows, p.K) || !ws_slot_map(enc, &m.c, Cq, rows, MAXBT))
+        return cudaErrorInvalidValue;
     auto go = [&](auto kp) -> cudaError_t {
         constexpr int KPC = decltype(kp)::value;
         constexpr size_t smem = WsPairLayout<KPC>::TOTAL;
         cudaError_t e = ensure_smem<chain_pair_ws_kernel<KPC>>(smem);
         if (e != cudaSuccess) return e;
-        chain_pair_ws_kernel<KPC><<<2 * nb, WsLayout<KPC>::NT, smem, s>>>(
-            p, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, GB, W, Cq, h0, Sc, R, (const __nv_bfloat16 *)do_, dht,
-            dh0, Sbar, PR, nb);
+        chain_pair_ws_kernel<KPC><<<2 * nb, WsLayout<KPC>::NT, smem, s>>>(p, m, GB, h0, Sc, R, dht, dh0, Sbar, PR, nb);
         return cudaGetLastError();
     };
     return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});

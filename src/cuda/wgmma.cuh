@@ -96,9 +96,14 @@ __device__ __forceinline__ void wg_wait() {
 __device__ __forceinline__ int wg_row(int e) { return 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2) + ((e & 2) ? 8 : 0); }
 __device__ __forceinline__ int wg_col(int e) { return 8 * (e >> 2) + 2 * (threadIdx.x & 3) + (e & 1); }
 
+/* A descriptor's high word from the SBO a product's template names: the SBO in bytes, plus WG_SW128 for a tile in the
+ * 128-byte swizzle of tensor copies (tma.cuh; the layout type 1 in bits 62–63) */
+constexpr int WG_SW128 = 1 << 24;
+constexpr int wg_desc_hi(int sbo) { return ((sbo & 0xFFFFF) >> 4) | (sbo & WG_SW128 ? 1 << 30 : 0); }
+
 /* D[64][N] (+)= A · B, one k step: k16 for two-byte types (TA, TB: the transpose bits, 1 = MN-major), k8 for
  * tf32 (both K-major). alo, blo: wg_lo of the operand tiles; AOFF, BOFF: this step's start offset in bytes
- * from them; ASBO, BSBO: the tiles' SBO in bytes. acc = 0 overwrites D. N ∈ {16, 32, 64}. */
+ * from them; ASBO, BSBO: the tiles' SBO in bytes (| WG_SW128: swizzled). acc = 0 overwrites D. N ∈ {16, 32, 64}. */
 #define REWY_WG_D8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 #define REWY_WG_D16 REWY_WG_D8, "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define REWY_WG_D32 REWY_WG_D16, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
@@ -111,7 +116,7 @@ __device__ __forceinline__ int wg_col(int e) { return 8 * (e >> 2) + 2 * (thread
     "{\n.reg .pred p;\n.reg .b32 la, lb, ha, hb;\n.reg .b64 da, db;\nsetp.ne.b32 p, %" #A2 ", 0;\n"                \
     "add.s32 la, %" #A0 ", %" #A3 ";\nmov.b32 ha, %" #A4 ";\nmov.b64 da, {la, ha};\n"                               \
     "add.s32 lb, %" #A1 ", %" #A5 ";\nmov.b32 hb, %" #A6 ";\nmov.b64 db, {lb, hb};\n"
-#define REWY_WG_IN "r"(alo), "r"(blo), "r"(acc), "n"(AOFF >> 4), "n"(ASBO >> 4), "n"(BOFF >> 4), "n"(BSBO >> 4)
+#define REWY_WG_IN "r"(alo), "r"(blo), "r"(acc), "n"(AOFF >> 4), "n"(wg_desc_hi(ASBO)), "n"(BOFF >> 4), "n"(wg_desc_hi(BSBO))
 #define REWY_WG_2B(N, ty, DREGS, RLIST, A0, A1, A2, A3, A4, A5, A6, A7, A8)                                        \
     asm volatile(REWY_WG_DESC(A0, A1, A2, A3, A4, A5, A6)                                                          \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." ty "." ty " {" RLIST "}, da, db, p, 1, 1, %" #A7 \
