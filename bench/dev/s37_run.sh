@@ -1,6 +1,6 @@
 #!/bin/bash
-# Session 37's device script. One sm_90a build (build/d: librewy.so, test_cuda, variant_time) unless the modes are
-# `probe` alone. Modes, in the order given (output also in $OUT/run.log):
+# Session 37's device script. One sm_90a build (build/d: test_cuda, variant_time), from .carry/s37.tar.xz if carried
+# (built here from the same tree), else built there, unless the modes are `probe` alone. Modes, in the order given (output also in $OUT/run.log):
 #   probe  bench/dev/wgmma_tma_probe.cu: 128-B-swizzled tensor-map tiles into wgmma, and a producer warp's ring bandwidth
 #   race   racecheck of both ws blocks forced (test_cuda --v128), then memcheck of the same
 #   base   GPU-bound ms fwd/bwd of the defaults, GDN and DeltaNet at $SHAPES
@@ -12,7 +12,7 @@ el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
 B=build/d
 source bench/dev/device_helpers.sh
-if [ "${*:-}" != probe ]; then
+if [ "${*:-}" = probe ]; then :; elif [ -f .carry/s37.tar.xz ]; then tar xJf .carry/s37.tar.xz; else
   make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=$B lib $B/tests/cuda/test_cuda \
     $B/bench/dev/variant_time > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
 fi
