@@ -7,6 +7,7 @@
 #   oracle test_cuda at the defaults (the whole matrix), then with both ws blocks forced (--v128)
 #   tma    the ws blocks' tensor copies (src/cuda/tma.cuh): oracle with both forced (whole matrix, then time windows
 #          --quick), racecheck and memcheck (--v128), GPU-bound ms of the ws blocks' default shapes
+#   where  GPU-bound ms fwd/bwd at $SHAPES, default and both ws blocks forced
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
@@ -30,7 +31,7 @@ san() { # san TOOL ENV… -- ARGS
   env "${a[@]}" REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
     $B/tests/cuda/test_cuda "$@" > /tmp/cs.log 2>&1
   echo "$tool [${a[*]} $*] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
-  grep -E "Error|Race|Hazard" /tmp/cs.log | head -4
+  grep -E -A3 "Error|Race|Hazard" /tmp/cs.log | head -24
 }
 for mode in "$@"; do case $mode in
 probe)
@@ -49,5 +50,10 @@ tma)
   for s in gdn:8x2048x32 gdn:16x1024x16 gdn:4x4096x16 delta:8x2048x32 delta:16x1024x16 delta:4x4096x16; do
     echo "| ${s%%:*} | ${s#*:} | $(gb $B/bench/dev/variant_time ${s%%:*} $(echo ${s#*:} | tr x ' ')) |"
   done ;;
+where) # where the ws blocks win now: GPU-bound ms fwd/bwd, default | both forced, at $SHAPES
+  echo "| op | shape | default | ws forced |"
+  for op in gdn delta; do for s in $SHAPES; do
+    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $W $B/bench/dev/variant_time $op ${s//x/ }) |"
+  done; done ;;
 esac; done
 echo "total $(el)"

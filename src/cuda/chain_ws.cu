@@ -274,10 +274,27 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, cq_t 
     auto stage = [&](int b) { return smc + b * L::STAGE; };
     auto gates = [&](int b) { return reinterpret_cast<float *>(smc + L::oGB + b * GB_BYTES); }; /* stage b's G, then β */
     const unsigned mb = smem_u32(smc + L::oMB); /* stage b's mbarrier: mb + 8·b */
+    /* chunk c's tiles into stage b: K, Q, V, A (the forward pass: every region by chunk, no window's slots), G, β */
+    auto issue = [&](int c, int b) {
+        if (threadIdx.x != 0) return;
+        const ChunkInfo cj = p.ctab[c];
+        const unsigned st = smem_u32(stage(b)), mbb = mb + 8 * b;
+        const size_t cw = (size_t)c * p.HV + hv;
+        bulk_fence(); /* the block's earlier reads of the stage come before these writes */
+        mbar_expect(mbb, L::BYTES);
+        tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
+        tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
+        tma_tile<128>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
+        tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
+        bulk_g2s(smem_u32(gates(b)), GB + cw * 2 * MAXBT, GB_BYTES, mbb);
+    };
+    /* the first chunk's copies before the block's first barrier: every later issue comes before a barrier (BAR_F) that
+     * the threads which zero a stage's tail rows pass first */
     if (threadIdx.x == 0) {
         mbar_init(mb, 1);
         mbar_init(mb + 8, 1);
         mbar_init_fence();
+        issue(c_begin, 0);
     }
     __syncthreads();
     T *const Sb = reinterpret_cast<T *>(smc + L::oS); /* half hf: Sb + hf · KPC · 64 */
@@ -287,21 +304,6 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, cq_t 
         /* ---- a state warpgroup: S's features 64·wg …; its first thread issues the copies */
         WsState<KPC> S(p, sbase, v0, wg);
         S.load(p, h0);
-        /* chunk c's tiles into stage b: K, Q, V, A (the forward pass: every region by chunk, no window's slots), G, β */
-        auto issue = [&](int c, int b) {
-            if (threadIdx.x != 0) return;
-            const ChunkInfo cj = p.ctab[c];
-            const unsigned st = smem_u32(stage(b)), mbb = mb + 8 * b;
-            const size_t cw = (size_t)c * p.HV + hv;
-            bulk_fence(); /* the block's earlier reads of the stage come before these writes */
-            mbar_expect(mbb, L::BYTES);
-            tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
-            tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
-            tma_tile<128>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
-            tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
-            bulk_g2s(smem_u32(gates(b)), GB + cw * 2 * MAXBT, GB_BYTES, mbb);
-        };
-        issue(c_begin, 0);
         for (int it = 0; it < nch; it++) {
             const int c = c_begin + it, b = it & 1;
             const char *st = stage(b);
@@ -450,20 +452,42 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, 
     int c_begin, c_end;
     seq_chunks(p, sq, c_begin, c_end);
     if (c_end <= c_begin) return; /* the whole block (a window empty for this sequence: the carry stays as it is) */
-    const unsigned mb = smem_u32(smc + L::oMB); /* stage b's mbarrier: mb + 8·b */
-    if (threadIdx.x == 0) {
-        mbar_init(mb, 1);
-        mbar_init(mb + 8, 1);
-        mbar_init_fence();
-    }
-    __syncthreads();
-    if (!rev && wg == MB + 1) return; /* the recompute has no O warpgroup's work */
     const int nch = c_end - c_begin;
     const int NA = rev ? NT : NL + 128; /* the threads at BAR_S */
     auto chunk_at = [&](int it) { return rev ? c_end - 1 - it : c_begin + it; };
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     auto stage = [&](int b) { return smc + b * L::STAGE; };
     auto gates = [&](int b) { return reinterpret_cast<float *>(smc + L::oGB + b * GB_BYTES); }; /* stage b's G, then β */
+    const unsigned mb = smem_u32(smc + L::oMB); /* stage b's mbarrier: mb + 8·b */
+    /* chunk c's tiles into stage b: K, W (and the reverse's Q, Ō, C_q; the recompute's U), G and β. G, β by chunk;
+     * W, U, C_q (kkt's, of the backward's window) by workspace slot */
+    auto issue = [&](int c, int b) {
+        if (threadIdx.x != 0) return;
+        const ChunkInfo cj = p.ctab[c];
+        const unsigned st = smem_u32(stage(b)), mbb = mb + 8 * b;
+        const int row = chunk_slot(p, c, cj) * p.HV * MAXBT + hv * MAXBT; /* the slot's rows of W, U, C_q */
+        bulk_fence(); /* the block's earlier reads of the stage come before these writes */
+        mbar_expect(mbb, rev ? L::BYTES_REV : L::BYTES_REC);
+        tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
+        tma_tile<KPC>(st + L::oW, &m.a, 0, row, mbb);
+        if (rev) {
+            tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
+            tma_tile<128>(st + L::oX, &m.x, hv * p.V, cj.tok0, mbb);
+            tma_tile<64>(st + L::oC, &m.c, 0, row, mbb);
+        } else {
+            tma_tile<128>(st + L::oX, &m.u, 0, row, mbb);
+        }
+        bulk_g2s(smem_u32(gates(b)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, mbb);
+    };
+    /* the first chunk's copies before the block's first barrier (as in chain_ws_kernel) */
+    if (threadIdx.x == 0) {
+        mbar_init(mb, 1);
+        mbar_init(mb + 8, 1);
+        mbar_init_fence();
+        issue(chunk_at(0), 0);
+    }
+    __syncthreads();
+    if (!rev && wg == MB + 1) return; /* the recompute has no O warpgroup's work */
     T *const Sb = reinterpret_cast<T *>(smc + L::oS), *const Og = reinterpret_cast<T *>(smc + L::oO);
     T *const Pb = reinterpret_cast<T *>(smc + L::oP);
 
@@ -471,27 +495,6 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, 
         /* ---- a state warpgroup: S (recompute) or S̄ (reverse), features 64·wg …; its first thread issues the copies */
         WsState<KPC> S(p, sbase, 0, wg);
         S.load(p, rev ? dht : h0);
-        /* chunk c's tiles into stage b: K, W (and the reverse's Q, Ō, C_q; the recompute's U), G and β. G, β by chunk;
-         * W, U, C_q (kkt's, of the backward's window) by workspace slot */
-        auto issue = [&](int c, int b) {
-            if (threadIdx.x != 0) return;
-            const ChunkInfo cj = p.ctab[c];
-            const unsigned st = smem_u32(stage(b)), mbb = mb + 8 * b;
-            const int row = chunk_slot(p, c, cj) * p.HV * MAXBT + hv * MAXBT; /* the slot's rows of W, U, C_q */
-            bulk_fence(); /* the block's earlier reads of the stage come before these writes */
-            mbar_expect(mbb, rev ? L::BYTES_REV : L::BYTES_REC);
-            tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
-            tma_tile<KPC>(st + L::oW, &m.a, 0, row, mbb);
-            if (rev) {
-                tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
-                tma_tile<128>(st + L::oX, &m.x, hv * p.V, cj.tok0, mbb);
-                tma_tile<64>(st + L::oC, &m.c, 0, row, mbb);
-            } else {
-                tma_tile<128>(st + L::oX, &m.u, 0, row, mbb);
-            }
-            bulk_g2s(smem_u32(gates(b)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, mbb);
-        };
-        issue(chunk_at(0), 0);
         for (int it = 0; it < nch; it++) {
             const int c = chunk_at(it), b = it & 1;
             const ChunkInfo ci = p.ctab[c];
