@@ -9,8 +9,9 @@
  * Why roles: a step of chain_scan.cu's chains is a sequence of short phases (copies, products, epilogues, barriers)
  * that every warp walks in turn, and neither fewer instructions (wgmma) nor bulk copies shortened it (PERF.md,
  * sessions 22, 31, 33). Here each warpgroup has one job, so the phases of different jobs overlap:
- *   the state warpgroups (KPC/64 of them: features 64·w …) hold S in registers (64 a thread), write its bf16 copy,
- *     issue the next chunk's copies and run the state update Kᵀ R̃;
+ *   the state warpgroups (KPC/64 of them: features 64·w …) hold S in registers (64 a thread), write its bf16 copy
+ *     and run the state update Kᵀ R̃; their first thread issues the next chunk's tensor copies (tma.cuh: a few
+ *     instructions a chunk, where the warpgroups' cp.async loops took 16 a thread and their addresses; session 37);
  *   the R warpgroup forms K S, the bracket Y, R = A Y and R̃ = diag(f) R;
  *   the O warpgroup forms Q S once K S is done, then C_q (both beside Y and A Y), C_q R beside the state update, and
  *     stores o.
@@ -20,15 +21,18 @@
  * try (64 columns, one copy warp, P in the reverse block) lost everywhere (DESIGN.md).
  *
  * Per chunk (named barriers; NT = all threads):
- *   BAR_S (NT)            the chunk's tiles and S's bf16 copy are in; the R and O warpgroups are done with the chunk
- *                         before (so the other stage and R's tiles are free)
+ *   BAR_S (NT)            the chunk's tiles (the state warpgroups waited on the stage's mbarrier, and on their own
+ *                         copies of a tail chunk's rows) and S's bf16 copy are in; the R and O warpgroups are done with
+ *                         the chunk before (so the other stage and R's tiles are free)
  *   R warpgroup           K S → Y (BAR_Y: its own four warps) → A Y → R, R̃ → arrive BAR_P
  *   O warpgroup           Q S once K S is done (BAR_K) → arrive BAR_F (S's copy is read) → C_q (BAR_CQ: its own four
  *                         warps) → wait BAR_P → C_q R → o
  *   state warpgroups      issue the next chunk's copies → wait BAR_P → S ← γ_n S + Kᵀ R̃ → wait BAR_F → S's copy
- * Operands in shared memory (wgmma.cuh's layouts, scan_wg.cuh's strides): K, Q [token][feature] K-major (K read
- * MN-major as Kᵀ); A, C_q [token][token] K-major; V, Y, R, R̃ and S's copy as two 64-column halves, MN-major.
- * Two stages of the chunk tiles (K, Q, V, A, G, β, and the slot of the C_q the O warpgroup forms): 209 KB at K = 128. */
+ * Operands in shared memory: the copied tiles K, Q, V, A (and the pair's W, Ō, U, C_q) as tma.cuh's 64 × 64 boxes with
+ * the 128-B swizzle, read both ways (K as K and as Kᵀ); the tiles the block writes (Y, R, R̃, S's copy) as wgmma.cuh's
+ * two 64-column cm_mn halves, MN-major, and the forward's C_q cm_k<64>, K-major (the Op types below name each reading).
+ * Two stages of the chunk tiles (K, Q, V, A, and the slot of the C_q the O warpgroup forms), G and β: 209 KB at
+ * K = 128. */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 #include "tma.cuh"
@@ -50,6 +54,7 @@ template <int KPC> struct WsLayout {
     static constexpr int oS = 2 * STAGE, oY = oS + 2 * SH, oR = oY + 2 * HT, oP = oR + 2 * HT, oGB = oP + 2 * HT;
     static constexpr int oMB = oGB + 2 * GB_BYTES, TOTAL = oMB + 16;
     static constexpr unsigned BYTES = 2 * KT + 3 * HT + GB_BYTES; /* a stage's copies: K, Q, V, A, G and β */
+    static constexpr unsigned ROW_BYTES = 2 * KT + 2 * HT;        /* of which K, Q, V (a tail chunk's by cp.async) */
     static_assert(STAGE % TMA_BOX == 0, "WsLayout: the copied boxes 1024-B aligned");
 };
 
@@ -170,14 +175,20 @@ template <int KPC> struct WsState {
 struct WsMaps {
     CUtensorMap k, q, x, u, a, c;
 };
-/* rows [n, 64) of a copied tile of C columns to zero, by the NL threads of the state warpgroups, once its copy is in:
- * a chunk that ends its sequence has the next sequence's tokens in those rows, and the products take rows ≥ n as zero
- * (common.cuh's convention) */
-template <int C, int NL> __device__ __forceinline__ void ws_zero_rows(char *tile, int n) {
-    const int per = (MAXBT - n) * 8; /* 16-B pieces a box: whole rows of 128 B */
+/* A chunk that ends its sequence (n < 64) would bring the next sequence's tokens by a tensor copy, and the products take
+ * rows ≥ n as zero (common.cuh's convention, and no NaN of another sequence may enter a product). So its token tiles
+ * (K, Q, V or Ō) come by cp.async with zero fill instead, by the NL threads of the state warpgroups, into the same
+ * swizzled boxes: rows [0, n) of the [64][C] tile at src (row stride rs), zero from row n on. (Zeroing those rows after
+ * the tensor copy was correct but racecheck reported the zeroing against the later reads behind the block barrier;
+ * session 37.) Each issuing thread waits for its own copies before the block barrier, as chain_scan.cu's copies do. */
+template <int C, int NL>
+__device__ __forceinline__ void ws_copy_tail(char *tile, const __nv_bfloat16 *src, size_t rs, int n) {
 #pragma unroll 1
-    for (int x = threadIdx.x; x < C / 64 * per; x += NL)
-        *reinterpret_cast<uint4 *>(tile + x / per * TMA_BOX + 128 * n + 16 * (x % per)) = make_uint4(0, 0, 0, 0);
+    for (int x = threadIdx.x; x < MAXBT * C / 8; x += NL) {
+        const int r = x / (C / 8), c8 = x % (C / 8) * 8;
+        const bool ok = r < n;
+        cp_async16(tile + 2 * sw128(r, c8), ok ? src + (size_t)r * rs + c8 : src, ok);
+    }
 }
 
 /* ---- a warpgroup's [64 tokens][128 columns] accumulators x (rows i0 = wg_row(0) and i0 + 8) */
@@ -253,8 +264,9 @@ __device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_b
  * issued together, the forward took 0.5–2 % longer (H200, session 34: GDN (8,2048,32) 0.649 against 0.655 ms). */
 template <int KPC>
 __global__ void __launch_bounds__(WsLayout<KPC>::NT, 1)
-chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, cq_t *Cq, const float *h0, float *ht,
-                state_t *Sc, rp_t *R, __nv_bfloat16 *o) {
+chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                const __nv_bfloat16 *v, const float *GB, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
+                __nv_bfloat16 *o) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WsLayout<KPC>;
@@ -274,27 +286,39 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, cq_t 
     auto stage = [&](int b) { return smc + b * L::STAGE; };
     auto gates = [&](int b) { return reinterpret_cast<float *>(smc + L::oGB + b * GB_BYTES); }; /* stage b's G, then β */
     const unsigned mb = smem_u32(smc + L::oMB); /* stage b's mbarrier: mb + 8·b */
-    /* chunk c's tiles into stage b: K, Q, V, A (the forward pass: every region by chunk, no window's slots), G, β */
-    auto issue = [&](int c, int b) {
+    /* chunk c's tiles into stage b: K, Q, V, A (the forward pass: every region by chunk, no window's slots), G, β. The
+     * tensor copies by the first thread (issue_tma); K, Q, V of a sequence's tail chunk by the state warpgroups
+     * (issue_tail, ws_copy_tail) */
+    const size_t rsk = (size_t)p.H * p.K;
+    auto issue_tma = [&](int c, int b) {
         if (threadIdx.x != 0) return;
         const ChunkInfo cj = p.ctab[c];
         const unsigned st = smem_u32(stage(b)), mbb = mb + 8 * b;
         const size_t cw = (size_t)c * p.HV + hv;
+        const bool full = cj.n == MAXBT;
         bulk_fence(); /* the block's earlier reads of the stage come before these writes */
-        mbar_expect(mbb, L::BYTES);
-        tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
-        tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
-        tma_tile<128>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
+        mbar_expect(mbb, full ? L::BYTES : L::BYTES - L::ROW_BYTES);
+        if (full) {
+            tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
+            tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
+            tma_tile<128>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
+        }
         tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
         bulk_g2s(smem_u32(gates(b)), GB + cw * 2 * MAXBT, GB_BYTES, mbb);
     };
-    /* the first chunk's copies before the block's first barrier: every later issue comes before a barrier (BAR_F) that
-     * the threads which zero a stage's tail rows pass first */
+    auto issue_tail = [&](int c, int b) {
+        const ChunkInfo cj = p.ctab[c];
+        if (cj.n == MAXBT) return;
+        ws_copy_tail<KPC, NL>(stage(b) + L::oK, k + (size_t)cj.tok0 * rsk + (size_t)h * p.K, rsk, cj.n);
+        ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q + (size_t)cj.tok0 * rsk + (size_t)h * p.K, rsk, cj.n);
+        ws_copy_tail<128, NL>(stage(b) + L::oV, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv, cj.n);
+        cp_async_commit();
+    };
     if (threadIdx.x == 0) {
         mbar_init(mb, 1);
         mbar_init(mb + 8, 1);
         mbar_init_fence();
-        issue(c_begin, 0);
+        issue_tma(c_begin, 0);
     }
     __syncthreads();
     T *const Sb = reinterpret_cast<T *>(smc + L::oS); /* half hf: Sb + hf · KPC · 64 */
@@ -303,6 +327,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, cq_t 
     if (wg < MB) {
         /* ---- a state warpgroup: S's features 64·wg …; its first thread issues the copies */
         WsState<KPC> S(p, sbase, v0, wg);
+        issue_tail(c_begin, 0);
         S.load(p, h0);
         for (int it = 0; it < nch; it++) {
             const int c = c_begin + it, b = it & 1;
@@ -312,14 +337,13 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, cq_t 
             S.spill(Sb);
             if (Sc) S.save_rows(Sc + ((size_t)c * p.HV + hv) * p.K * p.V, Sb, WS_BAR_SC + wg); /* policy A's S_c */
             mbar_wait(mb + 8 * b, (it >> 1) & 1);
-            if (const int n = p.ctab[c].n; n < MAXBT) {
-                ws_zero_rows<KPC, NL>(stage(b) + L::oK, n);
-                ws_zero_rows<KPC, NL>(stage(b) + L::oQ, n);
-                ws_zero_rows<128, NL>(stage(b) + L::oV, n);
-            }
+            cp_async_wait_group<0>(); /* a tail chunk's own copies */
             wg_proxy_fence();
             ws_sync(WS_BAR_S, NT); /* chunk c's tiles and S's copy are in */
-            if (it + 1 < nch) issue(c + 1, b ^ 1);
+            if (it + 1 < nch) {
+                issue_tma(c + 1, b ^ 1);
+                issue_tail(c + 1, b ^ 1);
+            }
             const float gn = gexp(p, gates(b)[p.ctab[c].n - 1]);
             ws_sync(WS_BAR_P, NT); /* R̃ is in */
             /* S ← γ_n S + Kᵀ R̃; Kᵀ's rows of this warpgroup's features: the tile read from feature 64·wg on (one
@@ -409,7 +433,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, cq_t 
         }
     }
 #else
-    (void)p, (void)m, (void)GB, (void)Cq, (void)h0, (void)ht, (void)Sc, (void)R, (void)o;
+    (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)Cq, (void)h0, (void)ht, (void)Sc, (void)R, (void)o;
 #endif
 }
 
@@ -433,13 +457,15 @@ template <int KPC> struct WsPairLayout {
     static constexpr int TOTAL = oMB + 16;
     /* a stage's copies: the reverse's K, W, Q, Ō, C_q, G and β; the recompute's K, W, U, G and β */
     static constexpr unsigned BYTES_REV = 3 * KT + 3 * HT + GB_BYTES, BYTES_REC = 2 * KT + 2 * HT + GB_BYTES;
+    static constexpr unsigned ROW_BYTES_REV = 2 * KT + 2 * HT; /* the reverse's K, Q, Ō (a tail chunk's by cp.async) */
     static_assert(STAGE % TMA_BOX == 0, "WsPairLayout: the copied boxes 1024-B aligned");
 };
 
 template <int KPC>
 __global__ void __launch_bounds__(WsLayout<KPC>::NT, 1)
-chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, const float *h0, state_t *Sc, rp_t *R,
-                     const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int nb) {
+chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                     const __nv_bfloat16 *do_, const float *GB, const float *h0, state_t *Sc, rp_t *R, const float *dht,
+                     float *dh0, state_t *Sbar, rp_t *PR, int nb) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WsPairLayout<KPC>;
@@ -460,31 +486,46 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, 
     auto gates = [&](int b) { return reinterpret_cast<float *>(smc + L::oGB + b * GB_BYTES); }; /* stage b's G, then β */
     const unsigned mb = smem_u32(smc + L::oMB); /* stage b's mbarrier: mb + 8·b */
     /* chunk c's tiles into stage b: K, W (and the reverse's Q, Ō, C_q; the recompute's U), G and β. G, β by chunk;
-     * W, U, C_q (kkt's, of the backward's window) by workspace slot */
-    auto issue = [&](int c, int b) {
+     * W, U, C_q (kkt's, of the backward's window) by workspace slot. As in chain_ws_kernel: the tensor copies by the
+     * first thread, the token tiles of a sequence's tail chunk (K, and the reverse's Q, Ō) by the state warpgroups */
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+    auto issue_tma = [&](int c, int b) {
         if (threadIdx.x != 0) return;
         const ChunkInfo cj = p.ctab[c];
         const unsigned st = smem_u32(stage(b)), mbb = mb + 8 * b;
         const int row = chunk_slot(p, c, cj) * p.HV * MAXBT + hv * MAXBT; /* the slot's rows of W, U, C_q */
+        const bool full = cj.n == MAXBT;
         bulk_fence(); /* the block's earlier reads of the stage come before these writes */
-        mbar_expect(mbb, rev ? L::BYTES_REV : L::BYTES_REC);
-        tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
+        mbar_expect(mbb, rev ? (full ? L::BYTES_REV : L::BYTES_REV - L::ROW_BYTES_REV)
+                             : (full ? L::BYTES_REC : L::BYTES_REC - L::KT));
+        if (full) tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
         tma_tile<KPC>(st + L::oW, &m.a, 0, row, mbb);
         if (rev) {
-            tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
-            tma_tile<128>(st + L::oX, &m.x, hv * p.V, cj.tok0, mbb);
+            if (full) {
+                tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
+                tma_tile<128>(st + L::oX, &m.x, hv * p.V, cj.tok0, mbb);
+            }
             tma_tile<64>(st + L::oC, &m.c, 0, row, mbb);
         } else {
             tma_tile<128>(st + L::oX, &m.u, 0, row, mbb);
         }
         bulk_g2s(smem_u32(gates(b)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, mbb);
     };
-    /* the first chunk's copies before the block's first barrier (as in chain_ws_kernel) */
+    auto issue_tail = [&](int c, int b) {
+        const ChunkInfo cj = p.ctab[c];
+        if (cj.n == MAXBT) return;
+        ws_copy_tail<KPC, NL>(stage(b) + L::oK, k + (size_t)cj.tok0 * rsk + (size_t)h * p.K, rsk, cj.n);
+        if (rev) {
+            ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q + (size_t)cj.tok0 * rsk + (size_t)h * p.K, rsk, cj.n);
+            ws_copy_tail<128, NL>(stage(b) + L::oX, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n);
+        }
+        cp_async_commit();
+    };
     if (threadIdx.x == 0) {
         mbar_init(mb, 1);
         mbar_init(mb + 8, 1);
         mbar_init_fence();
-        issue(chunk_at(0), 0);
+        issue_tma(chunk_at(0), 0);
     }
     __syncthreads();
     if (!rev && wg == MB + 1) return; /* the recompute has no O warpgroup's work */
@@ -494,6 +535,7 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, 
     if (wg < MB) {
         /* ---- a state warpgroup: S (recompute) or S̄ (reverse), features 64·wg …; its first thread issues the copies */
         WsState<KPC> S(p, sbase, 0, wg);
+        issue_tail(chunk_at(0), 0);
         S.load(p, rev ? dht : h0);
         for (int it = 0; it < nch; it++) {
             const int c = chunk_at(it), b = it & 1;
@@ -506,16 +548,13 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, 
             S.spill(Sb);
             S.save_rows((rev ? Sbar : Sc) + ch * p.K * p.V, Sb, WS_BAR_SC + wg);
             mbar_wait(mb + 8 * b, (it >> 1) & 1);
-            if (ci.n < MAXBT) {
-                ws_zero_rows<KPC, NL>(stage(b) + L::oK, ci.n);
-                if (rev) {
-                    ws_zero_rows<KPC, NL>(stage(b) + L::oQ, ci.n);
-                    ws_zero_rows<128, NL>(stage(b) + L::oX, ci.n);
-                }
-            }
+            cp_async_wait_group<0>(); /* a tail chunk's own copies */
             wg_proxy_fence();
             ws_sync(WS_BAR_S, NA); /* chunk c's tiles and the state's copy are in */
-            if (it + 1 < nch) issue(chunk_at(it + 1), b ^ 1);
+            if (it + 1 < nch) {
+                issue_tma(chunk_at(it + 1), b ^ 1);
+                issue_tail(chunk_at(it + 1), b ^ 1);
+            }
             S.scale(gexp(p, gates(b)[ci.n - 1]));
             /* the tiles read from feature 64·wg on: this warpgroup's rows of Kᵀ, Qᵀ, Wᵀ */
             if (rev) { /* S̄ += Qᵀ Ō_g, as soon as Ō_g is in */
@@ -603,7 +642,8 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const float *GB, 
         }
     }
 #else
-    (void)p, (void)m, (void)GB, (void)h0, (void)Sc, (void)R, (void)dht, (void)dh0, (void)Sbar, (void)PR, (void)nb;
+    (void)p, (void)m, (void)q, (void)k, (void)do_, (void)GB, (void)h0, (void)Sc, (void)R, (void)dht, (void)dh0, (void)Sbar;
+    (void)PR, (void)nb;
 #endif
 }
 
@@ -657,8 +697,9 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
         constexpr size_t smem = WsLayout<KPC>::TOTAL;
         cudaError_t e = ensure_smem<chain_ws_kernel<KPC>>(smem);
         if (e != cudaSuccess) return e;
-        chain_ws_kernel<KPC><<<p.N * p.HV * (p.V / 128), WsLayout<KPC>::NT, smem, s>>>(p, m, GB, Cq, h0, ht, Sc, R,
-                                                                                       (__nv_bfloat16 *)o);
+        chain_ws_kernel<KPC><<<p.N * p.HV * (p.V / 128), WsLayout<KPC>::NT, smem, s>>>(
+            p, m, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, Cq, h0, ht, Sc, R,
+            (__nv_bfloat16 *)o);
         return cudaGetLastError();
     };
     return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});
@@ -699,7 +740,9 @@ cudaError_t launch_chain_pair_ws(const Prob &p, const void *q, const void *k, co
         constexpr size_t smem = WsPairLayout<KPC>::TOTAL;
         cudaError_t e = ensure_smem<chain_pair_ws_kernel<KPC>>(smem);
         if (e != cudaSuccess) return e;
-        chain_pair_ws_kernel<KPC><<<2 * nb, WsLayout<KPC>::NT, smem, s>>>(p, m, GB, h0, Sc, R, dht, dh0, Sbar, PR, nb);
+        chain_pair_ws_kernel<KPC><<<2 * nb, WsLayout<KPC>::NT, smem, s>>>(
+            p, m, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)do_, GB, h0, Sc, R, dht, dh0,
+            Sbar, PR, nb);
         return cudaGetLastError();
     };
     return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});
