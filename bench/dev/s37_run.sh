@@ -8,6 +8,7 @@
 #   tma    the ws blocks' tensor copies (src/cuda/tma.cuh): oracle with both forced (whole matrix, then time windows
 #          --quick), racecheck and memcheck (--v128), GPU-bound ms of the ws blocks' default shapes
 #   where  GPU-bound ms fwd/bwd at $SHAPES, default and both ws blocks forced
+#   p80    test_cuda of an sm_80-only build (compute_80 PTX, JIT at load; .carry/p80.tar.xz)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
@@ -50,6 +51,11 @@ tma)
   for s in gdn:8x2048x32 gdn:16x1024x16 gdn:4x4096x16 delta:8x2048x32 delta:16x1024x16 delta:4x4096x16; do
     echo "| ${s%%:*} | ${s#*:} | $(gb $B/bench/dev/variant_time ${s%%:*} $(echo ${s#*:} | tr x ' ')) |"
   done ;;
+p80) # the sm_80 code alone (build/p80: compute_80 PTX only, carried in .carry/p80.tar.xz, JIT-compiled for this GPU at
+  # load): test_cuda takes the paths an A100 takes (no wgmma kernel runs)
+  tar xJf .carry/p80.tar.xz
+  timeout ${P80_LIMIT:-300} build/p80/tests/cuda/test_cuda > /tmp/p80.log 2>&1
+  echo "test_cuda [sm_80 PTX] rc=$? $(tail -1 /tmp/p80.log) $(el)"; grep -E "FAIL" /tmp/p80.log | head -6 ;;
 where) # where the ws blocks win now: GPU-bound ms fwd/bwd, default | both forced, at $SHAPES
   echo "| op | shape | default | ws forced |"
   for op in gdn delta; do for s in $SHAPES; do

@@ -86,18 +86,19 @@ __device__ __forceinline__ void ws_mma(float (&x)[32], uint32_t alo, uint32_t bl
     });
 }
 /* x (+)= X B for both 64-column halves: X [64][KD] (layout LA: a copied K, Q, W or A; the forward block's C_q), B two
- * cm_mn<64> halves of KD rows (the state's bf16 copy: KD = K; Y and R: KD = 64); ACC adds to x */
-template <class LA, int KD, bool ACC = false>
+ * halves of KD rows (LB: the state's bf16 copy in swizzled boxes, OpSt, KD = K; Y and R as cm_mn<64>, OpN, KD = 64);
+ * ACC adds to x */
+template <class LA, class LB, int KD, bool ACC = false>
 __device__ __forceinline__ void ws_times_issue(float (&x)[2][32], const void *X, const __nv_bfloat16 *B) {
     const uint32_t alo = wg_lo<LA::LBO>(X);
     wg_arrive();
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) ws_mma<LA, OpN, KD>(x[hf], alo, wg_lo<OpN::LBO>(B + hf * KD * 64), ACC);
+    for (int hf = 0; hf < 2; hf++) ws_mma<LA, LB, KD>(x[hf], alo, wg_lo<LB::LBO>(B + hf * KD * 64), ACC);
     wg_commit();
 }
-template <class LA, int KD, bool ACC = false>
+template <class LA, class LB, int KD, bool ACC = false>
 __device__ __forceinline__ void ws_times(float (&x)[2][32], const void *X, const __nv_bfloat16 *B) {
-    ws_times_issue<LA, KD, ACC>(x, X, B);
+    ws_times_issue<LA, LB, KD, ACC>(x, X, B);
     wg_wait();
 }
 /* x += Xᵀ B for both halves, issue only: X a copied tile read MN-major from X on (a state warpgroup's 64 features of
@@ -151,29 +152,41 @@ template <int KPC> struct WsState {
 #pragma unroll
             for (int e = 0; e < 32; e++) s[hf][e] *= g;
     }
-    /* the bf16 copy: the B operand [feature][column] of the products with the state, two cm_mn<64> halves of KPC rows */
+    /* the bf16 copy: the B operand [feature][column] of the products with the state, two halves of KPC rows × 64
+     * columns, each a stack of tma.cuh's swizzled boxes (read as OpSt; this warpgroup's 64 features are box wg of each
+     * half), fenced for the async proxy (the products and the tensor stores of save) */
     __device__ __forceinline__ void spill(__nv_bfloat16 *Sb) const {
 #pragma unroll
         for (int hf = 0; hf < 2; hf++)
 #pragma unroll
             for (int e = 0; e < 32; e += 2)
-                *reinterpret_cast<__nv_bfloat162 *>(Sb + hf * KPC * 64 + cm_mn<64>(wg_col(e), 64 * wg + wg_row(e))) =
+                *reinterpret_cast<__nv_bfloat162 *>(Sb + hf * KPC * 64 + wg * 64 * 64 + sw128(wg_row(e), wg_col(e))) =
                     __floats2bfloat162_rn(s[hf][e], s[hf][e + 1]);
+        wg_proxy_fence();
     }
-    /* its rows of the copy to a saved chunk state (S_c, S̄⁺: dst [K][V], V = 128), once its four warps wrote them */
-    __device__ __forceinline__ void save_rows(state_t *dst, const __nv_bfloat16 *Sb, int bar) const {
+    /* its rows of the copy to a saved chunk state (S_c, S̄⁺: [K][V] bf16, V = 128; m maps every slot's, row: this one's
+     * first) by two tensor stores, once its four warps wrote them (bar): the warpgroup's first thread issues them and
+     * drains them (drain) before the copy is written again */
+    __device__ __forceinline__ void save(const CUtensorMap *m, int row, const __nv_bfloat16 *Sb, int bar) const {
         ws_sync(bar, 128);
-#pragma unroll 1
-        for (int hf = 0; hf < 2; hf++) wg_store_rows<64, 64>(dst + 64 * wg * 128, Sb + hf * KPC * 64 + 64 * 64 * wg, 64, 128, 64 * hf);
+        if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) tma_store_box(m, 64 * hf, row + 64 * wg, smem_u32(Sb + hf * KPC * 64 + wg * 64 * 64));
+            tma_store_commit();
+        }
+    }
+    __device__ __forceinline__ void drain() const {
+        if ((threadIdx.x & 127) == 0) tma_store_drain();
     }
 };
 
 /* ---- a stage's copies: tensor copies (tma.cuh) issued by one thread, completing on the stage's mbarrier; G and β by
  * a bulk copy on the same. The maps: k, q [token][H·K]; x, the caller's [token][HV·V] V (forward) or dO (reverse); u,
  * a [slot·HV·64][128] workspace (the recompute's U); a, kkt's [slot·HV·64][KD] A (forward) or W (pair); c, kkt's C_q
- * (the reverse) */
+ * (the reverse). Stores: sc, sb, the saved chunk states S_c (policy A's in the forward; the recompute's) and S̄⁺ (the
+ * reverse's), [slot·HV·K][128] */
 struct WsMaps {
-    CUtensorMap k, q, x, u, a, c;
+    CUtensorMap k, q, x, u, a, c, sc, sb;
 };
 /* A chunk that ends its sequence (n < 64) would bring the next sequence's tokens by a tensor copy, and the products take
  * rows ≥ n as zero (common.cuh's convention, and no NaN of another sequence may enter a product). So its token tiles
@@ -333,9 +346,12 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             const int c = c_begin + it, b = it & 1;
             const char *st = stage(b);
             /* S's copy: the B operand of K S and Q S (the O warpgroup read the last one: BAR_F) */
-            if (it > 0) ws_sync(WS_BAR_F, NL + 128);
+            if (it > 0) {
+                if (Sc) S.drain();
+                ws_sync(WS_BAR_F, NL + 128);
+            }
             S.spill(Sb);
-            if (Sc) S.save_rows(Sc + ((size_t)c * p.HV + hv) * p.K * p.V, Sb, WS_BAR_SC + wg); /* policy A's S_c */
+            if (Sc) S.save(&m.sc, (int)(((size_t)c * p.HV + hv) * p.K), Sb, WS_BAR_SC + wg); /* policy A's S_c */
             mbar_wait(mb + 8 * b, (it >> 1) & 1);
             cp_async_wait_group<0>(); /* a tail chunk's own copies */
             wg_proxy_fence();
@@ -354,6 +370,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             if (float *ck = window_checkpoint(p, c_begin, c, c_end)) S.save(p, ck); /* a time window's start state */
         }
         if (ht) S.save(p, ht);
+        if (Sc) S.drain(); /* the last stores have read the copy before the block ends */
     } else if (wg == MB) {
         /* ---- the R warpgroup: tokens wg_row(e), columns 64·hf + wg_col(e) */
         const int i0 = wg_row(0); /* a thread's rows: i0, i0 + 8 */
@@ -365,7 +382,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             const float *Gs = gates(b), *bs = Gs + MAXBT;
             const T *Vs = reinterpret_cast<const T *>(st + L::oV);
             float x[2][32];
-            ws_times_issue<OpSk, KPC>(x, st + L::oK, Sb); /* K S */
+            ws_times_issue<OpSk, OpSt, KPC>(x, st + L::oK, Sb); /* K S */
             /* V's fragments and the row factors while K S runs: read after the wait, these loads stalled the bracket
              * below (session 35's source counters: a third of this warpgroup's time) */
             __nv_bfloat162 vf[2][16];
@@ -387,7 +404,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             wg_proxy_fence();
             ws_sync(WS_BAR_Y, 128);
             /* R = A Y */
-            ws_times<OpSk, 64>(x, st + L::oA, Yb);
+            ws_times<OpSk, OpN, 64>(x, st + L::oA, Yb);
             /* R (the B operand of C_q R) and R̃ = diag(f) R (of Kᵀ R̃; zero on rows from n on) */
             const float2 f = ws_fdec(p, Gs, n);
             ws_put_rows(Rb, x, 1.f, 1.f);
@@ -409,7 +426,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             float x[2][32];
             /* Q S, after K S */
             ws_sync(WS_BAR_K, 256);
-            ws_times<OpSk, KPC>(x, st + L::oQ, Sb);
+            ws_times<OpSk, OpSt, KPC>(x, st + L::oQ, Sb);
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128); /* S's copy is read */
             /* C_q into the stage (beside Y and A Y), and to policy A's saved C_q */
             {
@@ -428,7 +445,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
                 x[1][e] *= e & 2 ? q1 : q0;
             }
             ws_sync(WS_BAR_P, NT);
-            ws_times<OpK, 64, true>(x, Cs, Rb);
+            ws_times<OpK, OpN, 64, true>(x, Cs, Rb);
             ws_store_rows(o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0, rsv, x, ci.n);
         }
     }
@@ -544,9 +561,12 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat
             const char *st = stage(b);
             /* the state's copy, the B operand of W S or K S̄⁺ (the R warpgroup read the last one: BAR_F), and from
              * it S_c or S̄⁺ for the pullback */
-            if (it > 0) ws_sync(WS_BAR_F, NL + 128);
+            if (it > 0) {
+                S.drain();
+                ws_sync(WS_BAR_F, NL + 128);
+            }
             S.spill(Sb);
-            S.save_rows((rev ? Sbar : Sc) + ch * p.K * p.V, Sb, WS_BAR_SC + wg);
+            S.save(rev ? &m.sb : &m.sc, (int)(ch * p.K), Sb, WS_BAR_SC + wg);
             mbar_wait(mb + 8 * b, (it >> 1) & 1);
             cp_async_wait_group<0>(); /* a tail chunk's own copies */
             wg_proxy_fence();
@@ -567,6 +587,7 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat
             wg_wait();
         }
         if (rev && dh0) S.save(p, dh0);
+        S.drain();
     } else if (wg == MB) {
         /* ---- the R warpgroup: tokens wg_row(e), columns 64·hf + wg_col(e) */
         for (int it = 0; it < nch; it++) {
@@ -578,7 +599,7 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat
             const float *Gs = gates(b);
             const float2 f = ws_fdec(p, Gs, ci.n);
             float x[2][32];
-            ws_times_issue<OpSk, KPC>(x, st + (rev ? L::oK : L::oW), Sb); /* W S (recompute) or K S̄⁺ */
+            ws_times_issue<OpSk, OpSt, KPC>(x, st + (rev ? L::oK : L::oW), Sb); /* W S (recompute) or K S̄⁺ */
             /* the recompute's U fragments while W S runs (as the forward block's V: loaded after the wait, they stall) */
             const T *Us = reinterpret_cast<const T *>(st + L::oX);
             __nv_bfloat162 uf[2][16];
@@ -690,7 +711,8 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
     const TmaEncoder enc;
     WsMaps m{};
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
-        !ws_token_map(enc, &m.x, p, v, p.HV, p.V) || !ws_slot_map(enc, &m.a, Ab, (uint64_t)p.NC * p.HV * MAXBT, MAXBT))
+        !ws_token_map(enc, &m.x, p, v, p.HV, p.V) || !ws_slot_map(enc, &m.a, Ab, (uint64_t)p.NC * p.HV * MAXBT, MAXBT) ||
+        (Sc && !ws_slot_map(enc, &m.sc, Sc, (uint64_t)p.NC * p.HV * p.K, 128)))
         return cudaErrorInvalidValue;
     auto go = [&](auto kp) -> cudaError_t {
         constexpr int KPC = decltype(kp)::value;
@@ -733,7 +755,8 @@ cudaError_t launch_chain_pair_ws(const Prob &p, const void *q, const void *k, co
     const uint64_t rows = (uint64_t)chunk_slots(p) * p.HV * MAXBT; /* the workspaces' rows */
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
         !ws_token_map(enc, &m.x, p, do_, p.HV, p.V) || !ws_slot_map(enc, &m.u, R, rows, 128) ||
-        !ws_slot_map(enc, &m.a, W, rows, p.K) || !ws_slot_map(enc, &m.c, Cq, rows, MAXBT))
+        !ws_slot_map(enc, &m.a, W, rows, p.K) || !ws_slot_map(enc, &m.c, Cq, rows, MAXBT) ||
+        !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, 128) || !ws_slot_map(enc, &m.sb, Sbar, rows / MAXBT * p.K, 128))
         return cudaErrorInvalidValue;
     auto go = [&](auto kp) -> cudaError_t {
         constexpr int KPC = decltype(kp)::value;

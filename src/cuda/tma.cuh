@@ -42,6 +42,28 @@ template <int C> __device__ __forceinline__ void tma_tile(unsigned dst, const CU
 }
 #endif
 
+/* the box at shared memory src (1024-B aligned, written before by this block and fenced for the async proxy) to map m
+ * at (column c, row r), in this thread's bulk group; tma_store_commit closes the group, tma_store_drain waits until
+ * every committed store of this thread has read its box (the box may then be written again). Defined on every
+ * architecture, so that code shared with sm_80 compiles; only sm_90 code issues them. */
+__device__ __forceinline__ void tma_store_box(const CUtensorMap *m, int c, int r, unsigned src) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 ::"l"(m), "r"(c), "r"(r), "r"(src) : "memory");
+#else
+    (void)m, (void)c, (void)r, (void)src;
+#endif
+}
+__device__ __forceinline__ void tma_store_commit() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tma_store_drain() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
 /* The host side: cuTensorMapEncodeTiled, asked from the runtime once per launch (no state kept between calls) */
 struct TmaEncoder {
     typedef CUresult (*Fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
