@@ -2,7 +2,6 @@
 # $OUT, an elapsed-time helper, the binaries from .carry/bins.tar.xz (librewy.so, test_cuda, test_random) and
 # the environment that points Python at them. B = the build folder, T = its CUDA tests.
 set -u; cd "$(dirname "${BASH_SOURCE[1]}")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
-el() { echo "$(( $(date +%s) - t0 )) s"; }
 # everything the script prints also goes to $OUT/run.log as it is printed: $OUT comes back from a call that runs past
 # its limit, its stdout does not (session 25 lost a whole call's output that way)
 exec > >(tee -a $OUT/run.log) 2>&1

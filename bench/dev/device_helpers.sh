@@ -1,4 +1,20 @@
-# device_helpers.sh: what the device scripts share (sourced by carried_bins.sh and s36_run.sh, from the repository root).
+# device_helpers.sh: what the device scripts share (sourced by carried_bins.sh, s36_run.sh and s37_run.sh, from the
+# repository root, after they set t0 and OUT).
+# el: seconds since t0
+el() { echo "$(( $(date +%s) - t0 )) s"; }
+# the suite's shapes (B x T x H): the scripts' SHAPES where the caller names none
+SUITE_SHAPES="8x2048x32 16x1024x16 4x4096x16 1x8192x16 2x16384x8 1x2048x4"
+# device_build CARRY MODES…: build/d ($B) for sm_90a (librewy.so, test_cuda, variant_time) from CARRY (a tar.xz built
+# here from the same tree) if carried, else built there (about 110–145 s); none where the modes are `probe` alone.
+# Then the elapsed time and the card's name.
+device_build() {
+  local carry=$1; shift
+  if [ "${*:-}" = probe ]; then :; elif [ -f "$carry" ]; then tar xJf "$carry"; else
+    make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=$B lib $B/tests/cuda/test_cuda \
+      $B/bench/dev/variant_time > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
+  fi
+  echo "built $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+}
 # gb ENV… TOOL ARGS…: the GPU-bound ms of variant_time's forward and backward, "fwd/bwd/"
 gb() { timeout 40 env "$@" 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | awk '{print $NF}' | tr '\n' '/'; }
 # kernel_table TOOL ARGS…: each kernel's device time in one run of TOOL (ncu, clocks and caches left alone; TOOL's

@@ -13,16 +13,10 @@
 #   probe   build and run bench/dev/wgmma_tma_probe.cu (alone, `bash bench/dev/s36_run.sh probe` builds no library)
 #   epi     (main after 6eb213b) chain_ws.cu's epilogue changes: oracle with both ws kernels forced, GPU-bound ms
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
-el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
 B=build/d
 source bench/dev/device_helpers.sh
-if [ "${*:-}" = probe ]; then :; elif [ -f .carry/s36.tar.xz ]; then tar xJf .carry/s36.tar.xz; else
-  make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=$B lib $B/tests/cuda/test_cuda \
-    $B/bench/dev/variant_time > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
-fi
-echo "built $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-SHAPES=${SHAPES:-"8x2048x32 16x1024x16 4x4096x16 1x8192x16 2x16384x8 1x2048x4"}
+device_build .carry/s36.tar.xz "$@"
 F=REWY_CUDA_PB_WG=1
 oracle() { # oracle ENV… [-- ARGS]: test_cuda of build $TB (default $B) with ENV (ARGS: --quick, --v128)
   local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
@@ -35,7 +29,7 @@ oracle)
   oracle $F; oracle REWY_CUDA_WIN=3 $F -- --quick; oracle REWY_CUDA_CHAIN_WS=1 $F -- --v128 ;;
 time)
   echo "GPU-bound ms fwd/bwd: default | $F" > /tmp/tab.txt
-  for rep in $(seq ${REPS:-1}); do for op in gdn delta; do for s in $SHAPES; do
+  for rep in $(seq ${REPS:-1}); do for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
     echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F $B/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/tab.txt
   done; done; done
   for e in "" $F; do echo "[ncu gdn 8x2048x32 $e]"

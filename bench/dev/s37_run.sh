@@ -10,16 +10,10 @@
 #   where  GPU-bound ms fwd/bwd at $SHAPES, default and both ws blocks forced
 #   p80    test_cuda of an sm_80-only build (compute_80 PTX, JIT at load; .carry/p80.tar.xz)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
-el() { echo "$(( $(date +%s) - t0 )) s"; }
 exec > >(tee -a $OUT/run.log) 2>&1
 B=build/d
 source bench/dev/device_helpers.sh
-if [ "${*:-}" = probe ]; then :; elif [ -f .carry/s37.tar.xz ]; then tar xJf .carry/s37.tar.xz; else
-  make -j16 CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=$B lib $B/tests/cuda/test_cuda \
-    $B/bench/dev/variant_time > $OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
-fi
-echo "built $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-SHAPES=${SHAPES:-"8x2048x32 16x1024x16 4x4096x16 1x8192x16 2x16384x8 1x2048x4"}
+device_build .carry/s37.tar.xz "$@"
 W="REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1"
 oracle() { # oracle ENV… [-- ARGS]: test_cuda with ENV (ARGS: --quick, --v128)
   local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
@@ -41,7 +35,7 @@ probe)
 race)
   san racecheck $W -- --v128; san memcheck $W -- --v128 ;;
 base)
-  for op in gdn delta; do for s in $SHAPES; do
+  for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
     echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) |"
   done; done ;;
 oracle)
@@ -58,7 +52,7 @@ p80) # the sm_80 code alone (build/p80: compute_80 PTX only, carried in .carry/p
   echo "test_cuda [sm_80 PTX] rc=$? $(tail -1 /tmp/p80.log) $(el)"; grep -E "FAIL" /tmp/p80.log | head -6 ;;
 where) # where the ws blocks win now: GPU-bound ms fwd/bwd, default | both forced, at $SHAPES
   echo "| op | shape | default | ws forced |"
-  for op in gdn delta; do for s in $SHAPES; do
+  for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
     echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $W $B/bench/dev/variant_time $op ${s//x/ }) |"
   done; done ;;
 esac; done
