@@ -167,7 +167,7 @@ template <int KPC> struct WsState {
     /* its rows of the copy to a saved chunk state (S_c, S̄⁺: [K][V] bf16, V = 128; m maps every slot's, row: this one's
      * first) by two tensor stores, once its four warps wrote them (bar): the warpgroup's first thread issues them and
      * drains them (drain) before the copy is written again */
-    __device__ __forceinline__ void save(const CUtensorMap *m, int row, const __nv_bfloat16 *Sb, int bar) const {
+    __device__ __forceinline__ void save_copy(const CUtensorMap *m, int row, const __nv_bfloat16 *Sb, int bar) const {
         ws_sync(bar, 128);
         if ((threadIdx.x & 127) == 0) {
 #pragma unroll
@@ -338,7 +338,8 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
     T *const Yb = reinterpret_cast<T *>(smc + L::oY), *const Rb = reinterpret_cast<T *>(smc + L::oR);
     T *const Pb = reinterpret_cast<T *>(smc + L::oP); /* R̃; the halves of Y, R, R̃ at + hf · 64 · 64 */
     if (wg < MB) {
-        /* ---- a state warpgroup: S's features 64·wg …; its first thread issues the copies */
+        /* ---- a state warpgroup: S's features 64·wg … (the block's first thread, in warpgroup 0, issues the tensor
+         * copies; every thread of these warpgroups copies a tail chunk's token tiles) */
         WsState<KPC> S(p, sbase, v0, wg);
         issue_tail(c_begin, 0);
         S.load(p, h0);
@@ -351,7 +352,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
                 ws_sync(WS_BAR_F, NL + 128);
             }
             S.spill(Sb);
-            if (Sc) S.save(&m.sc, (int)(((size_t)c * p.HV + hv) * p.K), Sb, WS_BAR_SC + wg); /* policy A's S_c */
+            if (Sc) S.save_copy(&m.sc, (int)(((size_t)c * p.HV + hv) * p.K), Sb, WS_BAR_SC + wg); /* policy A's S_c */
             mbar_wait(mb + 8 * b, (it >> 1) & 1);
             cp_async_wait_group<0>(); /* a tail chunk's own copies */
             wg_proxy_fence();
@@ -550,7 +551,7 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat
     T *const Pb = reinterpret_cast<T *>(smc + L::oP);
 
     if (wg < MB) {
-        /* ---- a state warpgroup: S (recompute) or S̄ (reverse), features 64·wg …; its first thread issues the copies */
+        /* ---- a state warpgroup: S (recompute) or S̄ (reverse), features 64·wg … (the copies as in chain_ws_kernel) */
         WsState<KPC> S(p, sbase, 0, wg);
         issue_tail(chunk_at(0), 0);
         S.load(p, rev ? dht : h0);
@@ -566,7 +567,7 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat
                 ws_sync(WS_BAR_F, NL + 128);
             }
             S.spill(Sb);
-            S.save(rev ? &m.sb : &m.sc, (int)(ch * p.K), Sb, WS_BAR_SC + wg);
+            S.save_copy(rev ? &m.sb : &m.sc, (int)(ch * p.K), Sb, WS_BAR_SC + wg);
             mbar_wait(mb + 8 * b, (it >> 1) & 1);
             cp_async_wait_group<0>(); /* a tail chunk's own copies */
             wg_proxy_fence();
