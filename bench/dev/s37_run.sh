@@ -9,7 +9,8 @@
 #          --quick), racecheck and memcheck (--v128), GPU-bound ms of the ws blocks' default shapes
 #   where  GPU-bound ms fwd/bwd at $SHAPES, default and both ws blocks forced
 #   p80    test_cuda of an sm_80-only build (compute_80 PTX, JIT at load; .carry/p80.tar.xz)
-#   profile each kernel's time in one call, and Nsight's source counters of the ws blocks ($OUT/fwd.*, pair.*)
+#   profile each kernel's time in one call, and Nsight's source counters of the ws blocks ($OUT/fwd.*, pair.*; the
+#          per-line export is untried since session 37's, which wrote the source without counters)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1
 B=build/d
@@ -53,7 +54,7 @@ p80) # the sm_80 code alone (build/p80: compute_80 PTX only, carried in .carry/p
   echo "test_cuda [sm_80 PTX] rc=$? $(tail -1 /tmp/p80.log) $(el)"; grep -E "FAIL" /tmp/p80.log | head -6 ;;
 profile) # where the ws blocks' time goes now: each kernel's device time in one forward and backward (GDN (8,2048,32) and
   # (4,4096,16)), then Nsight's source counters of the forward block at (8,2048,32) and the pair at (4,4096,16):
-  # $OUT/fwd.cuda.csv, pair.cuda.csv (per source line), fwd.txt, pair.txt (sections)
+  # $OUT/fwd.csv, pair.csv (per SASS instruction), fwd.txt, pair.txt (sections)
   for sh in "8 2048 32" "4 4096 16"; do echo "[kernels gdn $sh]"
     kernel_table $B/bench/dev/variant_time gdn $sh | awk '{k = substr($0, index($0, "us") + 4); sub(/^void /, "", k);
       sub(/[(].*/, "", k); t[k] += $1; n[k]++} END {for (k in t) printf "%9.1f us  %3d launches  %s\n", t[k], n[k], k}' |
@@ -63,7 +64,8 @@ profile) # where the ws blocks' time goes now: each kernel's device time in one 
     timeout 200 ncu --clock-control none -k "regex:$2" -c 1 --section SourceCounters --section WarpStateStats \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \
       --section Occupancy -o /tmp/$1 -f $B/bench/dev/variant_time gdn $3 $4 $5 once > /dev/null 2>&1
-    ncu -i /tmp/$1.ncu-rep --page source --csv --print-source cuda > $OUT/$1.cuda.csv 2>&1
+    # per SASS instruction with its source line (session 37's per-CUDA-line export came back without counters)
+    ncu -i /tmp/$1.ncu-rep --page source --csv --print-source sass > $OUT/$1.csv 2>&1
     ncu -i /tmp/$1.ncu-rep > $OUT/$1.txt 2>&1
     echo "[$1] $(el)"; grep -E "Duration|Issued Warp|No Eligible|Registers Per|Throughput" $OUT/$1.txt | head -10
   done ;;
