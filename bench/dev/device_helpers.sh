@@ -15,6 +15,13 @@ device_build() {
   fi
   echo "built $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 }
+# oracle ENV… [-- ARGS]: test_cuda of build $TB (default $B) with ENV (ARGS: --quick, --v128), its last line and failures
+oracle() {
+  local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
+  env "${a[@]}" timeout ${TC_LIMIT:-150} ${TB:-$B}/tests/cuda/test_cuda "$@" > /tmp/tc.log 2>&1
+  echo "test_cuda [${a[*]} $*] rc=$? $(tail -1 /tmp/tc.log) $(el)"
+  grep -E "FAIL" /tmp/tc.log | head -6
+}
 # gb ENV… TOOL ARGS…: the GPU-bound ms of variant_time's forward and backward, "fwd/bwd/"
 gb() { timeout 40 env "$@" 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | awk '{print $NF}' | tr '\n' '/'; }
 # kernel_table TOOL ARGS…: each kernel's device time in one run of TOOL (ncu, clocks and caches left alone; TOOL's

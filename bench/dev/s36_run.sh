@@ -18,12 +18,6 @@ B=build/d
 source bench/dev/device_helpers.sh
 device_build .carry/s36.tar.xz "$@"
 F=REWY_CUDA_PB_WG=1
-oracle() { # oracle ENV… [-- ARGS]: test_cuda of build $TB (default $B) with ENV (ARGS: --quick, --v128)
-  local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
-  env "${a[@]}" timeout ${TC_LIMIT:-150} ${TB:-$B}/tests/cuda/test_cuda "$@" > /tmp/tc.log 2>&1
-  echo "test_cuda [${a[*]} $*] rc=$? $(tail -1 /tmp/tc.log) $(el)"
-  grep -E "FAIL" /tmp/tc.log | head -6
-}
 for mode in ${@:-oracle time san}; do case $mode in
 oracle)
   oracle $F; oracle REWY_CUDA_WIN=3 $F -- --quick; oracle REWY_CUDA_CHAIN_WS=1 $F -- --v128 ;;

@@ -17,12 +17,6 @@ B=build/d
 source bench/dev/device_helpers.sh
 device_build .carry/s37.tar.xz "$@"
 W="REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1"
-oracle() { # oracle ENV… [-- ARGS]: test_cuda with ENV (ARGS: --quick, --v128)
-  local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
-  env "${a[@]}" timeout ${TC_LIMIT:-150} $B/tests/cuda/test_cuda "$@" > /tmp/tc.log 2>&1
-  echo "test_cuda [${a[*]} $*] rc=$? $(tail -1 /tmp/tc.log) $(el)"
-  grep -E "FAIL" /tmp/tc.log | head -6
-}
 san() { # san TOOL ENV… -- ARGS
   local tool=$1; shift; local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
   env "${a[@]}" REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \

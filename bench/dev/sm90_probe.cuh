@@ -1,13 +1,27 @@
 /* sm90_probe.cuh: what the standalone Hopper probes of bench/dev share (tma_probe.cu, wgmma_layout_probe.cu,
- * wgmma_tma_probe.cu): the CUDA error check, mbarrier helpers and the m64n64 accumulator operand lists. */
+ * wgmma_tma_probe.cu): the CUDA error check, the tensor-map encoder, mbarrier helpers and the m64n64 accumulator
+ * operand lists. (The library's own: src/cuda/tma.cuh, common.cuh; the probes build without the library.) */
 #ifndef REWY_BENCH_SM90_PROBE_CUH
 #define REWY_BENCH_SM90_PROBE_CUH
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+
+/* cuTensorMapEncodeTiled, found through the runtime (no -lcuda) */
+typedef CUresult (*EncodeFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                             const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                             CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static inline EncodeFn probe_encoder() {
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult qr;
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr));
+    if (!fn || qr != cudaDriverEntryPointSuccess) { printf("no cuTensorMapEncodeTiled\n"); exit(1); }
+    return (EncodeFn)fn;
+}
 
 __device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mb_init(uint64_t *mb, unsigned n) {

@@ -29,7 +29,6 @@
 
 #include "sm90_probe.cuh"
 
-
 typedef __nv_bfloat16 bf16;
 constexpr int NSEQ = 2, H = 8, TS = 16384, KD = 128, BT = 64, NCH = TS / BT, CL = 8, NT = 256;
 constexpr int BOX = 8192;              /* every box: 64 rows × 128 B */
@@ -144,16 +143,8 @@ __global__ void __launch_bounds__(NT, 1) cpasync_kernel(const bf16 *k, const bf1
     }
 }
 
-typedef CUresult (*EncodeFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
-                             const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                             CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
 int main() {
-    void *fn = nullptr;
-    cudaDriverEntryPointQueryResult qr;
-    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr));
-    if (!fn || qr != cudaDriverEntryPointSuccess) { printf("no cuTensorMapEncodeTiled\n"); return 1; }
-    EncodeFn enc = (EncodeFn)fn;
+    const EncodeFn enc = probe_encoder();
     const size_t nk = (size_t)NSEQ * TS * H * KD, na = (size_t)NSEQ * H * NCH * BT * BT;
     bf16 *hk = (bf16 *)malloc(nk * 2), *hq = (bf16 *)malloc(nk * 2), *hc = (bf16 *)malloc(na * 2);
     float *ha = (float *)malloc(na * 4);

@@ -137,9 +137,6 @@ __global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ CUtenso
     atomicAdd(out, sum); /* keeps the products */
 }
 
-typedef CUresult (*EncodeFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
-                             const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                             CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 static EncodeFn enc;
 /* a [rows][64] bf16 row-major matrix as a 2-D map of 64 × 64 boxes, 128-B swizzle */
 static CUtensorMap map2(void *p, size_t rows) {
@@ -170,11 +167,7 @@ template <int S> static void time_stream(const CUtensorMap &x, int ntile, const 
 }
 
 int main() {
-    void *fn = nullptr;
-    cudaDriverEntryPointQueryResult qr;
-    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr));
-    if (!fn || qr != cudaDriverEntryPointSuccess) { printf("no cuTensorMapEncodeTiled\n"); return 1; }
-    enc = (EncodeFn)fn;
+    enc = probe_encoder();
     /* 1. layouts */
     float hA[64 * 64], hB[64 * 64], ref[3][64 * 64];
     bf16 hAb[64 * 64], hBb[64 * 64], hBt[64 * 64], hAt[64 * 64];

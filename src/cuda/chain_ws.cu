@@ -191,18 +191,41 @@ struct WsMaps {
 /* A chunk that ends its sequence (n < 64) would bring the next sequence's tokens by a tensor copy, and the products take
  * rows ≥ n as zero (common.cuh's convention, and no NaN of another sequence may enter a product). So its token tiles
  * (K, Q, V or Ō) come by cp.async with zero fill instead, by the NL threads of the state warpgroups, into the same
- * swizzled boxes: rows [0, n) of the [64][C] tile at src (row stride rs), zero from row n on. (Zeroing those rows after
- * the tensor copy was correct but racecheck reported the zeroing against the later reads behind the block barrier;
- * session 37.) Each issuing thread waits for its own copies before the block barrier, as chain_scan.cu's copies do. */
+ * swizzled boxes: of the caller's [token][ld] matrix x, chunk cj's rows [0, n) of columns [col, col + C), zero from row
+ * n on. (Zeroing those rows after the tensor copy was correct but racecheck reported the zeroing against the later
+ * reads behind the block barrier; session 37.) Each issuing thread waits for its own copies (ws_stage_wait) before the
+ * block barrier, as chain_scan.cu's copies do. */
 template <int C, int NL>
-__device__ __forceinline__ void ws_copy_tail(char *tile, const __nv_bfloat16 *src, size_t rs, int n) {
+__device__ __forceinline__ void ws_copy_tail(char *tile, const __nv_bfloat16 *x, size_t ld, size_t col, const ChunkInfo &cj) {
+    const __nv_bfloat16 *src = x + (size_t)cj.tok0 * ld + col;
 #pragma unroll 1
-    for (int x = threadIdx.x; x < MAXBT * C / 8; x += NL) {
-        const int r = x / (C / 8), c8 = x % (C / 8) * 8;
-        const bool ok = r < n;
-        cp_async16(tile + 2 * sw128(r, c8), ok ? src + (size_t)r * rs + c8 : src, ok);
+    for (int i = threadIdx.x; i < MAXBT * C / 8; i += NL) {
+        const int r = i / (C / 8), c8 = i % (C / 8) * 8;
+        const bool ok = r < cj.n;
+        cp_async16(tile + 2 * sw128(r, c8), ok ? src + (size_t)r * ld + c8 : src, ok);
     }
 }
+/* The stages' two mbarriers (at mb, mb + 8) set up, and the first chunk's tensor copies issued, by the block's first
+ * thread before the block's first barrier: every later issue comes before a barrier (BAR_F) that the threads waiting on
+ * a stage pass first */
+#if REWY_WGMMA /* (the mbarriers: sm_90 code only) */
+template <class Issue> __device__ __forceinline__ void ws_stages_begin(unsigned mb, Issue &&issue_first) {
+    if (threadIdx.x == 0) {
+        mbar_init(mb, 1);
+        mbar_init(mb + 8, 1);
+        mbar_init_fence();
+        issue_first();
+    }
+    __syncthreads();
+}
+/* stage b of walk step it is in: its tensor copies (the mbarrier's phase it / 2) and this thread's copies of a tail
+ * chunk, made visible to the products */
+__device__ __forceinline__ void ws_stage_wait(unsigned mb, int b, int it) {
+    mbar_wait(mb + 8 * b, (it >> 1) & 1);
+    cp_async_wait_group<0>();
+    wg_proxy_fence();
+}
+#endif
 
 /* ---- a warpgroup's [64 tokens][128 columns] accumulators x (rows i0 = wg_row(0) and i0 + 8) */
 /* to the two cm_mn<64> halves at dst (a B operand [token][column]) in bf16, row i0 times f0 and row i0 + 8 times f1 */
@@ -322,18 +345,12 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
     auto issue_tail = [&](int c, int b) {
         const ChunkInfo cj = p.ctab[c];
         if (cj.n == MAXBT) return;
-        ws_copy_tail<KPC, NL>(stage(b) + L::oK, k + (size_t)cj.tok0 * rsk + (size_t)h * p.K, rsk, cj.n);
-        ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q + (size_t)cj.tok0 * rsk + (size_t)h * p.K, rsk, cj.n);
-        ws_copy_tail<128, NL>(stage(b) + L::oV, v + (size_t)cj.tok0 * rsv + (size_t)hv * p.V + v0, rsv, cj.n);
+        ws_copy_tail<KPC, NL>(stage(b) + L::oK, k, rsk, (size_t)h * p.K, cj);
+        ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q, rsk, (size_t)h * p.K, cj);
+        ws_copy_tail<128, NL>(stage(b) + L::oV, v, rsv, (size_t)hv * p.V + v0, cj);
         cp_async_commit();
     };
-    if (threadIdx.x == 0) {
-        mbar_init(mb, 1);
-        mbar_init(mb + 8, 1);
-        mbar_init_fence();
-        issue_tma(c_begin, 0);
-    }
-    __syncthreads();
+    ws_stages_begin(mb, [&] { issue_tma(c_begin, 0); });
     T *const Sb = reinterpret_cast<T *>(smc + L::oS); /* half hf: Sb + hf · KPC · 64 */
     T *const Yb = reinterpret_cast<T *>(smc + L::oY), *const Rb = reinterpret_cast<T *>(smc + L::oR);
     T *const Pb = reinterpret_cast<T *>(smc + L::oP); /* R̃; the halves of Y, R, R̃ at + hf · 64 · 64 */
@@ -353,9 +370,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             }
             S.spill(Sb);
             if (Sc) S.save_copy(&m.sc, (int)(((size_t)c * p.HV + hv) * p.K), Sb, WS_BAR_SC + wg); /* policy A's S_c */
-            mbar_wait(mb + 8 * b, (it >> 1) & 1);
-            cp_async_wait_group<0>(); /* a tail chunk's own copies */
-            wg_proxy_fence();
+            ws_stage_wait(mb, b, it);
             ws_sync(WS_BAR_S, NT); /* chunk c's tiles and S's copy are in */
             if (it + 1 < nch) {
                 issue_tma(c + 1, b ^ 1);
@@ -532,20 +547,14 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat
     auto issue_tail = [&](int c, int b) {
         const ChunkInfo cj = p.ctab[c];
         if (cj.n == MAXBT) return;
-        ws_copy_tail<KPC, NL>(stage(b) + L::oK, k + (size_t)cj.tok0 * rsk + (size_t)h * p.K, rsk, cj.n);
+        ws_copy_tail<KPC, NL>(stage(b) + L::oK, k, rsk, (size_t)h * p.K, cj);
         if (rev) {
-            ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q + (size_t)cj.tok0 * rsk + (size_t)h * p.K, rsk, cj.n);
-            ws_copy_tail<128, NL>(stage(b) + L::oX, do_ + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv, cj.n);
+            ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q, rsk, (size_t)h * p.K, cj);
+            ws_copy_tail<128, NL>(stage(b) + L::oX, do_, rsv, (size_t)hv * p.V, cj);
         }
         cp_async_commit();
     };
-    if (threadIdx.x == 0) {
-        mbar_init(mb, 1);
-        mbar_init(mb + 8, 1);
-        mbar_init_fence();
-        issue_tma(chunk_at(0), 0);
-    }
-    __syncthreads();
+    ws_stages_begin(mb, [&] { issue_tma(chunk_at(0), 0); });
     if (!rev && wg == MB + 1) return; /* the recompute has no O warpgroup's work */
     T *const Sb = reinterpret_cast<T *>(smc + L::oS), *const Og = reinterpret_cast<T *>(smc + L::oO);
     T *const Pb = reinterpret_cast<T *>(smc + L::oP);
@@ -568,9 +577,7 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat
             }
             S.spill(Sb);
             S.save_copy(rev ? &m.sb : &m.sc, (int)(ch * p.K), Sb, WS_BAR_SC + wg);
-            mbar_wait(mb + 8 * b, (it >> 1) & 1);
-            cp_async_wait_group<0>(); /* a tail chunk's own copies */
-            wg_proxy_fence();
+            ws_stage_wait(mb, b, it);
             ws_sync(WS_BAR_S, NA); /* chunk c's tiles and the state's copy are in */
             if (it + 1 < nch) {
                 issue_tma(chunk_at(it + 1), b ^ 1);
