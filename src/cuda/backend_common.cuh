@@ -89,6 +89,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
  * whose regions do not depend on those choices. */
 struct PlanPtrs {
     const void *q = nullptr, *k = nullptr, *v = nullptr, *do_ = nullptr, *o = nullptr;
+    const void *dq = nullptr, *dk = nullptr, *dv = nullptr; /* the backward's outputs (pullback_ws) */
 };
 
 /* Policy R's time windows (DESIGN.md, "Memory"): chunks per window, 0 for none. The backward walks each sequence's
@@ -184,6 +185,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.chain_ws = chain_scan_ws(p, dt, vec, pl.chain_bvc);
     if (pl.chain_ws) pl.chain_bvc = 128; /* its stages (kkt's W and U, P after it) and layout */
     pl.chain_bulk = chain_scan_bulk(p);
+    pl.pb_ws = pullback_ws(p, dt, vec, c->bwd_algo == REWY_BWD_WY, ptr.q, ptr.k, ptr.v, ptr.do_, ptr.dq, ptr.dk, ptr.dv);
     pl.win = plan_windows(c, p, vec, &pl.nwin);
     return pl;
 }
@@ -368,6 +370,7 @@ inline Plan call_plan(const rewy_fwd_params *a, const rewy_test_force *force) {
 inline Plan call_plan(const rewy_bwd_params *a, const rewy_test_force *force) {
     PlanPtrs ptr;
     ptr.q = a->q; ptr.k = a->k; ptr.v = a->v; ptr.do_ = a->do_;
+    ptr.dq = a->dq; ptr.dk = a->dk; ptr.dv = a->dv;
     return make_plan(&a->cfg, force, ptr);
 }
 

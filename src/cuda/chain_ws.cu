@@ -36,10 +36,9 @@
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 #include "tma.cuh"
+#include "ws.cuh"
 
 namespace rewy_cuda {
-
-constexpr int GB_BYTES = 2 * MAXBT * 4; /* a chunk's G and β (the GB table's entry) */
 
 template <int KPC> struct WsLayout {
     static constexpr int MB = KPC / 64;                  /* state warpgroups */
@@ -58,33 +57,6 @@ template <int KPC> struct WsLayout {
     static_assert(STAGE % TMA_BOX == 0, "WsLayout: the copied boxes 1024-B aligned");
 };
 
-/* named barriers (bar.sync / bar.arrive with a thread count; 0 is __syncthreads) */
-__device__ __forceinline__ void ws_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void ws_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-
-/* ---- the products. How a product reads an operand tile (wgmma.cuh): the transpose bit (1: MN-major), the
- * descriptor's LBO and SBO, and the byte offset of k16 step s. The stages' tiles come by tensor copies in 64-column
- * boxes with the 128-B swizzle (tma.cuh); the tiles the block writes itself are wgmma.cuh's cm_mn<64> halves, and C_q's
- * cm_k<64> in the forward block. */
-template <int T_, int LBO_, int SBO_, int STEP_, int BOX_STEPS = 0> struct WsOp {
-    static constexpr int T = T_, LBO = LBO_, SBO = SBO_;
-    static constexpr int off(int s) { return BOX_STEPS ? s / BOX_STEPS * TMA_BOX + s % BOX_STEPS * STEP_ : s * STEP_; }
-};
-/* a copied tile read K-major (m or n = its rows): K, Q, W, A as A; K as the B of Q Kᵀ. Four k16 steps a box */
-using OpSk = WsOp<0, 16, 1024 | WG_SW128, 32, 4>;
-/* a copied tile read MN-major (k = its rows), one box wide in m or n: Kᵀ, Qᵀ, Wᵀ, C_qᵀ as A; Ō, Ō_g as B */
-using OpSt = WsOp<1, TMA_BOX, 1024 | WG_SW128, 2048>;
-using OpN = WsOp<1, 1024, 128, 2048>; /* a cm_mn<64> half read as B (k = its rows): S's copy, Y, R, R̃, −R̄ */
-using OpK = WsOp<0, 128, 1024, 256>;  /* the forward block's C_q, cm_k<64> read K-major: the A of C_q R */
-
-/* x (+)= A B over KD / 16 k steps, issue only: alo = wg_lo<LA::LBO>(A's tile), blo = wg_lo<LB::LBO>(B's) */
-template <class LA, class LB, int KD>
-__device__ __forceinline__ void ws_mma(float (&x)[32], uint32_t alo, uint32_t blo, bool acc) {
-    static_for<0, KD / 16>([&](auto ks) {
-        constexpr int st = decltype(ks)::value;
-        wg_mma<__nv_bfloat16, 64, LA::T, LB::T, LA::off(st), LA::SBO, LB::off(st), LB::SBO>(x, alo, blo, acc || st > 0);
-    });
-}
 /* x (+)= X B for both 64-column halves: X [64][KD] (layout LA: a copied K, Q, W or A; the forward block's C_q), B two
  * halves of KD rows (LB: the state's bf16 copy in swizzled boxes, OpSt, KD = K; Y and R as cm_mn<64>, OpN, KD = 64);
  * ACC adds to x */
@@ -188,23 +160,6 @@ template <int KPC> struct WsState {
 struct WsMaps {
     CUtensorMap k, q, x, u, a, c, sc, sb;
 };
-/* A chunk that ends its sequence (n < 64) would bring the next sequence's tokens by a tensor copy, and the products take
- * rows ≥ n as zero (common.cuh's convention, and no NaN of another sequence may enter a product). So its token tiles
- * (K, Q, V or Ō) come by cp.async with zero fill instead, by the NL threads of the state warpgroups, into the same
- * swizzled boxes: of the caller's [token][ld] matrix x, chunk cj's rows [0, n) of columns [col, col + C), zero from row
- * n on. (Zeroing those rows after the tensor copy was correct but racecheck reported the zeroing against the later
- * reads behind the block barrier; session 37.) Each issuing thread waits for its own copies (ws_stage_wait) before the
- * block barrier, as chain_scan.cu's copies do. */
-template <int C, int NL>
-__device__ __forceinline__ void ws_copy_tail(char *tile, const __nv_bfloat16 *x, size_t ld, size_t col, const ChunkInfo &cj) {
-    const __nv_bfloat16 *src = x + (size_t)cj.tok0 * ld + col;
-#pragma unroll 1
-    for (int i = threadIdx.x; i < MAXBT * C / 8; i += NL) {
-        const int r = i / (C / 8), c8 = i % (C / 8) * 8;
-        const bool ok = r < cj.n;
-        cp_async16(tile + 2 * sw128(r, c8), ok ? src + (size_t)r * ld + c8 : src, ok);
-    }
-}
 /* The stages' two mbarriers (at mb, mb + 8) set up, and the first chunk's tensor copies issued, by the block's first
  * thread before the block's first barrier: every later issue comes before a barrier (BAR_F) that the threads waiting on
  * a stage pass first */

@@ -69,6 +69,7 @@ struct Plan {
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
     int fwd_ws;                    /* that chain as the warp-specialized wgmma kernel (chain_forward_ws; fwd_chain = 128) */
+    int pb_ws;                     /* the scalar-gate ReWY pullback as the warp-specialized wgmma kernel (pullback_ws.cu) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
     int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
 };
@@ -557,6 +558,10 @@ __device__ __forceinline__ void mbar_init(unsigned mb, unsigned arrivals) {
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_expect(unsigned mb, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mb), "r"(bytes) : "memory");
+}
+/* a plain arrival (no bytes): a consumer's "done with this buffer" on a barrier that counts its arrivals */
+__device__ __forceinline__ void mbar_arrive(unsigned mb) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mb) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(unsigned mb, unsigned parity) {
     /* labels are local to the braces' block, so every inlined copy may repeat them */

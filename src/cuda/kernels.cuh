@@ -140,6 +140,14 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
  * the output-gradient consumers, Gram elimination for ḡ, the reverse in-chunk cumsum of ḡ and the
  * GVA group sums of q̄, k̄. Wbar: WY scratch [NC*HV][BT][Kp] (used only when !wbar_in_smem);
  * acc: GVA scratch 2×[NC*H][BT][Kp] (used only when HV > H). */
+/* pullback_ws.cu: the same pullback (ReWY, scalar gates, K = V = 128) as a warp-specialized block on sm_90a
+ * (Plan::pb_ws; launch_pullback hands over to it): the same inputs and outputs */
+bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
+                 const void *do_, const void *dq, const void *dk, const void *dv); /* Plan::pb_ws */
+cudaError_t launch_pullback_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
+                               const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR,
+                               float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw, float *dg,
+                               cudaStream_t s);
 cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *v,
                             const void *beta, const float *GB, const float *A, const void *do_,
                             const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR, int wy,

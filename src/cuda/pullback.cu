@@ -852,6 +852,7 @@ cudaError_t launch_pullback(const Prob &p, rewy_dtype dt, const void *q, const v
                             float *Wbar, float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw,
                             float *dg, cudaStream_t s) {
     (void)beta; /* β comes from GB */
+    if (p.plan.pb_ws && !wy) return launch_pullback_ws(p, q, k, v, GB, do_, Sc, Sbar, R, PR, acc, dq, dk, dv, dbeta, graw, dg, s);
     return with_dtype(dt, [&](auto t) {
         return run<decltype(t)>(p, q, k, v, GB, A, do_, Sc, Sbar, R, PR, wy, Wbar, acc, dq, dk, dv, dbeta, graw, dg, s);
     });

@@ -42,12 +42,15 @@ typedef struct rewy_test_force {
     int chain_ws;    /* policy R's chains as the warp-specialized wgmma pair (chain_ws.cu; sm_90a binary, bf16, K of 64 or
                       * 128, V = 128; by default in place of 128-column register chains): 1 on where it applies (any
                       * grid), 0 off */
+    int pb_ws;       /* the scalar-gate ReWY pullback as the warp-specialized wgmma kernel (pullback_ws.cu; sm_90a binary,
+                      * bf16, K = V = 128): 1 on where it applies, 0 off (the default until it is measured) */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
+                         REWY_TEST_AUTO};
     return f;
 }
 
@@ -63,6 +66,7 @@ typedef struct rewy_test_plan {
     int chain_bulk; /* policy R's register chains take full chunks by bulk copies */
     int fwd_ws;     /* the forward pass's chain as the warp-specialized kernel (then fwd_chain is 128) */
     int chain_ws;   /* policy R's chains as the warp-specialized pair (then chain_bvc is 128) */
+    int pb_ws;      /* the scalar-gate ReWY pullback as the warp-specialized kernel (pullback_ws.cu) */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */
 } rewy_test_plan;

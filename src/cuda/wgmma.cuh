@@ -92,6 +92,18 @@ __device__ __forceinline__ void wg_wait() {
 #endif
 }
 
+/* A warp-specialized block's register split (every thread of the warpgroup executes it): a warpgroup that only issues
+ * copies gives registers back, the math warpgroups take them; the block's total must stay within the register file */
+template <int N> __device__ __forceinline__ void wg_setmaxnreg_dec() {
+#if REWY_WGMMA
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N> __device__ __forceinline__ void wg_setmaxnreg_inc() {
+#if REWY_WGMMA
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
 /* the accumulator element e of this thread: row and column (layout above) */
 __device__ __forceinline__ int wg_row(int e) { return 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2) + ((e & 2) ? 8 : 0); }
 __device__ __forceinline__ int wg_col(int e) { return 8 * (e >> 2) + 2 * (threadIdx.x & 3) + (e & 1); }

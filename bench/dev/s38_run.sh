@@ -1,0 +1,44 @@
+#!/bin/bash
+# Session 38's device script: the warp-specialized pullback (src/cuda/pullback_ws.cu, REWY_CUDA_PB_WS=1) against
+# pullback_fast (the default). One sm_90a build (build/d: test_cuda, variant_time) from .carry/s38.tar.xz if carried
+# (built here from the same tree), else built there. Modes, in the order given (output also in $OUT/run.log):
+#   smoke  one small forced call (a hang ends at its timeout), then test_cuda --v128 forced
+#   oracle test_cuda with the kernel forced: the whole matrix, time windows (--quick), beside the ws pair (--v128)
+#   time   GPU-bound ms fwd/bwd, default | forced, GDN and DeltaNet at $SHAPES; the pullback kernels' device time at
+#          GDN (8,2048,32) and (4,4096,16) both ways
+#   san    racecheck and memcheck of test_cuda --v128 with the kernel forced
+#   dflt   test_cuda at the defaults (the plan checks)
+set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
+exec > >(tee -a $OUT/run.log) 2>&1
+B=build/d
+source bench/dev/device_helpers.sh
+device_build .carry/s38.tar.xz "$@"
+F=REWY_CUDA_PB_WS=1
+san() { # san TOOL ENV… -- ARGS
+  local tool=$1; shift; local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
+  env "${a[@]}" REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+    $B/tests/cuda/test_cuda "$@" > /tmp/cs.log 2>&1
+  echo "$tool [${a[*]} $*] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
+  grep -E -A3 "Error|Race|Hazard" /tmp/cs.log | head -24
+}
+for mode in "$@"; do case $mode in
+smoke)
+  timeout 20 env $F $B/bench/dev/variant_time gdn 2 512 4 > /tmp/sm.log 2>&1; echo "smoke rc=$? $(el)"; tail -3 /tmp/sm.log
+  TC_LIMIT=60 oracle $F -- --v128 ;;
+oracle)
+  oracle $F; oracle REWY_CUDA_WIN=3 $F -- --quick; oracle REWY_CUDA_CHAIN_WS=1 $F -- --v128 ;;
+time)
+  echo "| op | shape | default | $F |" > /tmp/tab.txt
+  for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
+    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F $B/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/tab.txt
+  done; done
+  for sh in "8 2048 32" "4 4096 16"; do for e in REWY_CUDA_PB_WS=0 $F; do echo "[kernels gdn $sh $e]"
+    ( export $e; kernel_table $B/bench/dev/variant_time gdn $sh ) | grep -i pullback
+  done; done
+  cat /tmp/tab.txt ;;
+san)
+  san racecheck $F -- --v128; san memcheck $F -- --v128 ;;
+dflt)
+  oracle -- ;;
+esac; done
+echo "total $(el)"

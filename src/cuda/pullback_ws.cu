@@ -1,0 +1,449 @@
+/* pullback_ws.cu: the scalar-gate ReWY pullback (pullback.cu's math, term for term: its header names every term) as a
+ * warp-specialized persistent block on Hopper's warpgroup products and tensor copies, for bf16, chunk 64, K = V = 128,
+ * sm_90a. One block an SM walks its items, an item being one (chunk slot, value head): the value heads of a key head's
+ * group one after another (they share K and Q and add into q̄, k̄), then its next slot.
+ *
+ * Why: pullback_fast_kernel (16 mma.sync warps) waits on its copies phase after phase; session 36's two-warpgroup form
+ * of this math (commit 9cd3bf5) was slower still, its math warps issuing their own copies. Here one producer warp
+ * issues every copy (tma.cuh's boxes, a zero-filling cp.async for a sequence's tail chunk) into a ring, and the two
+ * math warpgroups only wait on mbarriers and compute, so the next item's bytes stream in while this one's products,
+ * epilogue and stores run. The pullback moves about 160 KB a chunk and head and does 12.6 MFLOP: it is bound by bytes,
+ * and what it needs is copies always in flight.
+ *
+ * Shared memory: two slab stages (V columns 64·s …: P, Ō, R, V boxes and S̄⁺, S_c as two boxes each, 64 KB), K and Q
+ * (one stage, 32 KB), the three Γ tiles (boxes, written here), the gates of two items. Slab s of every item goes to
+ * stage s. Barriers: full[s] (the producer's copies of a slab; one arrival with the bytes), empty[s] (the eight math
+ * warps are done reading a slab), kq full and kq empty likewise for K and Q (loaded once a key head, released after
+ * the group's last value head).
+ *
+ * Warpgroup w owns the K-wide results' features 64·w … (one box of K, Q, S̄⁺, S_c), so that a thread holds four
+ * m64n64 accumulators over the item:
+ *   X  = D = P Rᵀ (w = 0) or H_q = Ō Rᵀ (w = 1), over V;
+ *   B̂ = −γ ⊙ (P S_cᵀ) + Γ K,   Ŷ = e^{G_n−G} ⊙ (R S̄⁺ᵀ) + Γ_βᵀ K + Γ_H'ᵀ Q,   Q̂ = scale·γ ⊙ (Ō S_cᵀ) + Γ_H' K;
+ *   k̄ = β ⊙ B̂ + Ŷ,  q̄ = Q̂,  β̄ = ⟨k, B̂⟩ + ⟨P, v⟩,  Ḡ = ⟨k, β ⊙ B̂ − Ŷ⟩ + ⟨q, Q̂⟩  (Ŷ = pullback_fast's Ĉ + F̂).
+ * An item, math side: for each slab, wait full[s]; the four V-long products (X, F, Bh, Qh) beside dv = β P, ⟨P, v⟩ and
+ * ⟨S̄⁺, S_c⟩; release it (empty[s]). Then Γ = 𝓛_<(−D) ⊙ e^{G_i−G_j}, Γ_β = diag(β) Γ, Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j}
+ * into their boxes (Γ_βᵀ and Γ_H'ᵀ read MN-major); wait kq full; the four K-side products; the epilogue (dq, dk, the
+ * row sums, the in-chunk suffix sum of Ḡ as pullback_fast_kernel's). */
+#include "kernels.cuh"
+#include "ws.cuh"
+
+namespace rewy_cuda {
+
+constexpr int PS_MATH = 256;          /* two math warpgroups */
+constexpr int PS_NT = PS_MATH + 128;  /* and the producer warpgroup, of which one warp copies */
+constexpr int PS_BAR = 1;             /* the math warpgroups' named barrier */
+
+struct PsLayout {
+    static constexpr int B = TMA_BOX;
+    /* a slab stage: P, Ō, R, V (one box each: tokens × 64 columns), S̄⁺ and S_c (two boxes each: features 0–63, 64–127) */
+    static constexpr int oP = 0, oO = B, oR = 2 * B, oV = 3 * B, oSb = 4 * B, oSc = 6 * B, STAGE = 8 * B;
+    static constexpr int oK = 2 * STAGE, oQ = oK + 2 * B;                  /* [64 tokens][128 features], two boxes */
+    static constexpr int oG = oQ + 2 * B, oGb = oG + B, oH = oGb + B;      /* Γ, Γ_β, Γ_H' */
+    static constexpr int oGB = oH + B;                                     /* the gates of items it & 1: G, then β */
+    static constexpr int oRed = oGB + 2 * GB_BYTES;   /* β̄, Ḡ row terms [2][64] each, ⟨P, v⟩ by row [64], sums [16] */
+    static constexpr int oMB = oRed + (5 * MAXBT + 16) * 4; /* mbarriers: full[2], empty[2], kq full, kq empty */
+    static constexpr int TOTAL = oMB + 6 * 8;
+    static constexpr unsigned SLAB_BYTES = 8 * B, SLAB_ROW_BYTES = 4 * B; /* of which P, Ō, R, V (a tail's: cp.async) */
+};
+
+/* the maps: k, q [token][H·K]; v, o (dO) [token][HV·V]; r, p (R, P) [slot·HV·64][V]; sc, sb (S_c, S̄⁺) [slot·HV·K][V] */
+struct PsMaps {
+    CUtensorMap k, q, v, o, r, p, sc, sb;
+};
+
+/* the block sums of x and of y over the math warps (one pair of their barriers); red: 16 floats */
+__device__ __forceinline__ float2 ps_sum2(float x, float y, float *red) {
+    for (int o = 16; o > 0; o >>= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+        y += __shfl_xor_sync(0xffffffffu, y, o);
+    }
+    ws_sync(PS_BAR, PS_MATH);
+    if ((threadIdx.x & 31) == 0) {
+        red[threadIdx.x >> 5] = x;
+        red[8 + (threadIdx.x >> 5)] = y;
+    }
+    ws_sync(PS_BAR, PS_MATH);
+    float2 s = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        s.x += red[w];
+        s.y += red[8 + w];
+    }
+    return s;
+}
+
+__global__ void __launch_bounds__(PS_NT, 1)
+pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                   const __nv_bfloat16 *v, const float *GB, const __nv_bfloat16 *do_, const rp_t *R, const rp_t *PR,
+                   float *acc, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, __nv_bfloat16 *dbeta,
+                   const float *graw, float *dg) {
+#if REWY_WGMMA
+    using T = __nv_bfloat16;
+    using T2 = __nv_bfloat162;
+    using L = PsLayout;
+    constexpr int KD = 128;
+    extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
+    const int tid = threadIdx.x;
+    const unsigned mb = smem_u32(smc + L::oMB);
+    const unsigned full0 = mb, empty0 = mb + 16, kq_full = mb + 32, kq_empty = mb + 40; /* full[s]: full0 + 8·s … */
+    auto stage = [&](int s) { return smc + s * L::STAGE; };
+    auto gates = [&](int it) { return reinterpret_cast<float *>(smc + L::oGB + (it & 1) * GB_BYTES); };
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+
+    /* the items: unit u = (slot u % nslot, key head u / nslot), value heads r = 0 … G−1 of its group; both roles walk
+     * the same sequence */
+    const int nslot = chunk_slots(p), nunit = nslot * p.H;
+    auto unit_chunk = [&](int u) { /* the unit's chunk, −1 for an empty slot or chunk */
+        const int c = slot_chunk(p, u % nslot);
+        return c >= 0 && p.ctab[c].n > 0 ? c : -1;
+    };
+    auto next_unit = [&](int u) {
+        for (u += gridDim.x; u < nunit; u += gridDim.x)
+            if (unit_chunk(u) >= 0) return u;
+        return nunit;
+    };
+    const int u0 = (int)blockIdx.x < nunit && unit_chunk(blockIdx.x) >= 0 ? (int)blockIdx.x : next_unit(blockIdx.x);
+    if (u0 >= nunit) return; /* the whole block */
+    if (tid == 0) {
+        mbar_init(full0, 1);
+        mbar_init(full0 + 8, 1);
+        mbar_init(empty0, 8);
+        mbar_init(empty0 + 8, 8);
+        mbar_init(kq_full, 1);
+        mbar_init(kq_empty, 8);
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (tid >= PS_MATH) {
+        /* the registers go to the math warpgroups (ptxas counts the block in whole warpgroups: 168 a thread for all) */
+        wg_setmaxnreg_dec<40>();
+        if (tid >= PS_MATH + 32) return;
+        /* ---- the producer warp: lane 0 issues the tensor copies; a tail chunk's token rows (P, Ō, R, V, K, Q) come by
+         * every lane's zero-filling cp.async, waited on and fenced before lane 0's arrival publishes them */
+        const int lane = tid & 31;
+        int it = 0, ku = 0;
+        for (int u = u0; u < nunit; u = next_unit(u), ku++) {
+            const int c = unit_chunk(u), h = u / nslot;
+            const ChunkInfo ci = p.ctab[c];
+            const bool tail = ci.n < MAXBT;
+            ChunkInfo wi = ci; /* a workspace tile's rows (P, R): from its own first row */
+            wi.tok0 = 0;
+            for (int r = 0; r < p.G; r++, it++) {
+                const int hv = h * p.G + r;
+                const int x = (u % nslot) * p.HV + hv; /* the workspace index (slot, value head) */
+#pragma unroll 1
+                for (int s = 0; s < 2; s++) {
+                    char *const st = stage(s);
+                    const unsigned f = full0 + 8 * s;
+                    if (it > 0) mbar_wait(empty0 + 8 * s, (it - 1) & 1); /* the previous item's slab s is read */
+                    if (tail) {
+                        ws_copy_tail<64, 32>(st + L::oP, PR + (size_t)x * MAXBT * p.V, p.V, 64 * s, wi, lane);
+                        ws_copy_tail<64, 32>(st + L::oO, do_, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
+                        ws_copy_tail<64, 32>(st + L::oR, R + (size_t)x * MAXBT * p.V, p.V, 64 * s, wi, lane);
+                        ws_copy_tail<64, 32>(st + L::oV, v, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
+                        cp_async_commit();
+                        cp_async_wait_group<0>();
+                        wg_proxy_fence(); /* for the products' reads */
+                        __syncwarp();
+                    }
+                    if (lane == 0) {
+                        const unsigned sa = smem_u32(st);
+                        bulk_fence(); /* the math warps' reads of this stage (released on empty[s]) before these writes */
+                        mbar_expect(f, (tail ? L::SLAB_BYTES - L::SLAB_ROW_BYTES : L::SLAB_BYTES) + (s == 0 ? GB_BYTES : 0));
+                        if (!tail) {
+                            tma_box(sa + L::oP, &m.p, 64 * s, x * MAXBT, f);
+                            tma_box(sa + L::oO, &m.o, hv * p.V + 64 * s, ci.tok0, f);
+                            tma_box(sa + L::oR, &m.r, 64 * s, x * MAXBT, f);
+                            tma_box(sa + L::oV, &m.v, hv * p.V + 64 * s, ci.tok0, f);
+                        }
+#pragma unroll
+                        for (int w = 0; w < 2; w++) {
+                            tma_box(sa + L::oSb + w * L::B, &m.sb, 64 * s, x * KD + 64 * w, f);
+                            tma_box(sa + L::oSc + w * L::B, &m.sc, 64 * s, x * KD + 64 * w, f);
+                        }
+                        if (s == 0) bulk_g2s(smem_u32(gates(it)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, f);
+                    }
+                }
+                if (r == 0) { /* K and Q of the key head, once the previous unit's last value head is done with them */
+                    if (ku > 0) mbar_wait(kq_empty, (ku - 1) & 1);
+                    if (tail) {
+                        ws_copy_tail<KD, 32>(smc + L::oK, k, rsk, (size_t)h * p.K, ci, lane);
+                        ws_copy_tail<KD, 32>(smc + L::oQ, q, rsk, (size_t)h * p.K, ci, lane);
+                        cp_async_commit();
+                        cp_async_wait_group<0>();
+                        wg_proxy_fence();
+                        __syncwarp();
+                    }
+                    if (lane == 0) {
+                        bulk_fence();
+                        mbar_expect(kq_full, tail ? 0u : 4u * L::B);
+                        if (!tail) {
+                            tma_tile<KD>(smem_u32(smc + L::oK), &m.k, h * KD, ci.tok0, kq_full);
+                            tma_tile<KD>(smem_u32(smc + L::oQ), &m.q, h * KD, ci.tok0, kq_full);
+                        }
+                    }
+                }
+            }
+        }
+        return;
+    }
+
+    /* ---- the math warpgroups: four m64n64 accumulators a thread */
+    wg_setmaxnreg_inc<232>();
+    const int w = tid >> 7, lane = tid & 31;
+    T *const Gm = reinterpret_cast<T *>(smc + L::oG), *const Gb = reinterpret_cast<T *>(smc + L::oGb);
+    T *const Hm = reinterpret_cast<T *>(smc + L::oH);
+    const T *const Ks = reinterpret_cast<const T *>(smc + L::oK), *const Qs = reinterpret_cast<const T *>(smc + L::oQ);
+    float *const rowb = reinterpret_cast<float *>(smc + L::oRed); /* [2][64] β̄ row terms by warpgroup */
+    float *const rowg = rowb + 2 * MAXBT;                          /* [2][64] Ḡ row terms */
+    float *const rowp = rowg + 2 * MAXBT;                          /* [64] ⟨P, v⟩, then Ḡ's row totals */
+    float *const red = rowp + MAXBT;                               /* [16] block sums */
+    const int i0 = wg_row(0), f0 = 64 * w; /* this thread's rows i0, i0 + 8; this warpgroup's features */
+    const float sc = p.scale;
+    const bool gated = p.gated && dg; /* whether Ḡ is wanted: its terms are skipped otherwise (DeltaNet) */
+    /* K and Q read MN-major from this warpgroup's features (the K-side products' B operands) */
+    const uint32_t kxlo = wg_lo<OpSt::LBO>(smc + L::oK + w * L::B), qxlo = wg_lo<OpSt::LBO>(smc + L::oQ + w * L::B);
+    int it = 0, ku = 0;
+    for (int u = u0; u < nunit; u = next_unit(u), ku++) {
+        const int c = unit_chunk(u), h = u / nslot;
+        const ChunkInfo ci = p.ctab[c];
+        const int n = ci.n, tok0 = ci.tok0;
+        for (int r = 0; r < p.G; r++, it++) {
+            const int hv = h * p.G + r;
+            const float *const Gs = gates(it), *const bs = Gs + MAXBT;
+
+            /* ---- the V slabs: X = D or H_q, F = R S̄⁺ᵀ, Bh = P S_cᵀ, Qh = Ō S_cᵀ; dv = β P, ⟨P, v⟩, ⟨S̄⁺, S_c⟩ beside */
+            float X[32], F[32], Bh[32], Qh[32];
+            float pv = 0.f, lam = 0.f;
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                const char *const st = stage(s);
+                mbar_wait(full0 + 8 * s, it & 1);
+                __syncwarp(); /* converged before the products (else ptxas serializes every wgmma of the kernel) */
+                const uint32_t plo = wg_lo<OpSk::LBO>(st + L::oP), olo = wg_lo<OpSk::LBO>(st + L::oO);
+                const uint32_t rlo = wg_lo<OpSk::LBO>(st + L::oR);
+                const uint32_t sblo = wg_lo<OpSk::LBO>(st + L::oSb + w * L::B), sclo = wg_lo<OpSk::LBO>(st + L::oSc + w * L::B);
+                wg_arrive();
+                ws_mma<OpSk, OpSk, 64>(X, w ? olo : plo, rlo, s > 0);
+                ws_mma<OpSk, OpSk, 64>(F, rlo, sblo, s > 0);
+                ws_mma<OpSk, OpSk, 64>(Bh, plo, sclo, s > 0);
+                ws_mma<OpSk, OpSk, 64>(Qh, olo, sclo, s > 0);
+                wg_commit();
+                { /* beside the products: row tid / 4, two 8-column pieces a thread */
+                    const int i = tid >> 2;
+                    const T *const Ps = reinterpret_cast<const T *>(st + L::oP), *const Vs = reinterpret_cast<const T *>(st + L::oV);
+                    if (i < n) {
+                        const float bi = bs[i];
+#pragma unroll
+                        for (int m8 = 0; m8 < 2; m8++) {
+                            const int c8 = ((tid & 3) + 4 * m8) * 8;
+                            float pf[8], vf[8];
+                            ld8(Ps + sw128(i, c8), pf);
+                            ld8(Vs + sw128(i, c8), vf);
+#pragma unroll
+                            for (int e = 0; e < 8; e++) {
+                                pv += pf[e] * vf[e];
+                                pf[e] *= bi;
+                            }
+                            st8(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + 64 * s + c8, pf);
+                        }
+                    }
+                    if (gated) { /* S̄⁺ and S_c in the same layout: elementwise by position */
+                        const T *const a = reinterpret_cast<const T *>(st + L::oSb), *const b = reinterpret_cast<const T *>(st + L::oSc);
+#pragma unroll
+                        for (int y = 0; y < 2 * L::B / 16 / PS_MATH; y++) lam += dot8(a + 8 * (tid + PS_MATH * y), b + 8 * (tid + PS_MATH * y));
+                    }
+                }
+                wg_wait();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(empty0 + 8 * s); /* this warp is done with slab s */
+            }
+
+            /* ---- Γ = 𝓛_<(−D) ⊙ e^{G_i−G_j} and Γ_β = diag(β) Γ (warpgroup 0), Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j}
+             * (warpgroup 1), in bf16 boxes (the previous item's K-side products, their last readers, ended before its
+             * closing barrier). Every element takes its exponential, of 0 where masked, and the mask selects. */
+            {
+                const float g0 = Gs[i0], g1 = Gs[i0 + 8], b0 = bs[i0], b1 = bs[i0 + 8];
+                const int strict = w == 0;
+                const float sgn = w ? sc : -1.f;
+#pragma unroll
+                for (int e = 0; e < 32; e += 2) {
+                    const int i = wg_row(e), j = wg_col(e);
+                    const float gi = e & 2 ? g1 : g0;
+                    const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
+                    const float x0 = k0 ? sgn * X[e] * gexp(p, k0 ? gi - Gs[j] : 0.f) : 0.f;
+                    const float x1 = k1 ? sgn * X[e + 1] * gexp(p, k1 ? gi - Gs[j + 1] : 0.f) : 0.f;
+                    if (w == 0) {
+                        const float bi = e & 2 ? b1 : b0;
+                        *reinterpret_cast<T2 *>(Gm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
+                        *reinterpret_cast<T2 *>(Gb + sw128(i, j)) = __floats2bfloat162_rn(bi * x0, bi * x1);
+                    } else {
+                        *reinterpret_cast<T2 *>(Hm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
+                    }
+                }
+                wg_proxy_fence(); /* for the K-side products */
+            }
+            /* the row scalings of the V-long products: F̂ = e^{G_n−G} ⊙ (R S̄⁺ᵀ), −γ ⊙ (P S_cᵀ), scale·γ ⊙ (Ō S_cᵀ) */
+            {
+                const float gl = Gs[n - 1];
+                const float e0 = i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, e1 = i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f;
+                const float y0 = gexp(p, Gs[i0]), y1 = gexp(p, Gs[i0 + 8]);
+#pragma unroll
+                for (int e = 0; e < 32; e++) {
+                    const bool hi = e & 2;
+                    F[e] *= hi ? e1 : e0;
+                    Bh[e] *= hi ? -y1 : -y0;
+                    Qh[e] *= sc * (hi ? y1 : y0);
+                }
+            }
+            ws_sync(PS_BAR, PS_MATH); /* every Γ tile is in */
+            mbar_wait(kq_full, ku & 1);
+            __syncwarp();
+            /* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ */
+            float endp = 0.f;
+            if (gated)
+#pragma unroll
+                for (int e = 0; e < 32; e += 2) {
+                    const float2 kk = __bfloat1622float2(*reinterpret_cast<const T2 *>(Ks + sw128(wg_row(e), f0 + wg_col(e))));
+                    endp += kk.x * F[e] + kk.y * F[e + 1];
+                }
+
+            /* ---- the K-side products: B̂ += Γ K, Ŷ += Γ_βᵀ K + Γ_H'ᵀ Q, Q̂ += Γ_H' K ---- */
+            wg_arrive();
+            ws_mma<OpSk, OpSt, MAXBT>(Bh, wg_lo<OpSk::LBO>(Gm), kxlo, true);
+            ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Gb), kxlo, true);
+            ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Hm), qxlo, true);
+            ws_mma<OpSk, OpSt, MAXBT>(Qh, wg_lo<OpSk::LBO>(Hm), kxlo, true);
+            wg_commit();
+            wg_wait();
+
+            /* ---- k̄ = β B̂ + Ŷ, q̄ = Q̂ and the row terms of β̄, Ḡ, from the registers ---- */
+            const float b0 = bs[i0], b1 = bs[i0 + 8];
+            float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f};
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const int i = wg_row(e), f = f0 + wg_col(e), hi = (e >> 1) & 1;
+                const float bb = hi ? b1 : b0;
+                const float2 kk = __bfloat1622float2(*reinterpret_cast<const T2 *>(Ks + sw128(i, f)));
+                const float dk0 = bb * Bh[e] + F[e], dk1 = bb * Bh[e + 1] + F[e + 1];
+                sb[hi] += kk.x * Bh[e] + kk.y * Bh[e + 1];
+                if (gated) {
+                    const float2 qq = __bfloat1622float2(*reinterpret_cast<const T2 *>(Qs + sw128(i, f)));
+                    sg[hi] += kk.x * (bb * Bh[e] - F[e]) + kk.y * (bb * Bh[e + 1] - F[e + 1]) + qq.x * Qh[e] + qq.y * Qh[e + 1];
+                }
+                if (i >= n) continue;
+                const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + f;
+                if (p.G == 1) {
+                    *reinterpret_cast<T2 *>(dk + o) = __floats2bfloat162_rn(dk0, dk1);
+                    *reinterpret_cast<T2 *>(dq + o) = __floats2bfloat162_rn(Qh[e], Qh[e + 1]);
+                } else { /* GVA: q̄, k̄ summed over the group's value heads in fp32 scratch, written at the last */
+                    const size_t ab = (((size_t)c * p.H + h) * MAXBT + i) * p.Kp + f;
+                    float2 *aq = reinterpret_cast<float2 *>(acc + ab);
+                    float2 *ak = reinterpret_cast<float2 *>(acc + (size_t)p.NC * p.H * MAXBT * p.Kp + ab);
+                    float2 x = make_float2(Qh[e], Qh[e + 1]), y = make_float2(dk0, dk1);
+                    if (r > 0) {
+                        const float2 xa = *aq, ya = *ak;
+                        x.x += xa.x, x.y += xa.y, y.x += ya.x, y.y += ya.y;
+                    }
+                    if (r == p.G - 1) {
+                        *reinterpret_cast<T2 *>(dq + o) = __floats2bfloat162_rn(x.x, x.y);
+                        *reinterpret_cast<T2 *>(dk + o) = __floats2bfloat162_rn(y.x, y.y);
+                    } else {
+                        *aq = x;
+                        *ak = y;
+                    }
+                }
+            }
+            if (r == p.G - 1) { /* this warp's last reads of K and Q for the unit */
+                __syncwarp();
+                if (lane == 0) mbar_arrive(kq_empty);
+            }
+#pragma unroll
+            for (int z = 0; z < 2; z++) {
+                sb[z] += __shfl_xor_sync(0xffffffffu, sb[z], 1);
+                sb[z] += __shfl_xor_sync(0xffffffffu, sb[z], 2);
+                sg[z] += __shfl_xor_sync(0xffffffffu, sg[z], 1);
+                sg[z] += __shfl_xor_sync(0xffffffffu, sg[z], 2);
+            }
+            pv += __shfl_xor_sync(0xffffffffu, pv, 1);
+            pv += __shfl_xor_sync(0xffffffffu, pv, 2);
+            if ((lane & 3) == 0) {
+                rowb[w * MAXBT + i0] = sb[0];
+                rowb[w * MAXBT + i0 + 8] = sb[1];
+                rowg[w * MAXBT + i0] = sg[0];
+                rowg[w * MAXBT + i0 + 8] = sg[1];
+                rowp[tid >> 2] = pv;
+            }
+            const float2 sums = ps_sum2(lam, endp, red); /* (meets the math warps) */
+            if (tid < MAXBT) {
+                const int i = tid;
+                if (dbeta && i < n) st<T>(dbeta + (size_t)(tok0 + i) * p.HV + hv, rowp[i] + rowb[i] + rowb[MAXBT + i]);
+                rowp[i] = rowg[i] + rowg[MAXBT + i]; /* Ḡ row terms, for the suffix sum below */
+            }
+            ws_sync(PS_BAR, PS_MATH);
+            if (gated && tid < 32) { /* dg_i = Ḡ_n's state term + Σ_{m ≥ i} (row terms): a suffix scan, lane l rows 2l, 2l+1 */
+                const int i = 2 * lane;
+                const float a = i < n ? rowp[i] : 0.f, a2 = i + 1 < n ? rowp[i + 1] : 0.f;
+                float t = a + a2;
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const float y = __shfl_down_sync(0xffffffffu, t, o);
+                    if (lane + o < 32) t += y;
+                }
+                const float s0 = expf(Gs[n - 1]) * sums.x + sums.y;
+                const size_t th = (size_t)(tok0 + i) * p.HV + hv; /* a floored gate's ḡ is 0 (gates.h) */
+                if (i < n) dg[th] = rewy_gate_grad(graw[th], s0 + t, p.zero_h0 && ci.idx == 0 && i == 0);
+                if (i + 1 < n) dg[th + p.HV] = rewy_gate_grad(graw[th + p.HV], s0 + t - a, 0);
+            }
+            ws_sync(PS_BAR, PS_MATH); /* the row sums and the Γ tiles are free */
+        }
+    }
+#else
+    (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)do_, (void)R, (void)PR, (void)acc, (void)dq, (void)dk,
+        (void)dv, (void)dbeta, (void)graw, (void)dg;
+#endif
+}
+
+/* Whether the scalar-gate pullback runs as this kernel (Plan::pb_ws): ReWY, bf16 (and bf16 chunk states, R and P),
+ * chunk 64, K = V = 128, an sm_90a binary, the tiles in the device's shared memory, and 16-B aligned q, k, v, dO, dv with
+ * 4-B aligned dq, dk (NULL in a size query: no region depends on this choice). force.pb_ws = 1 takes it wherever it
+ * applies, 0 never; by default not yet. */
+bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
+                 const void *do_, const void *dq, const void *dk, const void *dv) {
+    if (vec || wy || dt != REWY_BF16 || p.BT != MAXBT || p.K != 128 || p.Kp != 128 || p.V != 128 || !p.plan.wgmma)
+        return false;
+    if (!std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
+    if ((size_t)PsLayout::TOTAL > p.plan.smem_optin) return false;
+    if ((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)do_ | (uintptr_t)dv) & 15) || (((uintptr_t)dq | (uintptr_t)dk) & 3))
+        return false;
+    return p.plan.force.pb_ws == 1;
+}
+
+cudaError_t launch_pullback_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
+                               const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR,
+                               float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw, float *dg,
+                               cudaStream_t s) {
+    using T = __nv_bfloat16;
+    if (p.K != 128 || p.Kp != 128 || p.V != 128) return cudaErrorInvalidValue;
+    const TmaEncoder enc;
+    PsMaps m{};
+    const uint64_t tok = (uint64_t)p.B * p.T, rows = (uint64_t)chunk_slots(p) * p.HV * MAXBT; /* the workspaces' rows */
+    if (!enc.map(&m.k, k, tok, (uint64_t)p.H * p.K, (uint64_t)p.H * p.K) || !enc.map(&m.q, q, tok, (uint64_t)p.H * p.K, (uint64_t)p.H * p.K) ||
+        !enc.map(&m.v, v, tok, (uint64_t)p.HV * p.V, (uint64_t)p.HV * p.V) ||
+        !enc.map(&m.o, do_, tok, (uint64_t)p.HV * p.V, (uint64_t)p.HV * p.V) || !enc.map(&m.r, R, rows, p.V, p.V) ||
+        !enc.map(&m.p, PR, rows, p.V, p.V) || !enc.map(&m.sc, Sc, rows / MAXBT * p.K, p.V, p.V) ||
+        !enc.map(&m.sb, Sbar, rows / MAXBT * p.K, p.V, p.V))
+        return cudaErrorInvalidValue;
+    const int nunit = chunk_slots(p) * p.H; /* a persistent grid: one block an SM walks every gridDim.x-th unit */
+    const int grid = p.plan.sms > 0 && p.plan.sms < nunit ? p.plan.sms : nunit;
+    constexpr size_t smem = PsLayout::TOTAL;
+    cudaError_t e = ensure_smem<pullback_ws_kernel>(smem);
+    if (e != cudaSuccess) return e;
+    pullback_ws_kernel<<<grid, PS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, (const T *)do_, R, PR,
+                                                 acc, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, graw, dg);
+    return cudaGetLastError();
+}
+
+} // namespace rewy_cuda
