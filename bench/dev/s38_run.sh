@@ -2,7 +2,7 @@
 # Session 38's device script: the warp-specialized pullback (src/cuda/pullback_ws.cu, REWY_CUDA_PB_WS=1) against
 # pullback_fast (the default). One sm_90a build (build/d: test_cuda, variant_time) from .carry/s38.tar.xz if carried
 # (built here from the same tree), else built there. Modes, in the order given (output also in $OUT/run.log):
-#   smoke  one small forced call (a hang ends at its timeout), then test_cuda --v128 forced
+#   smoke  one small forced call (a hang ends at its timeout, and the script), then test_cuda --v128 forced
 #   oracle test_cuda with the kernel forced: the whole matrix, time windows (--quick), beside the ws pair (--v128)
 #   time   GPU-bound ms fwd/bwd, default | forced, GDN and DeltaNet at $SHAPES; the pullback kernels' device time at
 #          GDN (8,2048,32) and (4,4096,16) both ways
@@ -23,7 +23,8 @@ san() { # san TOOL ENV… -- ARGS
 }
 for mode in "$@"; do case $mode in
 smoke)
-  timeout 20 env $F $B/bench/dev/variant_time gdn 2 512 4 > /tmp/sm.log 2>&1; echo "smoke rc=$? $(el)"; tail -3 /tmp/sm.log
+  timeout 20 env $F $B/bench/dev/variant_time gdn 2 512 4 > /tmp/sm.log 2>&1; rc=$?; echo "smoke rc=$rc $(el)"
+  tail -3 /tmp/sm.log; [ $rc = 0 ] || exit 1
   TC_LIMIT=60 oracle $F -- --v128 ;;
 oracle)
   oracle $F; oracle REWY_CUDA_WIN=3 $F -- --quick; oracle REWY_CUDA_CHAIN_WS=1 $F -- --v128 ;;
