@@ -8,6 +8,10 @@
 #          GDN (8,2048,32) and (4,4096,16) both ways
 #   san    racecheck and memcheck of test_cuda --v128 with the kernel forced
 #   dflt   test_cuda at the defaults (the plan checks)
+#   ab     GPU-bound ms of the backward forced, this build against build/old's variant_time (.carry/old.tar.xz, an earlier
+#          form of the kernel), GDN and DeltaNet at $SHAPES, and the pullback's device time at GDN (8,2048,32) both
+#   profile Nsight's source counters of the kernel forced at GDN (8,2048,32): $OUT/pb.csv (per SASS instruction),
+#          $OUT/pb.txt (sections)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1
 B=build/d
@@ -41,5 +45,22 @@ san)
   san racecheck $F -- --v128; san memcheck $F -- --v128 ;;
 dflt)
   oracle -- ;;
+ab)
+  tar xJf .carry/old.tar.xz
+  echo "| op | shape | old | new |" > /tmp/ab.txt
+  for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
+    echo "| $op | $s | $(gb $F build/old/variant_time $op ${s//x/ }) | $(gb $F $B/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/ab.txt
+  done; done
+  for t in build/old/variant_time $B/bench/dev/variant_time; do echo "[kernels gdn 8 2048 32 $t]"
+    ( export $F; kernel_table $t gdn 8 2048 32 ) | grep -i pullback
+  done
+  cat /tmp/ab.txt ;;
+profile)
+  env $F timeout 200 ncu --clock-control none -k "regex:pullback_ws" -c 1 --section SourceCounters --section WarpStateStats \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \
+    --section Occupancy -o /tmp/pb -f $B/bench/dev/variant_time gdn 8 2048 32 once > /dev/null 2>&1
+  ncu -i /tmp/pb.ncu-rep --page source --csv --print-source sass > $OUT/pb.csv 2>&1
+  ncu -i /tmp/pb.ncu-rep > $OUT/pb.txt 2>&1
+  echo "[profile] $(el)"; grep -E "Duration|Issued Warp|No Eligible|Registers Per|Throughput" $OUT/pb.txt | head -12 ;;
 esac; done
 echo "total $(el)"

@@ -10,11 +10,12 @@
  * epilogue and stores run. The pullback moves about 160 KB a chunk and head and does 12.6 MFLOP: it is bound by bytes,
  * and what it needs is copies always in flight.
  *
- * Shared memory: two slab stages (V columns 64·s …: P, Ō, R, V boxes and S̄⁺, S_c as two boxes each, 64 KB), K and Q
- * (one stage, 32 KB), the three Γ tiles (boxes, written here), the gates of two items. Slab s of every item goes to
- * stage s. Barriers: full[s] (the producer's copies of a slab; one arrival with the bytes), empty[s] (the eight math
- * warps are done reading a slab), kq full and kq empty likewise for K and Q (loaded once a key head, released after
- * the group's last value head).
+ * Shared memory: two slab stages (V columns 64·s …: P, Ō, R, V boxes and S̄⁺, S_c as two boxes each, 64 KB), two
+ * stages of K and Q (32 KB each: the next unit's arrive during this one), the three Γ tiles (boxes, written here), the
+ * gates of two items. Slab s of every item goes to stage s, K and Q of unit ku to stage ku & 1. Barriers: full[s] (the
+ * producer's copies of a slab; one arrival with the bytes), empty[s] (the eight math warps are done reading a slab),
+ * kq full[z] and kq empty[z] likewise for K and Q (loaded once a key head, released after the group's last value
+ * head).
  *
  * Warpgroup w owns the K-wide results' features 64·w … (one box of K, Q, S̄⁺, S_c), so that a thread holds four
  * m64n64 accumulators over the item:
@@ -38,12 +39,13 @@ struct PsLayout {
     static constexpr int B = TMA_BOX;
     /* a slab stage: P, Ō, R, V (one box each: tokens × 64 columns), S̄⁺ and S_c (two boxes each: features 0–63, 64–127) */
     static constexpr int oP = 0, oO = B, oR = 2 * B, oV = 3 * B, oSb = 4 * B, oSc = 6 * B, STAGE = 8 * B;
-    static constexpr int oK = 2 * STAGE, oQ = oK + 2 * B;                  /* [64 tokens][128 features], two boxes */
-    static constexpr int oG = oQ + 2 * B, oGb = oG + B, oH = oGb + B;      /* Γ, Γ_β, Γ_H' */
+    static constexpr int oK = 2 * STAGE, oQ = oK + 2 * B, KQ = 4 * B;     /* [64 tokens][128 features], two boxes; stage z
+                                                                            * at + z·KQ */
+    static constexpr int oG = oK + 2 * KQ, oGb = oG + B, oH = oGb + B;     /* Γ, Γ_β, Γ_H' */
     static constexpr int oGB = oH + B;                                     /* the gates of items it & 1: G, then β */
     static constexpr int oRed = oGB + 2 * GB_BYTES;   /* β̄, Ḡ row terms [2][64] each, ⟨P, v⟩ by row [64], sums [16] */
-    static constexpr int oMB = oRed + (5 * MAXBT + 16) * 4; /* mbarriers: full[2], empty[2], kq full, kq empty */
-    static constexpr int TOTAL = oMB + 6 * 8;
+    static constexpr int oMB = oRed + (5 * MAXBT + 16) * 4; /* mbarriers: full[2], empty[2], kq full[2], kq empty[2] */
+    static constexpr int TOTAL = oMB + 8 * 8;
     static constexpr unsigned SLAB_BYTES = 8 * B, SLAB_ROW_BYTES = 4 * B; /* of which P, Ō, R, V (a tail's: cp.async) */
 };
 
@@ -86,7 +88,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
     const int tid = threadIdx.x;
     const unsigned mb = smem_u32(smc + L::oMB);
-    const unsigned full0 = mb, empty0 = mb + 16, kq_full = mb + 32, kq_empty = mb + 40; /* full[s]: full0 + 8·s … */
+    const unsigned full0 = mb, empty0 = mb + 16, kq_full0 = mb + 32, kq_empty0 = mb + 48; /* full[s]: full0 + 8·s … */
     auto stage = [&](int s) { return smc + s * L::STAGE; };
     auto gates = [&](int it) { return reinterpret_cast<float *>(smc + L::oGB + (it & 1) * GB_BYTES); };
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
@@ -110,8 +112,11 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
         mbar_init(full0 + 8, 1);
         mbar_init(empty0, 8);
         mbar_init(empty0 + 8, 8);
-        mbar_init(kq_full, 1);
-        mbar_init(kq_empty, 8);
+#pragma unroll
+        for (int z = 0; z < 2; z++) {
+            mbar_init(kq_full0 + 8 * z, 1);
+            mbar_init(kq_empty0 + 8 * z, 8);
+        }
         mbar_init_fence();
     }
     __syncthreads();
@@ -166,11 +171,14 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                         if (s == 0) bulk_g2s(smem_u32(gates(it)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, f);
                     }
                 }
-                if (r == 0) { /* K and Q of the key head, once the previous unit's last value head is done with them */
-                    if (ku > 0) mbar_wait(kq_empty, (ku - 1) & 1);
+                if (r == 0) { /* K and Q of the key head into stage ku & 1, once unit ku − 2's last value head is done there */
+                    const int z = ku & 1;
+                    const unsigned kf = kq_full0 + 8 * z;
+                    char *const kq = smc + z * L::KQ;
+                    if (ku > 1) mbar_wait(kq_empty0 + 8 * z, ((ku >> 1) - 1) & 1);
                     if (tail) {
-                        ws_copy_tail<KD, 32>(smc + L::oK, k, rsk, (size_t)h * p.K, ci, lane);
-                        ws_copy_tail<KD, 32>(smc + L::oQ, q, rsk, (size_t)h * p.K, ci, lane);
+                        ws_copy_tail<KD, 32>(kq + L::oK, k, rsk, (size_t)h * p.K, ci, lane);
+                        ws_copy_tail<KD, 32>(kq + L::oQ, q, rsk, (size_t)h * p.K, ci, lane);
                         cp_async_commit();
                         cp_async_wait_group<0>();
                         wg_proxy_fence();
@@ -178,10 +186,10 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                     }
                     if (lane == 0) {
                         bulk_fence();
-                        mbar_expect(kq_full, tail ? 0u : 4u * L::B);
+                        mbar_expect(kf, tail ? 0u : (unsigned)L::KQ);
                         if (!tail) {
-                            tma_tile<KD>(smem_u32(smc + L::oK), &m.k, h * KD, ci.tok0, kq_full);
-                            tma_tile<KD>(smem_u32(smc + L::oQ), &m.q, h * KD, ci.tok0, kq_full);
+                            tma_tile<KD>(smem_u32(kq + L::oK), &m.k, h * KD, ci.tok0, kf);
+                            tma_tile<KD>(smem_u32(kq + L::oQ), &m.q, h * KD, ci.tok0, kf);
                         }
                     }
                 }
@@ -195,7 +203,6 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     const int w = tid >> 7, lane = tid & 31;
     T *const Gm = reinterpret_cast<T *>(smc + L::oG), *const Gb = reinterpret_cast<T *>(smc + L::oGb);
     T *const Hm = reinterpret_cast<T *>(smc + L::oH);
-    const T *const Ks = reinterpret_cast<const T *>(smc + L::oK), *const Qs = reinterpret_cast<const T *>(smc + L::oQ);
     float *const rowb = reinterpret_cast<float *>(smc + L::oRed); /* [2][64] β̄ row terms by warpgroup */
     float *const rowg = rowb + 2 * MAXBT;                          /* [2][64] Ḡ row terms */
     float *const rowp = rowg + 2 * MAXBT;                          /* [64] ⟨P, v⟩, then Ḡ's row totals */
@@ -203,11 +210,13 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     const int i0 = wg_row(0), f0 = 64 * w; /* this thread's rows i0, i0 + 8; this warpgroup's features */
     const float sc = p.scale;
     const bool gated = p.gated && dg; /* whether Ḡ is wanted: its terms are skipped otherwise (DeltaNet) */
-    /* K and Q read MN-major from this warpgroup's features (the K-side products' B operands) */
-    const uint32_t kxlo = wg_lo<OpSt::LBO>(smc + L::oK + w * L::B), qxlo = wg_lo<OpSt::LBO>(smc + L::oQ + w * L::B);
     int it = 0, ku = 0;
     for (int u = u0; u < nunit; u = next_unit(u), ku++) {
-        const int c = unit_chunk(u), h = u / nslot;
+        const int c = unit_chunk(u), h = u / nslot, z = ku & 1;
+        const char *const kq = smc + z * L::KQ;
+        const T *const Ks = reinterpret_cast<const T *>(kq + L::oK), *const Qs = reinterpret_cast<const T *>(kq + L::oQ);
+        /* K and Q read MN-major from this warpgroup's features (the K-side products' B operands) */
+        const uint32_t kxlo = wg_lo<OpSt::LBO>(kq + L::oK + w * L::B), qxlo = wg_lo<OpSt::LBO>(kq + L::oQ + w * L::B);
         const ChunkInfo ci = p.ctab[c];
         const int n = ci.n, tok0 = ci.tok0;
         for (int r = 0; r < p.G; r++, it++) {
@@ -299,7 +308,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                 }
             }
             ws_sync(PS_BAR, PS_MATH); /* every Γ tile is in */
-            mbar_wait(kq_full, ku & 1);
+            mbar_wait(kq_full0 + 8 * z, (ku >> 1) & 1);
             __syncwarp();
             /* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ */
             float endp = 0.f;
@@ -358,7 +367,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
             }
             if (r == p.G - 1) { /* this warp's last reads of K and Q for the unit */
                 __syncwarp();
-                if (lane == 0) mbar_arrive(kq_empty);
+                if (lane == 0) mbar_arrive(kq_empty0 + 8 * z);
             }
 #pragma unroll
             for (int z = 0; z < 2; z++) {
