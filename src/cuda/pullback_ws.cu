@@ -10,12 +10,12 @@
  * epilogue and stores run. The pullback moves about 160 KB a chunk and head and does 12.6 MFLOP: it is bound by bytes,
  * and what it needs is copies always in flight.
  *
- * Shared memory: two slab stages (V columns 64·s …: P, Ō, R, V boxes and S̄⁺, S_c as two boxes each, 64 KB), two
- * stages of K and Q (32 KB each: the next unit's arrive during this one), the three Γ tiles (boxes, written here), the
- * gates of two items. Slab s of every item goes to stage s, K and Q of unit ku to stage ku & 1. Barriers: full[s] (the
- * producer's copies of a slab; one arrival with the bytes), empty[s] (the eight math warps are done reading a slab),
- * kq full[z] and kq empty[z] likewise for K and Q (loaded once a key head, released after the group's last value
- * head).
+ * Shared memory: two slab stages (V columns 64·s …: P, Ō, R, V boxes and S̄⁺, S_c as two boxes each, 64 KB), K and Q
+ * (one stage, 32 KB), the three Γ tiles (boxes, written here), the gates of two items. Slab s of every item goes to
+ * stage s. Barriers: full[s] (the producer's copies of a slab: an arrival by each of its lanes, lane 0's with the bytes
+ * of its tensor copies, so that each lane's own tail copies are published by its own arrival), empty[s] (the eight
+ * math warps are done reading a slab), kq full and kq empty likewise for K and Q (loaded once a key head, released
+ * after the group's last value head).
  *
  * Warpgroup w owns the K-wide results' features 64·w … (one box of K, Q, S̄⁺, S_c), so that a thread holds four
  * m64n64 accumulators over the item:
@@ -39,13 +39,12 @@ struct PsLayout {
     static constexpr int B = TMA_BOX;
     /* a slab stage: P, Ō, R, V (one box each: tokens × 64 columns), S̄⁺ and S_c (two boxes each: features 0–63, 64–127) */
     static constexpr int oP = 0, oO = B, oR = 2 * B, oV = 3 * B, oSb = 4 * B, oSc = 6 * B, STAGE = 8 * B;
-    static constexpr int oK = 2 * STAGE, oQ = oK + 2 * B, KQ = 4 * B;     /* [64 tokens][128 features], two boxes; stage z
-                                                                            * at + z·KQ */
-    static constexpr int oG = oK + 2 * KQ, oGb = oG + B, oH = oGb + B;     /* Γ, Γ_β, Γ_H' */
+    static constexpr int oK = 2 * STAGE, oQ = oK + 2 * B;                  /* [64 tokens][128 features], two boxes */
+    static constexpr int oG = oQ + 2 * B, oGb = oG + B, oH = oGb + B;      /* Γ, Γ_β, Γ_H' */
     static constexpr int oGB = oH + B;                                     /* the gates of items it & 1: G, then β */
     static constexpr int oRed = oGB + 2 * GB_BYTES;   /* β̄, Ḡ row terms [2][64] each, ⟨P, v⟩ by row [64], sums [16] */
-    static constexpr int oMB = oRed + (5 * MAXBT + 16) * 4; /* mbarriers: full[2], empty[2], kq full[2], kq empty[2] */
-    static constexpr int TOTAL = oMB + 8 * 8;
+    static constexpr int oMB = oRed + (5 * MAXBT + 16) * 4; /* mbarriers: full[2], empty[2], kq full, kq empty */
+    static constexpr int TOTAL = oMB + 6 * 8;
     static constexpr unsigned SLAB_BYTES = 8 * B, SLAB_ROW_BYTES = 4 * B; /* of which P, Ō, R, V (a tail's: cp.async) */
 };
 
@@ -54,13 +53,13 @@ struct PsMaps {
     CUtensorMap k, q, v, o, r, p, sc, sb;
 };
 
-/* the block sums of x and of y over the math warps (one pair of their barriers); red: 16 floats */
+/* the block sums of x and of y over the math warps (one of their barriers: the caller's item has a barrier between
+ * the last reads of red and these writes); red: 16 floats */
 __device__ __forceinline__ float2 ps_sum2(float x, float y, float *red) {
     for (int o = 16; o > 0; o >>= 1) {
         x += __shfl_xor_sync(0xffffffffu, x, o);
         y += __shfl_xor_sync(0xffffffffu, y, o);
     }
-    ws_sync(PS_BAR, PS_MATH);
     if ((threadIdx.x & 31) == 0) {
         red[threadIdx.x >> 5] = x;
         red[8 + (threadIdx.x >> 5)] = y;
@@ -88,7 +87,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
     const int tid = threadIdx.x;
     const unsigned mb = smem_u32(smc + L::oMB);
-    const unsigned full0 = mb, empty0 = mb + 16, kq_full0 = mb + 32, kq_empty0 = mb + 48; /* full[s]: full0 + 8·s … */
+    const unsigned full0 = mb, empty0 = mb + 16, kq_full = mb + 32, kq_empty = mb + 40; /* full[s]: full0 + 8·s … */
     auto stage = [&](int s) { return smc + s * L::STAGE; };
     auto gates = [&](int it) { return reinterpret_cast<float *>(smc + L::oGB + (it & 1) * GB_BYTES); };
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
@@ -108,15 +107,12 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     const int u0 = (int)blockIdx.x < nunit && unit_chunk(blockIdx.x) >= 0 ? (int)blockIdx.x : next_unit(blockIdx.x);
     if (u0 >= nunit) return; /* the whole block */
     if (tid == 0) {
-        mbar_init(full0, 1);
-        mbar_init(full0 + 8, 1);
-        mbar_init(empty0, 8);
+        mbar_init(full0, 32); /* the producer's lanes (lane 0 with the bytes) */
+        mbar_init(full0 + 8, 32);
+        mbar_init(empty0, 8); /* the math warps */
         mbar_init(empty0 + 8, 8);
-#pragma unroll
-        for (int z = 0; z < 2; z++) {
-            mbar_init(kq_full0 + 8 * z, 1);
-            mbar_init(kq_empty0 + 8 * z, 8);
-        }
+        mbar_init(kq_full, 32);
+        mbar_init(kq_empty, 8);
         mbar_init_fence();
     }
     __syncthreads();
@@ -126,10 +122,11 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
         wg_setmaxnreg_dec<40>();
         if (tid >= PS_MATH + 32) return;
         /* ---- the producer warp: lane 0 issues the tensor copies; a tail chunk's token rows (P, Ō, R, V, K, Q) come by
-         * every lane's zero-filling cp.async, waited on and fenced before lane 0's arrival publishes them */
+         * every lane's zero-filling cp.async, waited on and fenced before the lane's arrival publishes them */
         const int lane = tid & 31;
         int it = 0, ku = 0;
-        for (int u = u0; u < nunit; u = next_unit(u), ku++) {
+        for (int u = u0, un; u < nunit; u = un, ku++) {
+            un = next_unit(u); /* early: its chunk-table reads are global loads */
             const int c = unit_chunk(u), h = u / nslot;
             const ChunkInfo ci = p.ctab[c];
             const bool tail = ci.n < MAXBT;
@@ -151,9 +148,9 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                         cp_async_commit();
                         cp_async_wait_group<0>();
                         wg_proxy_fence(); /* for the products' reads */
-                        __syncwarp();
                     }
-                    if (lane == 0) {
+                    if (lane != 0) mbar_arrive(f);
+                    else {
                         const unsigned sa = smem_u32(st);
                         bulk_fence(); /* the math warps' reads of this stage (released on empty[s]) before these writes */
                         mbar_expect(f, (tail ? L::SLAB_BYTES - L::SLAB_ROW_BYTES : L::SLAB_BYTES) + (s == 0 ? GB_BYTES : 0));
@@ -171,25 +168,22 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                         if (s == 0) bulk_g2s(smem_u32(gates(it)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, f);
                     }
                 }
-                if (r == 0) { /* K and Q of the key head into stage ku & 1, once unit ku − 2's last value head is done there */
-                    const int z = ku & 1;
-                    const unsigned kf = kq_full0 + 8 * z;
-                    char *const kq = smc + z * L::KQ;
-                    if (ku > 1) mbar_wait(kq_empty0 + 8 * z, ((ku >> 1) - 1) & 1);
+                if (r == 0) { /* K and Q of the key head, once the previous unit's last value head is done with them */
+                    if (ku > 0) mbar_wait(kq_empty, (ku - 1) & 1);
                     if (tail) {
-                        ws_copy_tail<KD, 32>(kq + L::oK, k, rsk, (size_t)h * p.K, ci, lane);
-                        ws_copy_tail<KD, 32>(kq + L::oQ, q, rsk, (size_t)h * p.K, ci, lane);
+                        ws_copy_tail<KD, 32>(smc + L::oK, k, rsk, (size_t)h * p.K, ci, lane);
+                        ws_copy_tail<KD, 32>(smc + L::oQ, q, rsk, (size_t)h * p.K, ci, lane);
                         cp_async_commit();
                         cp_async_wait_group<0>();
                         wg_proxy_fence();
-                        __syncwarp();
                     }
-                    if (lane == 0) {
+                    if (lane != 0) mbar_arrive(kq_full);
+                    else {
                         bulk_fence();
-                        mbar_expect(kf, tail ? 0u : (unsigned)L::KQ);
+                        mbar_expect(kq_full, tail ? 0u : 4u * L::B);
                         if (!tail) {
-                            tma_tile<KD>(smem_u32(kq + L::oK), &m.k, h * KD, ci.tok0, kf);
-                            tma_tile<KD>(smem_u32(kq + L::oQ), &m.q, h * KD, ci.tok0, kf);
+                            tma_tile<KD>(smem_u32(smc + L::oK), &m.k, h * KD, ci.tok0, kq_full);
+                            tma_tile<KD>(smem_u32(smc + L::oQ), &m.q, h * KD, ci.tok0, kq_full);
                         }
                     }
                 }
@@ -203,25 +197,33 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     const int w = tid >> 7, lane = tid & 31;
     T *const Gm = reinterpret_cast<T *>(smc + L::oG), *const Gb = reinterpret_cast<T *>(smc + L::oGb);
     T *const Hm = reinterpret_cast<T *>(smc + L::oH);
+    const T *const Ks = reinterpret_cast<const T *>(smc + L::oK), *const Qs = reinterpret_cast<const T *>(smc + L::oQ);
     float *const rowb = reinterpret_cast<float *>(smc + L::oRed); /* [2][64] β̄ row terms by warpgroup */
     float *const rowg = rowb + 2 * MAXBT;                          /* [2][64] Ḡ row terms */
-    float *const rowp = rowg + 2 * MAXBT;                          /* [64] ⟨P, v⟩, then Ḡ's row totals */
+    float *const rowp = rowg + 2 * MAXBT;                          /* [64] ⟨P, v⟩ */
     float *const red = rowp + MAXBT;                               /* [16] block sums */
     const int i0 = wg_row(0), f0 = 64 * w; /* this thread's rows i0, i0 + 8; this warpgroup's features */
     const float sc = p.scale;
     const bool gated = p.gated && dg; /* whether Ḡ is wanted: its terms are skipped otherwise (DeltaNet) */
+    /* K and Q read MN-major from this warpgroup's features (the K-side products' B operands) */
+    const uint32_t kxlo = wg_lo<OpSt::LBO>(smc + L::oK + w * L::B), qxlo = wg_lo<OpSt::LBO>(smc + L::oQ + w * L::B);
     int it = 0, ku = 0;
-    for (int u = u0; u < nunit; u = next_unit(u), ku++) {
-        const int c = unit_chunk(u), h = u / nslot, z = ku & 1;
-        const char *const kq = smc + z * L::KQ;
-        const T *const Ks = reinterpret_cast<const T *>(kq + L::oK), *const Qs = reinterpret_cast<const T *>(kq + L::oQ);
-        /* K and Q read MN-major from this warpgroup's features (the K-side products' B operands) */
-        const uint32_t kxlo = wg_lo<OpSt::LBO>(kq + L::oK + w * L::B), qxlo = wg_lo<OpSt::LBO>(kq + L::oQ + w * L::B);
+    for (int u = u0, un; u < nunit; u = un, ku++) {
+        un = next_unit(u); /* early, as the producer's */
+        const int c = unit_chunk(u), h = u / nslot;
         const ChunkInfo ci = p.ctab[c];
         const int n = ci.n, tok0 = ci.tok0;
         for (int r = 0; r < p.G; r++, it++) {
             const int hv = h * p.G + r;
             const float *const Gs = gates(it), *const bs = Gs + MAXBT;
+            /* the raw gates of rows 2·lane, 2·lane + 1 for the suffix sum at the end, loaded now: read there, their
+             * latency held the other warps at the item's closing barrier */
+            float gr0 = 0.f, gr1 = 0.f;
+            const size_t th = (size_t)(tok0 + 2 * lane) * p.HV + hv;
+            if (gated && tid < 32) {
+                if (2 * lane < n) gr0 = graw[th];
+                if (2 * lane + 1 < n) gr1 = graw[th + p.HV];
+            }
 
             /* ---- the V slabs: X = D or H_q, F = R S̄⁺ᵀ, Bh = P S_cᵀ, Qh = Ō S_cᵀ; dv = β P, ⟨P, v⟩, ⟨S̄⁺, S_c⟩ beside */
             float X[32], F[32], Bh[32], Qh[32];
@@ -245,18 +247,21 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                     const T *const Ps = reinterpret_cast<const T *>(st + L::oP), *const Vs = reinterpret_cast<const T *>(st + L::oV);
                     if (i < n) {
                         const float bi = bs[i];
+                        float pf[2][8], vf[2][8]; /* both pieces read before the stores (as G below) */
 #pragma unroll
                         for (int m8 = 0; m8 < 2; m8++) {
                             const int c8 = ((tid & 3) + 4 * m8) * 8;
-                            float pf[8], vf[8];
-                            ld8(Ps + sw128(i, c8), pf);
-                            ld8(Vs + sw128(i, c8), vf);
+                            ld8(Ps + sw128(i, c8), pf[m8]);
+                            ld8(Vs + sw128(i, c8), vf[m8]);
+                        }
+#pragma unroll
+                        for (int m8 = 0; m8 < 2; m8++) {
 #pragma unroll
                             for (int e = 0; e < 8; e++) {
-                                pv += pf[e] * vf[e];
-                                pf[e] *= bi;
+                                pv += pf[m8][e] * vf[m8][e];
+                                pf[m8][e] *= bi;
                             }
-                            st8(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + 64 * s + c8, pf);
+                            st8(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + 64 * s + ((tid & 3) + 4 * m8) * 8, pf[m8]);
                         }
                     }
                     if (gated) { /* S̄⁺ and S_c in the same layout: elementwise by position */
@@ -277,13 +282,18 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                 const float g0 = Gs[i0], g1 = Gs[i0 + 8], b0 = bs[i0], b1 = bs[i0 + 8];
                 const int strict = w == 0;
                 const float sgn = w ? sc : -1.f;
+                /* G at this thread's 16 columns, read before the stores: the compiler cannot move shared reads past
+                 * stores through generic pointers, so reads between them wait one by one */
+                float gc[16]; /* gc[2b + a]: column 8b + 2(t % 4) + a, i.e. wg_col(e) of e = 4b + a */
+#pragma unroll
+                for (int b = 0; b < 16; b++) gc[b] = Gs[wg_col(2 * (b & ~1) + (b & 1))];
 #pragma unroll
                 for (int e = 0; e < 32; e += 2) {
                     const int i = wg_row(e), j = wg_col(e);
                     const float gi = e & 2 ? g1 : g0;
                     const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
-                    const float x0 = k0 ? sgn * X[e] * gexp(p, k0 ? gi - Gs[j] : 0.f) : 0.f;
-                    const float x1 = k1 ? sgn * X[e + 1] * gexp(p, k1 ? gi - Gs[j + 1] : 0.f) : 0.f;
+                    const float x0 = k0 ? sgn * X[e] * gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f) : 0.f;
+                    const float x1 = k1 ? sgn * X[e + 1] * gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f) : 0.f;
                     if (w == 0) {
                         const float bi = e & 2 ? b1 : b0;
                         *reinterpret_cast<T2 *>(Gm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
@@ -308,7 +318,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                 }
             }
             ws_sync(PS_BAR, PS_MATH); /* every Γ tile is in */
-            mbar_wait(kq_full0 + 8 * z, (ku >> 1) & 1);
+            mbar_wait(kq_full, ku & 1);
             __syncwarp();
             /* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ */
             float endp = 0.f;
@@ -331,15 +341,21 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
             /* ---- k̄ = β B̂ + Ŷ, q̄ = Q̂ and the row terms of β̄, Ḡ, from the registers ---- */
             const float b0 = bs[i0], b1 = bs[i0 + 8];
             float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f};
+            T2 kr[16], qr[16]; /* K and Q at this thread's places, read before the stores below (as G above) */
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                kr[e / 2] = *reinterpret_cast<const T2 *>(Ks + sw128(wg_row(e), f0 + wg_col(e)));
+                qr[e / 2] = gated ? *reinterpret_cast<const T2 *>(Qs + sw128(wg_row(e), f0 + wg_col(e))) : kr[e / 2];
+            }
 #pragma unroll
             for (int e = 0; e < 32; e += 2) {
                 const int i = wg_row(e), f = f0 + wg_col(e), hi = (e >> 1) & 1;
                 const float bb = hi ? b1 : b0;
-                const float2 kk = __bfloat1622float2(*reinterpret_cast<const T2 *>(Ks + sw128(i, f)));
+                const float2 kk = __bfloat1622float2(kr[e / 2]);
                 const float dk0 = bb * Bh[e] + F[e], dk1 = bb * Bh[e + 1] + F[e + 1];
                 sb[hi] += kk.x * Bh[e] + kk.y * Bh[e + 1];
                 if (gated) {
-                    const float2 qq = __bfloat1622float2(*reinterpret_cast<const T2 *>(Qs + sw128(i, f)));
+                    const float2 qq = __bfloat1622float2(qr[e / 2]);
                     sg[hi] += kk.x * (bb * Bh[e] - F[e]) + kk.y * (bb * Bh[e + 1] - F[e + 1]) + qq.x * Qh[e] + qq.y * Qh[e + 1];
                 }
                 if (i >= n) continue;
@@ -367,7 +383,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
             }
             if (r == p.G - 1) { /* this warp's last reads of K and Q for the unit */
                 __syncwarp();
-                if (lane == 0) mbar_arrive(kq_empty0 + 8 * z);
+                if (lane == 0) mbar_arrive(kq_empty);
             }
 #pragma unroll
             for (int z = 0; z < 2; z++) {
@@ -385,28 +401,31 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                 rowg[w * MAXBT + i0 + 8] = sg[1];
                 rowp[tid >> 2] = pv;
             }
-            const float2 sums = ps_sum2(lam, endp, red); /* (meets the math warps) */
-            if (tid < MAXBT) {
-                const int i = tid;
-                if (dbeta && i < n) st<T>(dbeta + (size_t)(tok0 + i) * p.HV + hv, rowp[i] + rowb[i] + rowb[MAXBT + i]);
-                rowp[i] = rowg[i] + rowg[MAXBT + i]; /* Ḡ row terms, for the suffix sum below */
-            }
-            ws_sync(PS_BAR, PS_MATH);
-            if (gated && tid < 32) { /* dg_i = Ḡ_n's state term + Σ_{m ≥ i} (row terms): a suffix scan, lane l rows 2l, 2l+1 */
+            const float2 sums = ps_sum2(lam, endp, red); /* (meets the math warps: the row terms are in) */
+            /* the first warp finishes the item alone, lane l at rows 2l, 2l + 1: dβ, and dg_i = Ḡ_n's state term +
+             * Σ_{m ≥ i} (row terms), a suffix scan. The others go on to the next item: its Γ barrier is where every
+             * warp's reads of this item's row terms, sums and Γ tiles are behind everyone, and its gates buffer comes
+             * back only after this warp released the next item's first slab. */
+            if (tid < 32) {
                 const int i = 2 * lane;
-                const float a = i < n ? rowp[i] : 0.f, a2 = i + 1 < n ? rowp[i + 1] : 0.f;
+                if (dbeta) {
+                    if (i < n) st<T>(dbeta + th, rowp[i] + rowb[i] + rowb[MAXBT + i]);
+                    if (i + 1 < n) st<T>(dbeta + th + p.HV, rowp[i + 1] + rowb[i + 1] + rowb[MAXBT + i + 1]);
+                }
+            }
+            if (gated && tid < 32) {
+                const int i = 2 * lane;
+                const float a = i < n ? rowg[i] + rowg[MAXBT + i] : 0.f, a2 = i + 1 < n ? rowg[i + 1] + rowg[MAXBT + i + 1] : 0.f;
                 float t = a + a2;
 #pragma unroll
                 for (int o = 1; o < 32; o <<= 1) {
                     const float y = __shfl_down_sync(0xffffffffu, t, o);
                     if (lane + o < 32) t += y;
                 }
-                const float s0 = expf(Gs[n - 1]) * sums.x + sums.y;
-                const size_t th = (size_t)(tok0 + i) * p.HV + hv; /* a floored gate's ḡ is 0 (gates.h) */
-                if (i < n) dg[th] = rewy_gate_grad(graw[th], s0 + t, p.zero_h0 && ci.idx == 0 && i == 0);
-                if (i + 1 < n) dg[th + p.HV] = rewy_gate_grad(graw[th + p.HV], s0 + t - a, 0);
+                const float s0 = expf(Gs[n - 1]) * sums.x + sums.y; /* a floored gate's ḡ is 0 (gates.h) */
+                if (i < n) dg[th] = rewy_gate_grad(gr0, s0 + t, p.zero_h0 && ci.idx == 0 && i == 0);
+                if (i + 1 < n) dg[th + p.HV] = rewy_gate_grad(gr1, s0 + t - a, 0);
             }
-            ws_sync(PS_BAR, PS_MATH); /* the row sums and the Γ tiles are free */
         }
     }
 #else
