@@ -8,6 +8,10 @@
 #          GDN (8,2048,32) and (4,4096,16) both ways
 #   san    racecheck and memcheck of test_cuda --v128 with the kernel forced
 #   dflt   test_cuda at the defaults (the plan checks)
+#   final  the kernel as the default (K = V = 128): test_cuda at the defaults (whole matrix), with pullback_fast
+#          (REWY_CUDA_PB_WS=0, --v128) and with time windows (--quick); racecheck and memcheck at the defaults and racecheck
+#          with REWY_CUDA_PB_WS=0 (--v128); GPU-bound ms default | REWY_CUDA_PB_WS=0 at $SHAPES; each kernel's device
+#          time in one call at GDN (8,2048,32) and (4,4096,16)
 #   ab     GPU-bound ms of the backward forced, this build against build/old's variant_time (.carry/old.tar.xz, an earlier
 #          form of the kernel), GDN and DeltaNet at $SHAPES, and the pullback's device time at GDN (8,2048,32) both
 #   profile Nsight's source counters of the kernel forced at GDN (8,2048,32): $OUT/pb.csv (per SASS instruction),
@@ -45,6 +49,20 @@ san)
   san racecheck $F -- --v128; san memcheck $F -- --v128 ;;
 dflt)
   oracle -- ;;
+final)
+  F0=REWY_CUDA_PB_WS=0
+  oracle --; oracle $F0 -- --v128; oracle REWY_CUDA_WIN=3 -- --quick
+  san racecheck -- --v128; san memcheck -- --v128; san racecheck $F0 -- --v128
+  echo "| op | shape | default | $F0 |" > /tmp/tab.txt
+  for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
+    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F0 $B/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/tab.txt
+  done; done
+  for sh in "8 2048 32" "4 4096 16"; do echo "[kernels gdn $sh]"
+    kernel_table $B/bench/dev/variant_time gdn $sh | awk '{k = substr($0, index($0, "us") + 4); sub(/^void /, "", k);
+      sub(/[(].*/, "", k); t[k] += $1; n[k]++} END {for (k in t) printf "%9.1f us  %3d launches  %s\n", t[k], n[k], k}' |
+      sort -rn | head -9
+  done
+  cat /tmp/tab.txt ;;
 ab)
   tar xJf .carry/old.tar.xz
   echo "| op | shape | old | new |" > /tmp/ab.txt

@@ -13,9 +13,10 @@
  * Shared memory: two slab stages (V columns 64·s …: P, Ō, R, V boxes and S̄⁺, S_c as two boxes each, 64 KB), K and Q
  * (one stage, 32 KB), the three Γ tiles (boxes, written here), the gates of two items. Slab s of every item goes to
  * stage s. Barriers: full[s] (the producer's copies of a slab: an arrival by each of its lanes, lane 0's with the bytes
- * of its tensor copies, so that each lane's own tail copies are published by its own arrival), empty[s] (the eight
- * math warps are done reading a slab), kq full and kq empty likewise for K and Q (loaded once a key head, released
- * after the group's last value head).
+ * of its tensor copies, so that each lane's own tail copies are published by its own arrival), empty[s] (every math
+ * thread is done reading a slab: an arrival each, as its own reads are what the next copy must follow; one a warp
+ * after a warp barrier is as correct, but racecheck reports it), kq full and kq empty likewise for K and Q (loaded
+ * once a key head, released after the group's last value head).
  *
  * Warpgroup w owns the K-wide results' features 64·w … (one box of K, Q, S̄⁺, S_c), so that a thread holds four
  * m64n64 accumulators over the item:
@@ -109,10 +110,10 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     if (tid == 0) {
         mbar_init(full0, 32); /* the producer's lanes (lane 0 with the bytes) */
         mbar_init(full0 + 8, 32);
-        mbar_init(empty0, 8); /* the math warps */
-        mbar_init(empty0 + 8, 8);
+        mbar_init(empty0, PS_MATH); /* every math thread, after its own last reads */
+        mbar_init(empty0 + 8, PS_MATH);
         mbar_init(kq_full, 32);
-        mbar_init(kq_empty, 8);
+        mbar_init(kq_empty, PS_MATH);
         mbar_init_fence();
     }
     __syncthreads();
@@ -271,8 +272,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                     }
                 }
                 wg_wait();
-                __syncwarp();
-                if (lane == 0) mbar_arrive(empty0 + 8 * s); /* this warp is done with slab s */
+                mbar_arrive(empty0 + 8 * s); /* this thread is done with slab s */
             }
 
             /* ---- Γ = 𝓛_<(−D) ⊙ e^{G_i−G_j} and Γ_β = diag(β) Γ (warpgroup 0), Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j}
@@ -381,10 +381,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                     }
                 }
             }
-            if (r == p.G - 1) { /* this warp's last reads of K and Q for the unit */
-                __syncwarp();
-                if (lane == 0) mbar_arrive(kq_empty);
-            }
+            if (r == p.G - 1) mbar_arrive(kq_empty); /* this thread's last reads of K and Q for the unit */
 #pragma unroll
             for (int z = 0; z < 2; z++) {
                 sb[z] += __shfl_xor_sync(0xffffffffu, sb[z], 1);
@@ -436,8 +433,10 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
 
 /* Whether the scalar-gate pullback runs as this kernel (Plan::pb_ws): ReWY, bf16 (and bf16 chunk states, R and P),
  * chunk 64, K = V = 128, an sm_90a binary, the tiles in the device's shared memory, and 16-B aligned q, k, v, dO, dv with
- * 4-B aligned dq, dk (NULL in a size query: no region depends on this choice). force.pb_ws = 1 takes it wherever it
- * applies, 0 never; by default not yet. */
+ * 4-B aligned dq, dk (NULL in a size query: no region depends on this choice). By default wherever it applies: it beat
+ * pullback_fast_kernel at every suite shape (H100, session 38: the kernel 1,114 → 815 µs at GDN (8,2048,32), 152 → 115
+ * µs a window at (4,4096,16); GPU-bound backward GDN 2.112 → 1.827 and 1.324 → 1.182 ms, PERF.md). force.pb_ws = 0
+ * keeps pullback_fast_kernel (the tests of it at these sizes), 1 is the default's choice. */
 bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
                  const void *do_, const void *dq, const void *dk, const void *dv) {
     if (vec || wy || dt != REWY_BF16 || p.BT != MAXBT || p.K != 128 || p.Kp != 128 || p.V != 128 || !p.plan.wgmma)
@@ -446,7 +445,7 @@ bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q,
     if ((size_t)PsLayout::TOTAL > p.plan.smem_optin) return false;
     if ((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)do_ | (uintptr_t)dv) & 15) || (((uintptr_t)dq | (uintptr_t)dk) & 3))
         return false;
-    return p.plan.force.pb_ws == 1;
+    return p.plan.force.pb_ws != 0;
 }
 
 cudaError_t launch_pullback_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,

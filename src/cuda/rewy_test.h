@@ -43,7 +43,7 @@ typedef struct rewy_test_force {
                       * 128, V = 128; by default in place of 128-column register chains): 1 on where it applies (any
                       * grid), 0 off */
     int pb_ws;       /* the scalar-gate ReWY pullback as the warp-specialized wgmma kernel (pullback_ws.cu; sm_90a binary,
-                      * bf16, K = V = 128): 1 on where it applies, 0 off (the default until it is measured) */
+                      * bf16, K = V = 128; the default where it applies): 0 off (pullback_fast), 1 on where it applies */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {

@@ -303,12 +303,12 @@ static void test_forced_plan(test_counts *tc) {
                       (f.chain == REWY_TEST_AUTO || !p128.chain_ws),
               "plan: the warp-specialized chain pair %d / %d (REWY_CUDA_CHAIN_WS %d, REWY_CUDA_CHAIN %d, chains of %d "
               "columns)", p.chain_ws, p128.chain_ws, f.chain_ws, f.chain, p128.chain_bvc);
-    /* the warp-specialized pullback (pullback_ws.cu): at K = V = 128 from an sm_90a binary where told (=1); not by
-     * default until measured */
+    /* the warp-specialized pullback (pullback_ws.cu): at K = V = 128 from an sm_90a binary, by default and where told
+     * (=1); never at =0 */
     rewy_test_plan pk;
     c.K = 128; c.V = 128;
     CHECK(tc, rewy_test_get_plan(&c, &f, &pk) == REWY_OK, "plan: rewy_test_get_plan (K = V = 128) failed");
-    CHECK(tc, !p.pb_ws && !p128.pb_ws && pk.pb_ws == (f.pb_ws == 1 && pk.wgmma),
+    CHECK(tc, !p.pb_ws && !p128.pb_ws && pk.pb_ws == (f.pb_ws != 0 && pk.wgmma),
           "plan: the warp-specialized pullback %d / %d / %d (REWY_CUDA_PB_WS %d, sm_90a binary %d)", p.pb_ws, p128.pb_ws,
           pk.pb_ws, f.pb_ws, pk.wgmma);
 }
