@@ -14,6 +14,8 @@
 #          time in one call at GDN (8,2048,32) and (4,4096,16)
 #   ab     GPU-bound ms of the backward forced, this build against build/old's variant_time (.carry/old.tar.xz, an earlier
 #          form of the kernel), GDN and DeltaNet at $SHAPES, and the pullback's device time at GDN (8,2048,32) both
+#   ab2    build/v (.carry/v.tar.xz: a variant built here on a dev branch) against this build: GPU-bound ms at $SHAPES
+#          (GDN; DeltaNet at the first three), then build/v's test_cuda (whole matrix) and racecheck (--v128)
 #   profile Nsight's source counters of the kernel forced at GDN (8,2048,32): $OUT/pb.csv (per SASS instruction),
 #          $OUT/pb.txt (sections)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
@@ -25,7 +27,7 @@ F=REWY_CUDA_PB_WS=1
 san() { # san TOOL ENV… -- ARGS
   local tool=$1; shift; local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
   env "${a[@]}" REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
-    $B/tests/cuda/test_cuda "$@" > /tmp/cs.log 2>&1
+    ${TB:-$B}/tests/cuda/test_cuda "$@" > /tmp/cs.log 2>&1
   echo "$tool [${a[*]} $*] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
   grep -E -A3 "Error|Race|Hazard" /tmp/cs.log | head -24
 }
@@ -72,6 +74,15 @@ ab)
   for t in build/old/variant_time $B/bench/dev/variant_time; do echo "[kernels gdn 8 2048 32 $t]"
     ( export $F; kernel_table $t gdn 8 2048 32 ) | grep -i pullback
   done
+  cat /tmp/ab.txt ;;
+ab2)
+  tar xJf .carry/v.tar.xz
+  echo "| op | shape | this build | build/v |" > /tmp/ab.txt
+  for s in ${SHAPES:-$SUITE_SHAPES} delta:8x2048x32 delta:16x1024x16 delta:4x4096x16; do
+    op=gdn; [ "${s%%:*}" = delta ] && { op=delta; s=${s#*:}; }
+    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb build/v/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/ab.txt
+  done
+  TB=build/v oracle --; TB=build/v san racecheck -- --v128
   cat /tmp/ab.txt ;;
 profile)
   env $F timeout 200 ncu --clock-control none -k "regex:pullback_ws" -c 1 --section SourceCounters --section WarpStateStats \
