@@ -1,4 +1,4 @@
-# device_helpers.sh: what the device scripts share (sourced by carried_bins.sh, s36_run.sh and s37_run.sh, from the
+# device_helpers.sh: what the device scripts share (sourced by carried_bins.sh and s36_run.sh … s38_run.sh, from the
 # repository root, after they set t0 and OUT).
 # el: seconds since t0
 el() { echo "$(( $(date +%s) - t0 )) s"; }
@@ -33,4 +33,13 @@ import csv, sys
 rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith('\"'))]
 h = rows[0]; n = h.index('Kernel Name'); m = h.index('Metric Value')
 for r in rows[1:]: print('%9.1f us  %s' % (float(r[m].replace(',', '')) / 1e3, r[n][:100]))"
+}
+# san TOOL ENV… -- ARGS: compute-sanitizer TOOL (memcheck, racecheck) over test_cuda of build $TB (default $B) with ENV,
+# without graph capture (ARGS: --quick, --v128); its summary line and the first reports
+san() {
+  local tool=$1; shift; local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
+  env "${a[@]}" REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+    ${TB:-$B}/tests/cuda/test_cuda "$@" > /tmp/cs.log 2>&1
+  echo "$tool [${a[*]} $*] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
+  grep -E -A3 "Error|Race|Hazard" /tmp/cs.log | head -24
 }

@@ -17,13 +17,6 @@ B=build/d
 source bench/dev/device_helpers.sh
 device_build .carry/s37.tar.xz "$@"
 W="REWY_CUDA_FWD_WS=1 REWY_CUDA_CHAIN_WS=1"
-san() { # san TOOL ENV… -- ARGS
-  local tool=$1; shift; local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
-  env "${a[@]}" REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
-    $B/tests/cuda/test_cuda "$@" > /tmp/cs.log 2>&1
-  echo "$tool [${a[*]} $*] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
-  grep -E -A3 "Error|Race|Hazard" /tmp/cs.log | head -24
-}
 for mode in "$@"; do case $mode in
 probe)
   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/wgmma_tma_probe bench/dev/wgmma_tma_probe.cu 2>&1 |

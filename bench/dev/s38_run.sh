@@ -24,13 +24,6 @@ B=build/d
 source bench/dev/device_helpers.sh
 device_build .carry/s38.tar.xz "$@"
 F=REWY_CUDA_PB_WS=1
-san() { # san TOOL ENV… -- ARGS
-  local tool=$1; shift; local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift
-  env "${a[@]}" REWY_TEST_NO_GRAPH=1 timeout ${SAN_LIMIT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
-    ${TB:-$B}/tests/cuda/test_cuda "$@" > /tmp/cs.log 2>&1
-  echo "$tool [${a[*]} $*] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
-  grep -E -A3 "Error|Race|Hazard" /tmp/cs.log | head -24
-}
 for mode in "$@"; do case $mode in
 smoke)
   timeout 20 env $F $B/bench/dev/variant_time gdn 2 512 4 > /tmp/sm.log 2>&1; rc=$?; echo "smoke rc=$rc $(el)"

@@ -202,6 +202,11 @@ template <class T> __device__ __forceinline__ void st8(T *a, const float (&x)[8]
         for (int m = 0; m < 8; m++) st<T>(a + m, x[m]);
     }
 }
+/* the sum over the four lanes that share a row of an mma / wgmma accumulator fragment (lanes 4r … 4r + 3) */
+__device__ __forceinline__ float sum4(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
 template <class T> __device__ __forceinline__ float dot8(const T *a, const T *b) {
     float x[8], y[8], s = 0.f;
     ld8(a, x);

@@ -750,10 +750,8 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         }
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 1);
-            sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 2);
-            sg[u] += __shfl_xor_sync(0xffffffffu, sg[u], 1);
-            sg[u] += __shfl_xor_sync(0xffffffffu, sg[u], 2);
+            sb[u] = sum4(sb[u]);
+            sg[u] = sum4(sg[u]);
         }
         if (t == 0) {
             redb[cq * MAXBT + i0 + g] = sb[0];

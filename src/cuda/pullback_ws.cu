@@ -384,13 +384,10 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
             if (r == p.G - 1) mbar_arrive(kq_empty); /* this thread's last reads of K and Q for the unit */
 #pragma unroll
             for (int z = 0; z < 2; z++) {
-                sb[z] += __shfl_xor_sync(0xffffffffu, sb[z], 1);
-                sb[z] += __shfl_xor_sync(0xffffffffu, sb[z], 2);
-                sg[z] += __shfl_xor_sync(0xffffffffu, sg[z], 1);
-                sg[z] += __shfl_xor_sync(0xffffffffu, sg[z], 2);
+                sb[z] = sum4(sb[z]);
+                sg[z] = sum4(sg[z]);
             }
-            pv += __shfl_xor_sync(0xffffffffu, pv, 1);
-            pv += __shfl_xor_sync(0xffffffffu, pv, 2);
+            pv = sum4(pv);
             if ((lane & 3) == 0) {
                 rowb[w * MAXBT + i0] = sb[0];
                 rowb[w * MAXBT + i0 + 8] = sb[1];

@@ -1008,10 +1008,7 @@ vec_pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const T *be
         });
     }
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
-        sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 1);
-        sb[u] += __shfl_xor_sync(0xffffffffu, sb[u], 2);
-    }
+    for (int u = 0; u < 2; u++) sb[u] = sum4(sb[u]);
     if (t == 0) {
         redb[cq * MAXBT + i0 + g] = sb[0];
         redb[cq * MAXBT + i0 + g + 8] = sb[1];
