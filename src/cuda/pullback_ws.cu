@@ -5,10 +5,11 @@
  *
  * Why: pullback_fast_kernel (16 mma.sync warps) waits on its copies phase after phase; session 36's two-warpgroup form
  * of this math (commit 9cd3bf5) was slower still, its math warps issuing their own copies. Here one producer warp
- * issues every copy (tma.cuh's boxes, a zero-filling cp.async for a sequence's tail chunk) into a ring, and the two
- * math warpgroups only wait on mbarriers and compute, so the next item's bytes stream in while this one's products,
- * epilogue and stores run. The pullback moves about 160 KB a chunk and head and does 12.6 MFLOP: it is bound by bytes,
- * and what it needs is copies always in flight.
+ * issues every copy (tma.cuh's boxes, a zero-filling cp.async for a sequence's tail chunk) into the stages below, and
+ * the two math warpgroups only wait on mbarriers and compute, so the next item's bytes stream in while this one's
+ * products, epilogue and stores run. A chunk and value head reads about 160 KB, writes 48 KB and does 12.6 MFLOP: the
+ * kernel is bound by bytes and latency, not products, and what it needs is copies always in flight (measurements:
+ * docs/PERF.md, session 38).
  *
  * Shared memory: two slab stages (V columns 64·s …: P, Ō, R, V boxes and S̄⁺, S_c as two boxes each, 64 KB), K and Q
  * (one stage, 32 KB), the three Γ tiles (boxes, written here), the gates of two items. Slab s of every item goes to
