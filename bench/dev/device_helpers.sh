@@ -34,6 +34,13 @@ rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith('\"'))]
 h = rows[0]; n = h.index('Kernel Name'); m = h.index('Metric Value')
 for r in rows[1:]: print('%9.1f us  %s' % (float(r[m].replace(',', '')) / 1e3, r[n][:100]))"
 }
+# kernel_sums: kernel_table's lines summed by kernel (its launches counted), the largest first
+kernel_sums() {
+  awk '{k = substr($0, index($0, "us") + 4); sub(/^void /, "", k); sub(/[(].*/, "", k); t[k] += $1; n[k]++}
+    END {for (k in t) printf "%9.1f us  %3d launches  %s\n", t[k], n[k], k}' | sort -rn
+}
+# row OP SHAPE LEFT RIGHT: a table row of gb's fwd/bwd ms for LEFT and RIGHT ("ENV… TOOL" each, split on spaces)
+row() { echo "| $1 | $2 | $(gb $3 $1 ${2//x/ }) | $(gb $4 $1 ${2//x/ }) |"; }
 # san TOOL ENV… -- ARGS: compute-sanitizer TOOL (memcheck, racecheck) over test_cuda of build $TB (default $B) with ENV,
 # without graph capture (ARGS: --quick, --v128); its summary line and the first reports
 san() {

@@ -43,9 +43,7 @@ profile) # where the ws blocks' time goes now: each kernel's device time in one 
   # (4,4096,16)), then Nsight's source counters of the forward block at (8,2048,32) and the pair at (4,4096,16):
   # $OUT/fwd.csv, pair.csv (per SASS instruction), fwd.txt, pair.txt (sections)
   for sh in "8 2048 32" "4 4096 16"; do echo "[kernels gdn $sh]"
-    kernel_table $B/bench/dev/variant_time gdn $sh | awk '{k = substr($0, index($0, "us") + 4); sub(/^void /, "", k);
-      sub(/[(].*/, "", k); t[k] += $1; n[k]++} END {for (k in t) printf "%9.1f us  %3d launches  %s\n", t[k], n[k], k}' |
-      sort -rn | head -9
+    kernel_table $B/bench/dev/variant_time gdn $sh | kernel_sums | head -9
   done
   for x in "fwd chain_ws_kernel 8 2048 32" "pair chain_pair_ws_kernel 4 4096 16"; do set -- $x
     timeout 200 ncu --clock-control none -k "regex:$2" -c 1 --section SourceCounters --section WarpStateStats \

@@ -23,10 +23,10 @@ exec > >(tee -a $OUT/run.log) 2>&1
 B=build/d
 source bench/dev/device_helpers.sh
 device_build .carry/s38.tar.xz "$@"
-F=REWY_CUDA_PB_WS=1
+F=REWY_CUDA_PB_WS=1 VT=$B/bench/dev/variant_time
 for mode in "$@"; do case $mode in
 smoke)
-  timeout 20 env $F $B/bench/dev/variant_time gdn 2 512 4 > /tmp/sm.log 2>&1; rc=$?; echo "smoke rc=$rc $(el)"
+  timeout 20 env $F $VT gdn 2 512 4 > /tmp/sm.log 2>&1; rc=$?; echo "smoke rc=$rc $(el)"
   tail -3 /tmp/sm.log; [ $rc = 0 ] || exit 1
   TC_LIMIT=60 oracle $F -- --v128 ;;
 oracle)
@@ -34,10 +34,10 @@ oracle)
 time)
   echo "| op | shape | default | $F |" > /tmp/tab.txt
   for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
-    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F $B/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/tab.txt
+    row $op $s "$VT" "$F $VT" | tee -a /tmp/tab.txt
   done; done
   for sh in "8 2048 32" "4 4096 16"; do for e in REWY_CUDA_PB_WS=0 $F; do echo "[kernels gdn $sh $e]"
-    ( export $e; kernel_table $B/bench/dev/variant_time gdn $sh ) | grep -i pullback
+    ( export $e; kernel_table $VT gdn $sh ) | grep -i pullback
   done; done
   cat /tmp/tab.txt ;;
 san)
@@ -50,21 +50,19 @@ final)
   san racecheck -- --v128; san memcheck -- --v128; san racecheck $F0 -- --v128
   echo "| op | shape | default | $F0 |" > /tmp/tab.txt
   for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
-    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb $F0 $B/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/tab.txt
+    row $op $s "$VT" "$F0 $VT" | tee -a /tmp/tab.txt
   done; done
   for sh in "8 2048 32" "4 4096 16"; do echo "[kernels gdn $sh]"
-    kernel_table $B/bench/dev/variant_time gdn $sh | awk '{k = substr($0, index($0, "us") + 4); sub(/^void /, "", k);
-      sub(/[(].*/, "", k); t[k] += $1; n[k]++} END {for (k in t) printf "%9.1f us  %3d launches  %s\n", t[k], n[k], k}' |
-      sort -rn | head -9
+    kernel_table $VT gdn $sh | kernel_sums | head -9
   done
   cat /tmp/tab.txt ;;
 ab)
   tar xJf .carry/old.tar.xz
   echo "| op | shape | old | new |" > /tmp/ab.txt
   for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
-    echo "| $op | $s | $(gb $F build/old/variant_time $op ${s//x/ }) | $(gb $F $B/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/ab.txt
+    row $op $s "$F build/old/variant_time" "$F $VT" | tee -a /tmp/ab.txt
   done; done
-  for t in build/old/variant_time $B/bench/dev/variant_time; do echo "[kernels gdn 8 2048 32 $t]"
+  for t in build/old/variant_time $VT; do echo "[kernels gdn 8 2048 32 $t]"
     ( export $F; kernel_table $t gdn 8 2048 32 ) | grep -i pullback
   done
   cat /tmp/ab.txt ;;
@@ -73,14 +71,14 @@ ab2)
   echo "| op | shape | this build | build/v |" > /tmp/ab.txt
   for s in ${SHAPES:-$SUITE_SHAPES} delta:8x2048x32 delta:16x1024x16 delta:4x4096x16; do
     op=gdn; [ "${s%%:*}" = delta ] && { op=delta; s=${s#*:}; }
-    echo "| $op | $s | $(gb $B/bench/dev/variant_time $op ${s//x/ }) | $(gb build/v/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/ab.txt
+    row $op $s "$VT" build/v/bench/dev/variant_time | tee -a /tmp/ab.txt
   done
   TB=build/v oracle --; TB=build/v san racecheck -- --v128
   cat /tmp/ab.txt ;;
 profile)
   env $F timeout 200 ncu --clock-control none -k "regex:pullback_ws" -c 1 --section SourceCounters --section WarpStateStats \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \
-    --section Occupancy -o /tmp/pb -f $B/bench/dev/variant_time gdn 8 2048 32 once > /dev/null 2>&1
+    --section Occupancy -o /tmp/pb -f $VT gdn 8 2048 32 once > /dev/null 2>&1
   ncu -i /tmp/pb.ncu-rep --page source --csv --print-source sass > $OUT/pb.csv 2>&1
   ncu -i /tmp/pb.ncu-rep > $OUT/pb.txt 2>&1
   echo "[profile] $(el)"; grep -E "Duration|Issued Warp|No Eligible|Registers Per|Throughput" $OUT/pb.txt | head -12 ;;

@@ -631,14 +631,6 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat
 #endif
 }
 
-/* The shapes both kernels take: scalar gates, bf16 inputs (and bf16 chunk states and R), chunk 64, K of 64 or 128,
- * V = 128, an sm_90a binary, and smem (the kernel's layout at this K) within the device's shared memory */
-static bool ws_shapes_ok(const Prob &p, rewy_dtype dt, bool vec, size_t smem) {
-    if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
-    return dt == REWY_BF16 && p.BT == MAXBT && w_shape_ok(dt, p.BT, p.K, p.Kp) && p.V == 128 && p.plan.wgmma &&
-           smem <= p.plan.smem_optin;
-}
-
 /* Whether the forward pass's chain runs as this kernel (Plan::fwd_ws; the plan then also takes fwd_chain's stages:
  * kkt's G and A in bf16, without C_q). Where: the forward chain's shapes (bf16, chunk 64, K of 64 or 128) with V = 128,
  * an sm_90a binary, 16-B aligned q, k, v and o (NULL in a size query: the layout does not depend on this choice), and
@@ -656,15 +648,6 @@ bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, con
     const rewy_test_force &f = p.plan.force;
     if (f.fwd_ws != REWY_TEST_AUTO) return f.fwd_ws == 1 && f.fwd_chain != 0; /* a forced "no forward chain" wins */
     return f.fwd_chain == REWY_TEST_AUTO && fwd_chain == 128;
-}
-
-/* the maps of the caller's [token][heads · D] q, k (D = K) and v or dO (D = V) */
-static bool ws_token_map(const TmaEncoder &enc, CUtensorMap *m, const Prob &p, const void *x, int heads, int d) {
-    return enc.map(m, x, (uint64_t)p.B * p.T, (uint64_t)heads * d, (uint64_t)heads * d);
-}
-/* and of a workspace of [rows][C] tiles (kkt's A, W, C_q; the recompute's U) */
-static bool ws_slot_map(const TmaEncoder &enc, CUtensorMap *m, const void *x, uint64_t rows, int C) {
-    return enc.map(m, x, rows, C, C);
 }
 
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,

@@ -207,6 +207,28 @@ __device__ __forceinline__ float sum4(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
+/* the sums of x and of y over the NW warps of a block (or of a named barrier's threads, warps 0 … NW − 1) at once: each
+ * warp's sums into red (2·NW floats), sync(), then every thread adds them up. GUARD: a sync() before the writes too,
+ * where threads of an earlier call may still read red (a caller with a barrier between those reads and this call
+ * leaves it out) */
+template <int NW, bool GUARD, class Sync> __device__ __forceinline__ float2 block_sum2(float x, float y, float *red, Sync &&sync) {
+    for (int o = 16; o > 0; o >>= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+        y += __shfl_xor_sync(0xffffffffu, y, o);
+    }
+    if (GUARD) sync();
+    if ((threadIdx.x & 31) == 0) {
+        red[threadIdx.x >> 5] = x;
+        red[NW + (threadIdx.x >> 5)] = y;
+    }
+    sync();
+    float2 s = make_float2(0.f, 0.f);
+    for (int w = 0; w < NW; w++) {
+        s.x += red[w];
+        s.y += red[NW + w];
+    }
+    return s;
+}
 template <class T> __device__ __forceinline__ float dot8(const T *a, const T *b) {
     float x[8], y[8], s = 0.f;
     ld8(a, x);

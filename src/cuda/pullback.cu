@@ -53,26 +53,6 @@ __device__ float block_sum(float x, float *red) {
     return s;
 }
 
-/* the block sums of x and of y at once (one pair of barriers); red: 2·NW floats */
-template <int NW> __device__ float2 block_sum2(float x, float y, float *red) {
-    for (int o = 16; o > 0; o >>= 1) {
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-        y += __shfl_xor_sync(0xffffffffu, y, o);
-    }
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) {
-        red[threadIdx.x >> 5] = x;
-        red[NW + (threadIdx.x >> 5)] = y;
-    }
-    __syncthreads();
-    float2 s = make_float2(0.f, 0.f);
-    for (int w = 0; w < NW; w++) {
-        s.x += red[w];
-        s.y += red[NW + w];
-    }
-    return s;
-}
-
 /* Shared-memory layout of the pullback (floats unless noted); bk = K slab (64, or 32 for WY / fp32). */
 struct PbLayout {
     int bk, ldk2, ldkt, off_T, off_S, off_WY, total_bytes;
@@ -759,7 +739,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
             redg[cq * MAXBT + i0 + g] = sg[0];
             redg[cq * MAXBT + i0 + g + 8] = sg[1];
         }
-        const float2 sums = block_sum2<PF_NW>(lam, endp, red); /* (synchronizes the block) */
+        const float2 sums = block_sum2<PF_NW, true>(lam, endp, red, [] { __syncthreads(); }); /* (synchronizes the block) */
         const float lam_all = sums.x, endp_all = sums.y;
         if (p.G == 1) { /* the staged k̄, q̄ rows, eight columns per store */
             const bool vec = p.K % 8 == 0 && (((uintptr_t)dk | (uintptr_t)dq) & 15) == 0;

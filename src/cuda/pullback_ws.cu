@@ -35,7 +35,6 @@ namespace rewy_cuda {
 
 constexpr int PS_MATH = 256;          /* two math warpgroups */
 constexpr int PS_NT = PS_MATH + 128;  /* and the producer warpgroup, of which one warp copies */
-constexpr int PS_BAR = 1;             /* the math warpgroups' named barrier */
 
 struct PsLayout {
     static constexpr int B = TMA_BOX;
@@ -55,27 +54,6 @@ struct PsMaps {
     CUtensorMap k, q, v, o, r, p, sc, sb;
 };
 
-/* the block sums of x and of y over the math warps (one of their barriers: the caller's item has a barrier between
- * the last reads of red and these writes); red: 16 floats */
-__device__ __forceinline__ float2 ps_sum2(float x, float y, float *red) {
-    for (int o = 16; o > 0; o >>= 1) {
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-        y += __shfl_xor_sync(0xffffffffu, y, o);
-    }
-    if ((threadIdx.x & 31) == 0) {
-        red[threadIdx.x >> 5] = x;
-        red[8 + (threadIdx.x >> 5)] = y;
-    }
-    ws_sync(PS_BAR, PS_MATH);
-    float2 s = make_float2(0.f, 0.f);
-#pragma unroll
-    for (int w = 0; w < 8; w++) {
-        s.x += red[w];
-        s.y += red[8 + w];
-    }
-    return s;
-}
-
 __global__ void __launch_bounds__(PS_NT, 1)
 pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                    const __nv_bfloat16 *v, const float *GB, const __nv_bfloat16 *do_, const rp_t *R, const rp_t *PR,
@@ -85,7 +63,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     using T = __nv_bfloat16;
     using T2 = __nv_bfloat162;
     using L = PsLayout;
-    constexpr int KD = 128;
+    constexpr int KD = 128, BAR = 1; /* BAR: the math warpgroups' named barrier */
     extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
     const int tid = threadIdx.x;
     const unsigned mb = smem_u32(smc + L::oMB);
@@ -126,6 +104,11 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
         /* ---- the producer warp: lane 0 issues the tensor copies; a tail chunk's token rows (P, Ō, R, V, K, Q) come by
          * every lane's zero-filling cp.async, waited on and fenced before the lane's arrival publishes them */
         const int lane = tid & 31;
+        auto tail_done = [] { /* this lane's tail copies landed, and visible to the products (its arrival publishes them) */
+            cp_async_commit();
+            cp_async_wait_group<0>();
+            wg_proxy_fence();
+        };
         int it = 0, ku = 0;
         for (int u = u0, un; u < nunit; u = un, ku++) {
             un = next_unit(u); /* early: its chunk-table reads are global loads */
@@ -147,9 +130,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                         ws_copy_tail<64, 32>(st + L::oO, do_, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
                         ws_copy_tail<64, 32>(st + L::oR, R + (size_t)x * MAXBT * p.V, p.V, 64 * s, wi, lane);
                         ws_copy_tail<64, 32>(st + L::oV, v, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
-                        cp_async_commit();
-                        cp_async_wait_group<0>();
-                        wg_proxy_fence(); /* for the products' reads */
+                        tail_done();
                     }
                     if (lane != 0) mbar_arrive(f);
                     else {
@@ -175,9 +156,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                     if (tail) {
                         ws_copy_tail<KD, 32>(smc + L::oK, k, rsk, (size_t)h * p.K, ci, lane);
                         ws_copy_tail<KD, 32>(smc + L::oQ, q, rsk, (size_t)h * p.K, ci, lane);
-                        cp_async_commit();
-                        cp_async_wait_group<0>();
-                        wg_proxy_fence();
+                        tail_done();
                     }
                     if (lane != 0) mbar_arrive(kq_full);
                     else {
@@ -318,7 +297,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                     Qh[e] *= sc * (hi ? y1 : y0);
                 }
             }
-            ws_sync(PS_BAR, PS_MATH); /* every Γ tile is in */
+            ws_sync(BAR, PS_MATH); /* every Γ tile is in */
             mbar_wait(kq_full, ku & 1);
             __syncwarp();
             /* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ */
@@ -396,7 +375,9 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                 rowg[w * MAXBT + i0 + 8] = sg[1];
                 rowp[tid >> 2] = pv;
             }
-            const float2 sums = ps_sum2(lam, endp, red); /* (meets the math warps: the row terms are in) */
+            /* (meets the math warps: the row terms are in; the item's Γ barrier is between the last call's reads of red and
+             * these writes) */
+            const float2 sums = block_sum2<PS_MATH / 32, false>(lam, endp, red, [] { ws_sync(BAR, PS_MATH); });
             /* the first warp finishes the item alone, lane l at rows 2l, 2l + 1: dβ, and dg_i = Ḡ_n's state term +
              * Σ_{m ≥ i} (row terms), a suffix scan. The others go on to the next item: its Γ barrier is where every
              * warp's reads of this item's row terms, sums and Γ tiles are behind everyone, and its gates buffer comes
@@ -437,10 +418,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
  * keeps pullback_fast_kernel (the tests of it at these sizes), 1 is the default's choice. */
 bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
                  const void *do_, const void *dq, const void *dk, const void *dv) {
-    if (vec || wy || dt != REWY_BF16 || p.BT != MAXBT || p.K != 128 || p.Kp != 128 || p.V != 128 || !p.plan.wgmma)
-        return false;
-    if (!std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
-    if ((size_t)PsLayout::TOTAL > p.plan.smem_optin) return false;
+    if (wy || p.K != 128 || p.Kp != 128 || !ws_shapes_ok(p, dt, vec, PsLayout::TOTAL)) return false;
     if ((((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)do_ | (uintptr_t)dv) & 15) || (((uintptr_t)dq | (uintptr_t)dk) & 3))
         return false;
     return p.plan.force.pb_ws != 0;
@@ -454,12 +432,11 @@ cudaError_t launch_pullback_ws(const Prob &p, const void *q, const void *k, cons
     if (p.K != 128 || p.Kp != 128 || p.V != 128) return cudaErrorInvalidValue;
     const TmaEncoder enc;
     PsMaps m{};
-    const uint64_t tok = (uint64_t)p.B * p.T, rows = (uint64_t)chunk_slots(p) * p.HV * MAXBT; /* the workspaces' rows */
-    if (!enc.map(&m.k, k, tok, (uint64_t)p.H * p.K, (uint64_t)p.H * p.K) || !enc.map(&m.q, q, tok, (uint64_t)p.H * p.K, (uint64_t)p.H * p.K) ||
-        !enc.map(&m.v, v, tok, (uint64_t)p.HV * p.V, (uint64_t)p.HV * p.V) ||
-        !enc.map(&m.o, do_, tok, (uint64_t)p.HV * p.V, (uint64_t)p.HV * p.V) || !enc.map(&m.r, R, rows, p.V, p.V) ||
-        !enc.map(&m.p, PR, rows, p.V, p.V) || !enc.map(&m.sc, Sc, rows / MAXBT * p.K, p.V, p.V) ||
-        !enc.map(&m.sb, Sbar, rows / MAXBT * p.K, p.V, p.V))
+    const uint64_t rows = (uint64_t)chunk_slots(p) * p.HV * MAXBT; /* the workspaces' rows */
+    if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
+        !ws_token_map(enc, &m.v, p, v, p.HV, p.V) || !ws_token_map(enc, &m.o, p, do_, p.HV, p.V) ||
+        !ws_slot_map(enc, &m.r, R, rows, p.V) || !ws_slot_map(enc, &m.p, PR, rows, p.V) ||
+        !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V) || !ws_slot_map(enc, &m.sb, Sbar, rows / MAXBT * p.K, p.V))
         return cudaErrorInvalidValue;
     const int nunit = chunk_slots(p) * p.H; /* a persistent grid: one block an SM walks every gridDim.x-th unit */
     const int grid = p.plan.sms > 0 && p.plan.sms < nunit ? p.plan.sms : nunit;

@@ -57,5 +57,23 @@ __device__ __forceinline__ void ws_copy_tail(char *tile, const __nv_bfloat16 *x,
     }
 }
 
+/* ---- the host side. The shapes every ws kernel takes: scalar gates, bf16 inputs (and bf16 chunk states and R), chunk
+ * 64, K of 64 or 128, V = 128, an sm_90a binary, and smem (the kernel's layout at this K) within the device's shared
+ * memory */
+inline bool ws_shapes_ok(const Prob &p, rewy_dtype dt, bool vec, size_t smem) {
+    if (vec || !std::is_same<state_t, __nv_bfloat16>::value || !std::is_same<rp_t, __nv_bfloat16>::value) return false;
+    return dt == REWY_BF16 && p.BT == MAXBT && w_shape_ok(dt, p.BT, p.K, p.Kp) && p.V == 128 && p.plan.wgmma &&
+           smem <= p.plan.smem_optin;
+}
+
+/* the maps of the caller's [token][heads · D] q, k (D = K) and v or dO (D = V) */
+inline bool ws_token_map(const TmaEncoder &enc, CUtensorMap *m, const Prob &p, const void *x, int heads, int d) {
+    return enc.map(m, x, (uint64_t)p.B * p.T, (uint64_t)heads * d, (uint64_t)heads * d);
+}
+/* and of a workspace of [rows][C] tiles (kkt's A, W, C_q; the recompute's U; R, P, S_c, S̄⁺) */
+inline bool ws_slot_map(const TmaEncoder &enc, CUtensorMap *m, const void *x, uint64_t rows, int C) {
+    return enc.map(m, x, rows, C, C);
+}
+
 } // namespace rewy_cuda
 #endif
