@@ -15,7 +15,8 @@
 #   ab     GPU-bound ms of the backward forced, this build against build/old's variant_time (.carry/old.tar.xz, an earlier
 #          form of the kernel), GDN and DeltaNet at $SHAPES, and the pullback's device time at GDN (8,2048,32) both
 #   ab2    build/v (.carry/v.tar.xz: a variant built here on a dev branch) against this build: GPU-bound ms at $SHAPES
-#          (GDN; DeltaNet at the first three), then build/v's test_cuda (whole matrix) and racecheck (--v128)
+#          (GDN; DeltaNet at the first three), then build/v's test_cuda (whole matrix; windows --quick), racecheck
+#          and memcheck (--v128)
 #   profile Nsight's source counters of the kernel forced at GDN (8,2048,32): $OUT/pb.csv (per SASS instruction),
 #          $OUT/pb.txt (sections)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
@@ -73,7 +74,8 @@ ab2)
     op=gdn; [ "${s%%:*}" = delta ] && { op=delta; s=${s#*:}; }
     row $op $s "$VT" build/v/bench/dev/variant_time | tee -a /tmp/ab.txt
   done
-  TB=build/v oracle --; TB=build/v san racecheck -- --v128
+  TB=build/v oracle --; TB=build/v oracle REWY_CUDA_WIN=3 -- --quick
+  TB=build/v san racecheck -- --v128; TB=build/v san memcheck -- --v128
   cat /tmp/ab.txt ;;
 profile)
   env $F timeout 200 ncu --clock-control none -k "regex:pullback_ws" -c 1 --section SourceCounters --section WarpStateStats \
