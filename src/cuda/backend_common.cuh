@@ -187,6 +187,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.chain_bulk = chain_scan_bulk(p);
     pl.pb_ws = pullback_ws(p, dt, vec, c->bwd_algo == REWY_BWD_WY, ptr.q, ptr.k, ptr.v, ptr.do_, ptr.dq, ptr.dk, ptr.dv);
     pl.win = plan_windows(c, p, vec, &pl.nwin);
+    pl.rev_ws = reverse_ws(p, pl.win);
     return pl;
 }
 
@@ -453,8 +454,17 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
     state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
     rp_t *PR = at<rp_t>(a->workspace, L.PR);
     float *Wbar = at<float>(a->workspace, L.Wbar), *acc = p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr;
+    /* the fused reverse pass (Plan::rev_ws): the reverse scan and the pullback in one kernel, from S_c and R */
+    auto reverse = [&](const Prob &pr, const state_t *Sc, const rp_t *R) {
+        return launch_reverse_ws(pr, a->q, a->k, a->v, sg.GB, A, a->do_, Sc, R, a->dht, a->dh0, a->dq, a->dk, a->dv,
+                                 a->dbeta, a->g, p.gated ? a->dg : nullptr, s);
+    };
     if (polA) {
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, nullptr, Gc, &sg, s));
+        if (pl.rev_ws) {
+            REWY_TRY(reverse(p, at<const state_t>(a->saved, L.Sc), at<const rp_t>(a->saved, L.R)));
+            return REWY_OK;
+        }
         const cq_t *Cq = at<const cq_t>(a->saved, L.Cq);
         REWY_TRY(launch_bwd_state_scan(p, c->dtype, a->q, a->k, sg.GB, A, Cq, sg.vo(), a->do_, a->dht, a->dh0, Sbar,
                                        PR, wy, s));
@@ -494,6 +504,12 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         const float *h0 = k0 >= 0 ? ck + k0 * ckn : a->h0, *dht = win ? carry : a->dht;
         float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;
+        if (pl.rev_ws) { /* the recompute alone (no C_q: the fused pass forms it), then the fused pass (no windows) */
+            REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
+            REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, nullptr, sc, r, s));
+            REWY_TRY(reverse(pw, sc, r));
+            continue;
+        }
         if (bvc > 0) {
             wu.W = at<__nv_bfloat16>(a->workspace, L.bW);
             wu.U = reinterpret_cast<__nv_bfloat16 *>(r);

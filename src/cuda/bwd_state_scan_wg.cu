@@ -27,11 +27,6 @@ template <int KPC, int BVT, int NWG> struct WgBscanLayout { /* byte offsets in d
     static constexpr int O = 0, SR = MAXBT * BVT * 2; /* inside a warpgroup's part */
 };
 
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-}
-
 template <int KPC, int BVT, int NWG>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *GB, const float *A,
@@ -57,14 +52,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
     /* cp.async copies of chunk cj's tiles (scan_wg.cuh; Aᵀ here) */
     auto issue_kq = [&](T *dst, const T *x, const ChunkInfo &cj) { wg_copy_kq<KPC, NT>(dst, x, p, cj, h); };
     auto issue_o = [&](const ChunkInfo &cj) { wg_copy_cols<BVT>(Os, do_, p, cj, hv, v0); };
-    auto issue_at = [&](int cj) { /* Aᵀ as tf32 K-major: element (j, i) = A[i][j], one 4-byte copy each */
-        const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
-#pragma unroll 1
-        for (int m = 0; m < MAXBT * MAXBT / NT; m++) {
-            const int qq = tid + NT * m, i = qq / MAXBT, j = qq % MAXBT;
-            cp_async4(Ats + cm_t<MAXBT>(j, i), src + qq);
-        }
-    };
+    auto issue_at = [&](int cj) { wg_copy_at<NT>(Ats, A, p, hv, cj, tid); };
     auto issue_gb = [&](float *dst, int cj) { wg_copy_gates(dst, GB, p, hv, cj); };
 
     /* S̄: feature 64·mb + wg_row(e), column wg_col(e); from dht */

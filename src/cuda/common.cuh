@@ -70,6 +70,7 @@ struct Plan {
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
     int fwd_ws;                    /* that chain as the warp-specialized wgmma kernel (chain_forward_ws; fwd_chain = 128) */
     int pb_ws;                     /* the scalar-gate ReWY pullback as the warp-specialized wgmma kernel (pullback_ws) */
+    int rev_ws;                    /* the reverse scan and that pullback as one fused warp-specialized kernel (reverse_ws) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
     int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
 };

@@ -144,6 +144,12 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
  * (Plan::pb_ws; launch_pullback hands over to it): the same inputs and outputs */
 bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
                  const void *do_, const void *dq, const void *dk, const void *dv); /* Plan::pb_ws */
+/* reverse_ws.cu: the reverse scan and the warp-specialized pullback fused (Plan::rev_ws: G = 1, no time windows): from
+ * S_c and R (the recompute's or policy A's) to dq, dk, dv, dβ, dg and dh0, with no S̄⁺ or P in HBM */
+bool reverse_ws(const Prob &p, int win); /* Plan::rev_ws, after pb_ws, bwd_scan_wg and the windows */
+cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB, const float *A,
+                              const void *do_, const state_t *Sc, const rp_t *R, const float *dht, float *dh0, void *dq,
+                              void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s);
 cudaError_t launch_pullback_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR,
                                float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw, float *dg,

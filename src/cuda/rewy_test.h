@@ -44,13 +44,16 @@ typedef struct rewy_test_force {
                       * grid), 0 off */
     int pb_ws;       /* the scalar-gate ReWY pullback as the warp-specialized wgmma kernel (pullback_ws.cu; sm_90a binary,
                       * bf16, K = V = 128; the default where it applies): 0 off (pullback_fast), 1 on where it applies */
+    int rev_ws;      /* the reverse scan and the warp-specialized pullback as one fused kernel (reverse_ws.cu; where
+                      * pb_ws runs, one key head per value head, no time windows; the default on the large grids): 0
+                      * off, 1 on where it applies */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
@@ -67,6 +70,7 @@ typedef struct rewy_test_plan {
     int fwd_ws;     /* the forward pass's chain as the warp-specialized kernel (then fwd_chain is 128) */
     int chain_ws;   /* policy R's chains as the warp-specialized pair (then chain_bvc is 128) */
     int pb_ws;      /* the scalar-gate ReWY pullback as the warp-specialized kernel (pullback_ws.cu) */
+    int rev_ws;     /* the reverse scan and that pullback fused (reverse_ws.cu) */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */
 } rewy_test_plan;

@@ -29,12 +29,12 @@ using OpSt = WsOp<1, TMA_BOX, 1024 | WG_SW128, 2048>;
 using OpN = WsOp<1, 1024, 128, 2048>; /* a cm_mn<64> half read as B (k = its rows): S's copy, Y, R, R̃, −R̄ */
 using OpK = WsOp<0, 128, 1024, 256>;  /* the forward block's C_q, cm_k<64> read K-major: the A of C_q R */
 
-/* x (+)= A B over KD / 16 k steps, issue only: alo = wg_lo<LA::LBO>(A's tile), blo = wg_lo<LB::LBO>(B's) */
-template <class LA, class LB, int KD>
-__device__ __forceinline__ void ws_mma(float (&x)[32], uint32_t alo, uint32_t blo, bool acc) {
+/* x (+)= A B over KD / 16 k steps, N columns, issue only: alo = wg_lo<LA::LBO>(A's tile), blo = wg_lo<LB::LBO>(B's) */
+template <class LA, class LB, int KD, int N = 64>
+__device__ __forceinline__ void ws_mma(float (&x)[N / 2], uint32_t alo, uint32_t blo, bool acc) {
     static_for<0, KD / 16>([&](auto ks) {
         constexpr int st = decltype(ks)::value;
-        wg_mma<__nv_bfloat16, 64, LA::T, LB::T, LA::off(st), LA::SBO, LB::off(st), LB::SBO>(x, alo, blo, acc || st > 0);
+        wg_mma<__nv_bfloat16, N, LA::T, LB::T, LA::off(st), LA::SBO, LB::off(st), LB::SBO>(x, alo, blo, acc || st > 0);
     });
 }
 

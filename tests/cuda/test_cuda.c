@@ -143,10 +143,13 @@ static void quick_extreme(case_list *l, rewy_op op) {
 }
 
 /* V = 128 (chain_ws.cu under REWY_CUDA_FWD_WS=1, REWY_CUDA_CHAIN_WS=1): packed varlen, −1000 resets, grouped value
- * heads */
+ * heads; then one key head a value head (reverse_ws.cu under REWY_CUDA_REV_WS=1): packed varlen with strong decay, and
+ * DeltaNet with a tail chunk */
 static void quick_v128(case_list *l) {
     rewy_case c = base(REWY_OP_GDN); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; c.gates = REWY_GATES_RESET;
     c.H = 1; c.HV = 2; add(l, c);
+    c = base(REWY_OP_GDN); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; c.gates = REWY_GATES_STRONG; add(l, c);
+    c = base(REWY_OP_DELTANET); c.T = 130; c.K = 128; c.V = 128; add(l, c);
 }
 
 static void quick_matrix(case_list *l) {
@@ -311,6 +314,12 @@ static void test_forced_plan(test_counts *tc) {
     CHECK(tc, !p.pb_ws && !p128.pb_ws && pk.pb_ws == (f.pb_ws != 0 && pk.wgmma),
           "plan: the warp-specialized pullback %d / %d / %d (REWY_CUDA_PB_WS %d, sm_90a binary %d)", p.pb_ws, p128.pb_ws,
           pk.pb_ws, f.pb_ws, pk.wgmma);
+    /* the fused reverse pass (reverse_ws.cu): only where that pullback runs, with one key head a value head and no time
+     * windows; where told (=1) wherever that holds, by default where the wgmma reverse scan runs, never at =0 */
+    const int fits = pk.pb_ws && (c.HV == 0 || c.HV == c.H) && !pk.win;
+    CHECK(tc, !p.rev_ws && !p128.rev_ws && pk.rev_ws == (fits && (f.rev_ws == 1 || (f.rev_ws != 0 && pk.bwd_scan_wg))),
+          "plan: the fused reverse pass %d / %d / %d (REWY_CUDA_REV_WS %d, pullback_ws %d, windows %d, wgmma reverse "
+          "scan %d)", p.rev_ws, p128.rev_ws, pk.rev_ws, f.rev_ws, pk.pb_ws, pk.win, pk.bwd_scan_wg);
 }
 
 /* ------------------------------------------------------------------ 2. graph capture */

@@ -1,0 +1,47 @@
+#!/bin/bash
+# Session 39's device script: the fused reverse pass (src/cuda/reverse_ws.cu: the reverse scan and the warp-specialized
+# pullback in one kernel; REWY_CUDA_REV_WS=1 forces it wherever it applies, =0 keeps the two kernels). One sm_90a build
+# (build/d: test_cuda, variant_time) from .carry/s39.tar.xz if carried (built here from the same tree), else built
+# there. Modes, in the order given (output also in $OUT/run.log):
+#   smoke  one small forced call (a hang ends at its timeout, and the script), then test_cuda --v128 forced
+#   oracle test_cuda with the kernel forced (the whole matrix), then at the defaults
+#   san    racecheck and memcheck of test_cuda --v128 with the kernel forced
+#   time   GPU-bound ms fwd/bwd, default | REWY_CUDA_REV_WS=0, GDN and DeltaNet at $SHAPES; each kernel's device time in
+#          one call at GDN (8,2048,32) both ways
+#   ab2    build/v (.carry/v.tar.xz: a variant built here on a dev branch before this kernel) against this build without
+#          the fused pass: GPU-bound ms, then build/v's test_cuda (whole matrix) and racecheck, memcheck (--v128)
+set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
+exec > >(tee -a $OUT/run.log) 2>&1
+B=build/d
+source bench/dev/device_helpers.sh
+device_build .carry/s39.tar.xz "$@"
+F=REWY_CUDA_REV_WS=1 F0=REWY_CUDA_REV_WS=0 VT=$B/bench/dev/variant_time
+for mode in "$@"; do case $mode in
+smoke)
+  timeout 20 env $F $VT gdn 2 512 4 > /tmp/sm.log 2>&1; rc=$?; echo "smoke rc=$rc $(el)"
+  tail -3 /tmp/sm.log; [ $rc = 0 ] || exit 1
+  TC_LIMIT=60 oracle $F -- --v128 ;;
+oracle)
+  oracle $F; oracle -- ;;
+san)
+  san racecheck $F -- --v128; san memcheck $F -- --v128 ;;
+time)
+  echo "| op | shape | default | $F0 |" > /tmp/tab.txt
+  for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
+    row $op $s "$VT" "$F0 $VT" | tee -a /tmp/tab.txt
+  done; done
+  for e in $F $F0; do echo "[kernels gdn 8 2048 32 $e]"
+    ( export $e; kernel_table $VT gdn 8 2048 32 ) | kernel_sums | head -8
+  done
+  cat /tmp/tab.txt ;;
+ab2)
+  tar xJf .carry/v.tar.xz
+  echo "| op | shape | this build, $F0 | build/v |" > /tmp/ab.txt
+  for s in ${SHAPES:-$SUITE_SHAPES} delta:8x2048x32 delta:16x1024x16; do
+    op=gdn; [ "${s%%:*}" = delta ] && { op=delta; s=${s#*:}; }
+    row $op $s "$F0 $VT" build/v/bench/dev/variant_time | tee -a /tmp/ab.txt
+  done
+  TB=build/v oracle --; TB=build/v san racecheck -- --v128; TB=build/v san memcheck -- --v128
+  cat /tmp/ab.txt ;;
+esac; done
+echo "total $(el)"

@@ -1,0 +1,530 @@
+/* reverse_ws.cu: the fused reverse pass for scalar gates (DeltaNet, GDN) under ReWY: the reverse chunk scan (MATH §3,
+ * §4b (1), §5; bwd_state_scan_wg.cu's chain) and the pullback (MATH §4b, §7; pullback_ws.cu's math, term for term) of
+ * each chunk in one warp-specialized block, for bf16, chunk 64, K = V = 128, sm_90a.
+ *
+ * Why: apart, the reverse scan writes S̄⁺ and P of every chunk (48 KB a chunk and value head) and the pullback reads them
+ * back with K, Q and Ō a second time: about 200 of the 320 KB that the two move per chunk and head, at GDN (8,2048,32)
+ * about 1.3 GB of a backward that runs near the HBM's rate (docs/PERF.md, session 38). Here S̄ stays in registers and
+ * S̄⁺, P stay in shared memory; a chunk's tiles are read once.
+ *
+ * One block per (sequence, value head), walking its chunks from the last: 384 threads, one producer warp and two math
+ * warpgroups; one key head per value head (G = 1). Per chunk c the math warpgroups run the chain, then the pullback:
+ *   the chain, warpgroup w holding S̄'s value columns 64·w … (all K features: 64 registers a thread):
+ *     S̄⁺ → bf16 boxes;   C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i−G_j}) (columns 32·w …);
+ *     R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_i = e^{G_n−G_i});   P = Aᵀ R̄ (tf32);   dv = β ⊙ P, ⟨P, v⟩ by row;
+ *     S̄ ← e^{G_n} S̄⁺ + Q_gᵀ Ō − Eᵀ P  (Q_gᵀ Ō = Qᵀ (scale·e^{G} ⊙ Ō), Eᵀ P = Kᵀ (β e^{G} ⊙ P));
+ *   the pullback, warpgroup w owning the K-wide results' features 64·w … (pullback_ws.cu's header names its terms):
+ *     X = D = P Rᵀ (w = 0) or H_q = Ō Rᵀ (w = 1), then the Γ tiles; F = R S̄⁺ᵀ, Bh = P S_cᵀ, Qh = Ō S_cᵀ over V; the
+ *     K-side products; k̄, q̄, β̄, Ḡ.
+ * X is formed before F, Bh and Qh (not beside them, as in pullback_ws) so that S̄'s 64 registers and the pullback's
+ * accumulators fit a thread's 232.
+ *
+ * Shared memory (one chunk in flight, 219 KB): the two V slabs (columns 64·s …) as pullback_ws lays out a stage: the
+ * P box (first Ō_g = scale·e^{G} ⊙ Ō, the operand of Q_gᵀ Ō, then P), Ō, R, V, S̄⁺ (two boxes: features 0–63, 64–127),
+ * S_c (two boxes); K and Q; a scratch of four boxes (R̄ in tf32 by warpgroup, then −β e^{G} ⊙ P by warpgroup, then the
+ * Γ tiles); C_q; Aᵀ in tf32; the gates of chunks it & 1. The producer refills each input once its last reader of the
+ * chunk has released it: Aᵀ after P (a_empty), a slab's Ō, R, V, S_c after the pullback's V-long products (empty[s]),
+ * K, Q and the gates after the K-side products (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by
+ * a bulk copy; a sequence's tail chunk's token rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; Aᵀ
+ * (transposed, 4-byte pieces) by the producer lanes' cp.async, as bwd_state_scan_wg.cu takes it. */
+#include "kernels.cuh"
+#include "ws.cuh"
+
+namespace rewy_cuda {
+
+constexpr int RV_MATH = 256;         /* two math warpgroups */
+constexpr int RV_NT = RV_MATH + 128; /* and the producer warpgroup, of which one warp copies */
+
+struct RvLayout {
+    static constexpr int B = TMA_BOX;
+    /* a slab (value columns 64·s …): pullback_ws's stage */
+    static constexpr int oP = 0, oO = B, oR = 2 * B, oV = 3 * B, oSb = 4 * B, oSc = 6 * B, SLAB = 8 * B;
+    static constexpr int oK = 2 * SLAB, oQ = oK + 2 * B;   /* [64 tokens][128 features], two boxes */
+    static constexpr int oX = oQ + 2 * B;                  /* scratch: R̄ (tf32, 16 KB a warpgroup), P', Γ, Γ_β, Γ_H' */
+    static constexpr int oCq = oX + 4 * B;                 /* C_q [i][j], one box */
+    static constexpr int oA = oCq + B;                     /* Aᵀ, tf32 cm_t<64> */
+    static constexpr int oGB = oA + MAXBT * MAXBT * 4;     /* the gates of chunks it & 1: G, then β */
+    static constexpr int oRed = oGB + 2 * GB_BYTES; /* β̄, Ḡ row terms [2][64] each, ⟨P, v⟩ [2][64], sums [16] */
+    static constexpr int oMB = oRed + (6 * MAXBT + 16) * 4; /* full[2], empty[2], kq full, kq empty, a full, a empty */
+    static constexpr int TOTAL = oMB + 8 * 8;
+    static constexpr unsigned SLAB_TMA = 5 * B, SLAB_ROWS = 3 * B; /* Ō, R, V, S_c ×2; of which token rows (a tail's) */
+};
+
+/* the maps: k, q [token][H·K]; v, o (dO) [token][HV·V]; r (R) [chunk·HV·64][V]; sc (S_c) [chunk·HV·K][V] */
+struct RvMaps {
+    CUtensorMap k, q, v, o, r, sc;
+};
+
+__global__ void __launch_bounds__(RV_NT, 1)
+reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                  const __nv_bfloat16 *v, const float *GB, const float *A, const __nv_bfloat16 *do_, const rp_t *R,
+                  const float *dht, float *dh0, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
+                  __nv_bfloat16 *dbeta, const float *graw, float *dg) {
+#if REWY_WGMMA
+    using T = __nv_bfloat16;
+    using T2 = __nv_bfloat162;
+    using L = RvLayout;
+    constexpr int KD = 128, BAR = 1; /* BAR: both math warpgroups; 2 + w: warpgroup w alone */
+    extern __shared__ __align__(1024) char smc[];
+    const int tid = threadIdx.x;
+    const unsigned mb = smem_u32(smc + L::oMB);
+    const unsigned full0 = mb, empty0 = mb + 16, kq_full = mb + 32, kq_empty = mb + 40, a_full = mb + 48,
+                   a_empty = mb + 56; /* full[s]: full0 + 8·s … */
+    auto slab = [&](int s) { return smc + s * L::SLAB; };
+    auto gates = [&](int it) { return reinterpret_cast<float *>(smc + L::oGB + (it & 1) * GB_BYTES); };
+    float *const Ats = reinterpret_cast<float *>(smc + L::oA);
+    const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
+
+    const int sq = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, h = hv; /* G = 1 */
+    const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
+    if (tid == 0) {
+        mbar_init(full0, 32); /* the producer's lanes (lane 0 with the bytes) */
+        mbar_init(full0 + 8, 32);
+        mbar_init(empty0, RV_MATH); /* every math thread, after its own last reads */
+        mbar_init(empty0 + 8, RV_MATH);
+        mbar_init(kq_full, 32);
+        mbar_init(kq_empty, RV_MATH);
+        mbar_init(a_full, 32);
+        mbar_init(a_empty, RV_MATH);
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (tid >= RV_MATH) {
+        wg_setmaxnreg_dec<40>();
+        if (tid >= RV_MATH + 32) return;
+        /* ---- the producer warp, in the order the math releases the chunk before: Aᵀ, the slabs, K and Q */
+        const int lane = tid & 31;
+        auto rows_done = [] { /* this lane's cp.async copies landed and visible to the products (its arrival publishes) */
+            cp_async_commit();
+            cp_async_wait_group<0>();
+            wg_proxy_fence();
+        };
+        for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
+            const ChunkInfo ci = p.ctab[c];
+            const bool tail = ci.n < MAXBT;
+            ChunkInfo wi = ci; /* R's rows: from its own first row */
+            wi.tok0 = 0;
+            const int x = c * p.HV + hv; /* the workspace index (chunk, value head) */
+            if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
+            wg_copy_at<32>(Ats, A, p, hv, c, lane);
+            rows_done();
+            mbar_arrive(a_full);
+#pragma unroll 1
+            for (int s = 0; s < 2; s++) {
+                char *const st = slab(s);
+                const unsigned f = full0 + 8 * s;
+                if (it > 0) mbar_wait(empty0 + 8 * s, (it - 1) & 1);
+                if (tail) {
+                    ws_copy_tail<64, 32>(st + L::oO, do_, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
+                    ws_copy_tail<64, 32>(st + L::oR, R + (size_t)x * MAXBT * p.V, p.V, 64 * s, wi, lane);
+                    ws_copy_tail<64, 32>(st + L::oV, v, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
+                    rows_done();
+                }
+                if (lane != 0) mbar_arrive(f);
+                else {
+                    const unsigned sa = smem_u32(st);
+                    bulk_fence(); /* the math warps' reads of this slab (released on empty[s]) before these writes */
+                    mbar_expect(f, tail ? L::SLAB_TMA - L::SLAB_ROWS : L::SLAB_TMA);
+                    if (!tail) {
+                        tma_box(sa + L::oO, &m.o, hv * p.V + 64 * s, ci.tok0, f);
+                        tma_box(sa + L::oR, &m.r, 64 * s, x * MAXBT, f);
+                        tma_box(sa + L::oV, &m.v, hv * p.V + 64 * s, ci.tok0, f);
+                    }
+#pragma unroll
+                    for (int fb = 0; fb < 2; fb++) tma_box(sa + L::oSc + fb * L::B, &m.sc, 64 * s, x * KD + 64 * fb, f);
+                }
+            }
+            if (it > 0) mbar_wait(kq_empty, (it - 1) & 1);
+            if (tail) {
+                ws_copy_tail<KD, 32>(smc + L::oK, k, rsk, (size_t)h * p.K, ci, lane);
+                ws_copy_tail<KD, 32>(smc + L::oQ, q, rsk, (size_t)h * p.K, ci, lane);
+                rows_done();
+            }
+            if (lane != 0) mbar_arrive(kq_full);
+            else {
+                bulk_fence();
+                mbar_expect(kq_full, (tail ? 0u : 4u * L::B) + GB_BYTES);
+                if (!tail) {
+                    tma_tile<KD>(smem_u32(smc + L::oK), &m.k, h * KD, ci.tok0, kq_full);
+                    tma_tile<KD>(smem_u32(smc + L::oQ), &m.q, h * KD, ci.tok0, kq_full);
+                }
+                bulk_g2s(smem_u32(gates(it)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, kq_full);
+            }
+        }
+        return;
+    }
+
+    /* ---- the math warpgroups */
+    wg_setmaxnreg_inc<232>();
+    const int w = tid >> 7, wt = tid & 127, lane = tid & 31, wbar = 2 + w;
+    char *const my = slab(w); /* this warpgroup's value columns in the chain */
+    T *const Gm = reinterpret_cast<T *>(smc + L::oX), *const Gb = Gm + 64 * 64, *const Hm = Gb + 64 * 64;
+    T *const Cs = reinterpret_cast<T *>(smc + L::oCq);
+    float *const Rs = reinterpret_cast<float *>(smc + L::oX + w * 2 * L::B); /* this warpgroup's R̄ (tf32) */
+    T *const Pq = reinterpret_cast<T *>(smc + L::oX + w * 2 * L::B);         /* then its P' = −β e^{G} ⊙ P */
+    T *const Pw = reinterpret_cast<T *>(my + L::oP);                         /* Ō_g, then P, of its columns */
+    const T *const Ks = reinterpret_cast<const T *>(smc + L::oK), *const Qs = reinterpret_cast<const T *>(smc + L::oQ);
+    float *const rowb = reinterpret_cast<float *>(smc + L::oRed); /* [2][64] β̄ row terms by warpgroup */
+    float *const rowg = rowb + 2 * MAXBT;                          /* [2][64] Ḡ row terms */
+    float *const rowp = rowg + 2 * MAXBT;                          /* [2][64] ⟨P, v⟩ by warpgroup */
+    float *const red = rowp + 2 * MAXBT;                           /* [16] block sums */
+    const int i0 = wg_row(0), f0 = 64 * w; /* this thread's rows i0, i0 + 8; this warpgroup's features (pullback) */
+    const float sc = p.scale;
+    const bool gated = p.gated && dg;
+
+    /* S̄: feature 64·fb + wg_row(e), value column 64·w + wg_col(e); from dht */
+    float s[2][32];
+    const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+    wg_state_load(s, dht, p, sbase, 64 * w);
+
+    /* operand tiles: K, Q K-major (A of K S̄⁺ and Q Kᵀ; B of Q Kᵀ from row 32·w: this warpgroup's C_q columns) and
+     * MN-major by feature box (A of Kᵀ P', Q_gᵀ Ō; B of the K-side products) */
+    const uint32_t klo = wg_lo<OpSk::LBO>(Ks), qlo = wg_lo<OpSk::LBO>(Qs), kjlo = klo + ((32 * w * 128) >> 4);
+    const uint32_t ktlo0 = wg_lo<OpSt::LBO>(Ks), ktlo1 = wg_lo<OpSt::LBO>(smc + L::oK + L::B);
+    const uint32_t qtlo0 = wg_lo<OpSt::LBO>(Qs), qtlo1 = wg_lo<OpSt::LBO>(smc + L::oQ + L::B);
+    const uint32_t kxlo = w ? ktlo1 : ktlo0, qxlo = w ? qtlo1 : qtlo0;
+    const uint32_t sbtlo = wg_lo<OpSt::LBO>(my + L::oSb), cqtlo = wg_lo<OpSt::LBO>(Cs);
+    const uint32_t otlo = wg_lo<OpSt::LBO>(my + L::oO), pwtlo = wg_lo<OpSt::LBO>(Pw), pqtlo = wg_lo<OpSt::LBO>(Pq);
+    const uint32_t alo = wg_lo<WgStrides<64, 64>::T_LBO>(Ats), rlo = wg_lo<WgStrides<64, 64>::T_LBO>(Rs);
+
+    for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
+        const ChunkInfo ci = p.ctab[c];
+        const int n = ci.n, tok0 = ci.tok0;
+        const float *const Gs = gates(it), *const bs = Gs + MAXBT;
+        float gr0 = 0.f, gr1 = 0.f; /* the raw gates of rows 2·lane, 2·lane + 1 for the suffix sum, loaded early */
+        const size_t th = (size_t)(tok0 + 2 * lane) * p.HV + hv;
+        if (gated) { /* by every math warp: see the chunk's end */
+            gr0 = 2 * lane < n ? graw[th] : 0.f;
+            gr1 = 2 * lane + 1 < n ? graw[th + p.HV] : 0.f;
+        }
+
+        /* ==== the chain ==== */
+        mbar_wait(kq_full, it & 1);
+        __syncwarp(); /* converged before the products (else ptxas serializes every wgmma of the kernel) */
+        /* C_q's columns 32·w … (issued first: S̄⁺'s bf16 copy is written beside it) */
+        float cq[16];
+        wg_arrive();
+        ws_mma<OpSk, OpSk, KD, 32>(cq, qlo, kjlo, false);
+        wg_commit();
+#pragma unroll
+        for (int fb = 0; fb < 2; fb++) {
+            T *const Sb = reinterpret_cast<T *>(my + L::oSb + fb * L::B);
+#pragma unroll
+            for (int e = 0; e < 32; e += 2)
+                *reinterpret_cast<T2 *>(Sb + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(s[fb][e], s[fb][e + 1]);
+        }
+        wg_wait();
+#pragma unroll
+        for (int e = 0; e < 16; e += 2) {
+            const int i = wg_row(e), j = 32 * w + wg_col(e);
+            const bool row = i < n;
+            const float c0 = row && j <= i ? sc * cq[e] * gexp(p, Gs[i] - Gs[j]) : 0.f;
+            const float c1 = row && j + 1 <= i ? sc * cq[e + 1] * gexp(p, Gs[i] - Gs[j + 1]) : 0.f;
+            *reinterpret_cast<T2 *>(Cs + sw128(i, j)) = __floats2bfloat162_rn(c0, c1);
+        }
+        wg_proxy_fence();
+        ws_sync(BAR, RV_MATH); /* S̄⁺'s copy and C_q are in */
+        /* R̄ = diag(f) (K S̄⁺) + C_qᵀ Ō */
+        float r[32];
+        mbar_wait(full0 + 8 * w, it & 1); /* this warpgroup's slab: Ō (and R, V, S_c) */
+        __syncwarp();
+        wg_arrive();
+        ws_mma<OpSk, OpSt, KD>(r, klo, sbtlo, false);
+        wg_commit();
+        wg_wait();
+        const float gl = Gs[n - 1], gn = gexp(p, gl);
+        {
+            const float e0 = i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, e1 = i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f;
+#pragma unroll
+            for (int e = 0; e < 32; e++) r[e] *= e & 2 ? e1 : e0;
+        }
+        wg_arrive();
+        ws_mma<OpSt, OpSt, MAXBT>(r, cqtlo, otlo, true);
+        wg_commit();
+#pragma unroll
+        for (int fb = 0; fb < 2; fb++)
+#pragma unroll
+            for (int e = 0; e < 32; e++) s[fb][e] *= gn;
+        wg_wait();
+        /* R̄ as tf32 (B of Aᵀ R̄); Ō_g = scale·e^{G} ⊙ Ō into the P box (element pairs of the box: row = offset / 64) */
+#pragma unroll
+        for (int e = 0; e < 32; e += 2) {
+            const int i = wg_row(e), j = wg_col(e);
+            Rs[cm_t<MAXBT>(j, i)] = __uint_as_float(to_tf32(r[e]));
+            Rs[cm_t<MAXBT>(j + 1, i)] = __uint_as_float(to_tf32(r[e + 1]));
+        }
+        {
+            const T *const Os = reinterpret_cast<const T *>(my + L::oO);
+            T2 ov[16];
+#pragma unroll
+            for (int y = 0; y < 16; y++) ov[y] = *reinterpret_cast<const T2 *>(Os + 2 * (wt + 128 * y));
+#pragma unroll
+            for (int y = 0; y < 16; y++) {
+                const int o2 = 2 * (wt + 128 * y);
+                const float g = sc * gexp(p, Gs[o2 >> 6]);
+                const float2 f = __bfloat1622float2(ov[y]);
+                *reinterpret_cast<T2 *>(Pw + o2) = __floats2bfloat162_rn(g * f.x, g * f.y);
+            }
+        }
+        wg_proxy_fence();
+        ws_sync(wbar, 128); /* R̄ and Ō_g are in (this warpgroup's own) */
+        /* S̄ += Q_gᵀ Ō (issued first: it runs with Aᵀ R̄);  P = Aᵀ R̄ */
+        mbar_wait(a_full, it & 1);
+        __syncwarp();
+        wg_arrive();
+        ws_mma<OpSt, OpSt, MAXBT>(s[0], qtlo0, pwtlo, true);
+        ws_mma<OpSt, OpSt, MAXBT>(s[1], qtlo1, pwtlo, true);
+        wg_commit();
+        float pp[32];
+        wg_arrive();
+        wg_tf32_product<64>(pp, alo, rlo);
+        wg_commit();
+        wg_wait();
+        mbar_arrive(a_empty); /* this thread's reads of Aᵀ are done */
+        /* dv = β ⊙ P and ⟨P, v⟩ by row, from the registers (V read before the stores) */
+        {
+            const T *const Vs = reinterpret_cast<const T *>(my + L::oV);
+            T2 vv[16];
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) vv[e / 2] = *reinterpret_cast<const T2 *>(Vs + sw128(wg_row(e), wg_col(e)));
+            const float b0 = bs[i0], b1 = bs[i0 + 8];
+            float pv[2] = {0.f, 0.f};
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const int i = wg_row(e), hi = (e >> 1) & 1;
+                const float2 vf = __bfloat1622float2(vv[e / 2]);
+                pv[hi] += pp[e] * vf.x + pp[e + 1] * vf.y;
+                const float bb = hi ? b1 : b0;
+                if (i < n)
+                    *reinterpret_cast<T2 *>(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + 64 * w + wg_col(e)) =
+                        __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
+            }
+            pv[0] = sum4(pv[0]);
+            pv[1] = sum4(pv[1]);
+            if ((lane & 3) == 0) {
+                rowp[w * MAXBT + i0] = pv[0];
+                rowp[w * MAXBT + i0 + 8] = pv[1];
+            }
+        }
+        ws_sync(wbar, 128); /* every warp of this warpgroup is done with R̄ and Ō_g */
+        /* P' = −β e^{G} ⊙ P (B of Kᵀ P'), over R̄; P in bf16 over Ō_g (the pullback's) */
+        {
+            const float y0 = -bs[i0] * gexp(p, Gs[i0]), y1 = -bs[i0 + 8] * gexp(p, Gs[i0 + 8]);
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const int i = wg_row(e), j = wg_col(e);
+                const float y = e & 2 ? y1 : y0;
+                *reinterpret_cast<T2 *>(Pw + sw128(i, j)) = __floats2bfloat162_rn(pp[e], pp[e + 1]);
+                *reinterpret_cast<T2 *>(Pq + sw128(i, j)) = __floats2bfloat162_rn(y * pp[e], y * pp[e + 1]);
+            }
+        }
+        wg_proxy_fence();
+        ws_sync(wbar, 128);
+        /* S̄ += Kᵀ P' */
+        wg_arrive();
+        ws_mma<OpSt, OpSt, MAXBT>(s[0], ktlo0, pqtlo, true);
+        ws_mma<OpSt, OpSt, MAXBT>(s[1], ktlo1, pqtlo, true);
+        wg_commit();
+        wg_wait();
+        ws_sync(BAR, RV_MATH); /* P and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
+
+        /* ==== the pullback: warpgroup w owns the features f0 … f0 + 63 ==== */
+        mbar_wait(full0 + 8 * (1 - w), it & 1);
+        __syncwarp();
+        /* X = D = P Rᵀ or H_q = Ō Rᵀ over V, then the Γ tiles */
+        {
+            float X[32];
+            wg_arrive();
+#pragma unroll
+            for (int sl = 0; sl < 2; sl++) {
+                const char *const st = slab(sl);
+                ws_mma<OpSk, OpSk, 64>(X, wg_lo<OpSk::LBO>(st + (w ? L::oO : L::oP)), wg_lo<OpSk::LBO>(st + L::oR), sl > 0);
+            }
+            wg_commit();
+            wg_wait();
+            /* Γ = 𝓛_<(−D) ⊙ e^{G_i−G_j} and Γ_β = diag(β) Γ (warpgroup 0), Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j}
+             * (warpgroup 1), as pullback_ws.cu forms them */
+            const float g0 = Gs[i0], g1 = Gs[i0 + 8], b0 = bs[i0], b1 = bs[i0 + 8];
+            const int strict = w == 0;
+            const float sgn = w ? sc : -1.f;
+            float gc[16];
+#pragma unroll
+            for (int b = 0; b < 16; b++) gc[b] = Gs[wg_col(2 * (b & ~1) + (b & 1))];
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const int i = wg_row(e), j = wg_col(e);
+                const float gi = e & 2 ? g1 : g0;
+                const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
+                const float x0 = k0 ? sgn * X[e] * gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f) : 0.f;
+                const float x1 = k1 ? sgn * X[e + 1] * gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f) : 0.f;
+                if (w == 0) {
+                    const float bi = e & 2 ? b1 : b0;
+                    *reinterpret_cast<T2 *>(Gm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
+                    *reinterpret_cast<T2 *>(Gb + sw128(i, j)) = __floats2bfloat162_rn(bi * x0, bi * x1);
+                } else {
+                    *reinterpret_cast<T2 *>(Hm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
+                }
+            }
+            wg_proxy_fence(); /* for the K-side products */
+        }
+        /* F = R S̄⁺ᵀ, Bh = P S_cᵀ, Qh = Ō S_cᵀ over V; ⟨S̄⁺, S_c⟩ beside */
+        float F[32], Bh[32], Qh[32];
+        float lam = 0.f;
+        wg_arrive();
+#pragma unroll
+        for (int sl = 0; sl < 2; sl++) {
+            const char *const st = slab(sl);
+            const uint32_t rlo_s = wg_lo<OpSk::LBO>(st + L::oR), plo_s = wg_lo<OpSk::LBO>(st + L::oP);
+            const uint32_t olo_s = wg_lo<OpSk::LBO>(st + L::oO);
+            const uint32_t sblo = wg_lo<OpSk::LBO>(st + L::oSb + w * L::B), sclo = wg_lo<OpSk::LBO>(st + L::oSc + w * L::B);
+            ws_mma<OpSk, OpSk, 64>(F, rlo_s, sblo, sl > 0);
+            ws_mma<OpSk, OpSk, 64>(Bh, plo_s, sclo, sl > 0);
+            ws_mma<OpSk, OpSk, 64>(Qh, olo_s, sclo, sl > 0);
+        }
+        wg_commit();
+        if (gated)
+#pragma unroll
+            for (int sl = 0; sl < 2; sl++) {
+                const T *const a = reinterpret_cast<const T *>(slab(sl) + L::oSb), *const b = reinterpret_cast<const T *>(slab(sl) + L::oSc);
+#pragma unroll
+                for (int y = 0; y < 2 * L::B / 16 / RV_MATH; y++) lam += dot8(a + 8 * (tid + RV_MATH * y), b + 8 * (tid + RV_MATH * y));
+            }
+        wg_wait();
+        mbar_arrive(empty0); /* this thread is done with both slabs' Ō, R, V, S_c */
+        mbar_arrive(empty0 + 8);
+        {
+            const float e0 = i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, e1 = i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f;
+            const float y0 = gexp(p, Gs[i0]), y1 = gexp(p, Gs[i0 + 8]);
+#pragma unroll
+            for (int e = 0; e < 32; e++) {
+                const bool hi = e & 2;
+                F[e] *= hi ? e1 : e0;
+                Bh[e] *= hi ? -y1 : -y0;
+                Qh[e] *= sc * (hi ? y1 : y0);
+            }
+        }
+        ws_sync(BAR, RV_MATH); /* every Γ tile is in */
+        float endp = 0.f; /* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ */
+        if (gated)
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const float2 kk = __bfloat1622float2(*reinterpret_cast<const T2 *>(Ks + sw128(wg_row(e), f0 + wg_col(e))));
+                endp += kk.x * F[e] + kk.y * F[e + 1];
+            }
+        /* the K-side products: B̂ += Γ K, Ŷ += Γ_βᵀ K + Γ_H'ᵀ Q, Q̂ += Γ_H' K */
+        wg_arrive();
+        ws_mma<OpSk, OpSt, MAXBT>(Bh, wg_lo<OpSk::LBO>(Gm), kxlo, true);
+        ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Gb), kxlo, true);
+        ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Hm), qxlo, true);
+        ws_mma<OpSk, OpSt, MAXBT>(Qh, wg_lo<OpSk::LBO>(Hm), kxlo, true);
+        wg_commit();
+        wg_wait();
+        /* k̄ = β B̂ + Ŷ, q̄ = Q̂ and the row terms of β̄, Ḡ */
+        const float b0 = bs[i0], b1 = bs[i0 + 8];
+        float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f};
+        T2 kr[16], qr[16]; /* K and Q at this thread's places, read before the stores below */
+#pragma unroll
+        for (int e = 0; e < 32; e += 2) {
+            kr[e / 2] = *reinterpret_cast<const T2 *>(Ks + sw128(wg_row(e), f0 + wg_col(e)));
+            qr[e / 2] = gated ? *reinterpret_cast<const T2 *>(Qs + sw128(wg_row(e), f0 + wg_col(e))) : kr[e / 2];
+        }
+        mbar_arrive(kq_empty); /* this thread's last reads of K, Q (and the gates it reads after are the other buffer's
+                                * next: the producer refills this one only after the next chunk's kq_empty) */
+#pragma unroll
+        for (int e = 0; e < 32; e += 2) {
+            const int i = wg_row(e), f = f0 + wg_col(e), hi = (e >> 1) & 1;
+            const float bb = hi ? b1 : b0;
+            const float2 kk = __bfloat1622float2(kr[e / 2]);
+            const float dk0 = bb * Bh[e] + F[e], dk1 = bb * Bh[e + 1] + F[e + 1];
+            sb[hi] += kk.x * Bh[e] + kk.y * Bh[e + 1];
+            if (gated) {
+                const float2 qq = __bfloat1622float2(qr[e / 2]);
+                sg[hi] += kk.x * (bb * Bh[e] - F[e]) + kk.y * (bb * Bh[e + 1] - F[e + 1]) + qq.x * Qh[e] + qq.y * Qh[e + 1];
+            }
+            if (i >= n) continue;
+            const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + f;
+            *reinterpret_cast<T2 *>(dk + o) = __floats2bfloat162_rn(dk0, dk1);
+            *reinterpret_cast<T2 *>(dq + o) = __floats2bfloat162_rn(Qh[e], Qh[e + 1]);
+        }
+#pragma unroll
+        for (int z = 0; z < 2; z++) {
+            sb[z] = sum4(sb[z]);
+            sg[z] = sum4(sg[z]);
+        }
+        if ((lane & 3) == 0) {
+            rowb[w * MAXBT + i0] = sb[0];
+            rowb[w * MAXBT + i0 + 8] = sb[1];
+            rowg[w * MAXBT + i0] = sg[0];
+            rowg[w * MAXBT + i0 + 8] = sg[1];
+        }
+        /* (meets the math warps: the row terms are in; the chunk's first barrier is between the last chunk's reads of
+         * red and these writes) */
+        const float2 sums = block_sum2<RV_MATH / 32, false>(lam, endp, red, [] { ws_sync(BAR, RV_MATH); });
+        /* dβ, and dg_i = Ḡ_n's state term + Σ_{m ≥ i} (row terms), a suffix scan (pullback_ws.cu's), lane l at rows 2l,
+         * 2l + 1: every math warp computes it and the first stores it (a path of the first warp alone, with S̄'s
+         * accumulators live across it, made ptxas serialize every wgmma of the kernel). The next chunk's first barrier
+         * is where every warp's reads of these row terms and sums are behind everyone. */
+        {
+            const int i = 2 * lane;
+            const bool st0 = tid < 32 && i < n, st1 = tid < 32 && i + 1 < n;
+            if (dbeta) {
+                const float x0 = rowp[i] + rowp[MAXBT + i] + rowb[i] + rowb[MAXBT + i];
+                const float x1 = rowp[i + 1] + rowp[MAXBT + i + 1] + rowb[i + 1] + rowb[MAXBT + i + 1];
+                if (st0) st<T>(dbeta + th, x0);
+                if (st1) st<T>(dbeta + th + p.HV, x1);
+            }
+            if (gated) {
+                const float a = i < n ? rowg[i] + rowg[MAXBT + i] : 0.f, a2 = i + 1 < n ? rowg[i + 1] + rowg[MAXBT + i + 1] : 0.f;
+                float t = a + a2;
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const float y = __shfl_down_sync(0xffffffffu, t, o);
+                    if (lane + o < 32) t += y;
+                }
+                const float s0 = expf(Gs[n - 1]) * sums.x + sums.y; /* a floored gate's ḡ is 0 (gates.h) */
+                const float d0 = rewy_gate_grad(gr0, s0 + t, p.zero_h0 && ci.idx == 0 && i == 0);
+                const float d1 = rewy_gate_grad(gr1, s0 + t - a, 0);
+                if (st0) dg[th] = d0;
+                if (st1) dg[th + p.HV] = d1;
+            }
+        }
+    }
+    if (dh0) wg_state_save(s, dh0, p, sbase, 64 * w);
+#else
+    (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)A, (void)do_, (void)R, (void)dht, (void)dh0, (void)dq,
+        (void)dk, (void)dv, (void)dbeta, (void)graw, (void)dg;
+#endif
+}
+
+/* Whether the fused reverse pass runs (Plan::rev_ws): where the warp-specialized pullback runs (pullback_ws: ReWY,
+ * bf16, K = V = 128, sm_90a, aligned pointers) with one key head per value head and no time windows, by default where
+ * the wgmma reverse scan would run (the large grids: one block per sequence and value head fills the SMs);
+ * force.rev_ws = 1 wherever it applies, 0 never. */
+bool reverse_ws(const Prob &p, int win) {
+    const Plan &pl = p.plan;
+    if (!pl.pb_ws || p.G != 1 || win || pl.force.rev_ws == 0) return false;
+    return pl.force.rev_ws == 1 || pl.bwd_scan_wg;
+}
+
+cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB, const float *A,
+                              const void *do_, const state_t *Sc, const rp_t *R, const float *dht, float *dh0, void *dq,
+                              void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s) {
+    using T = __nv_bfloat16;
+    if (p.K != 128 || p.Kp != 128 || p.V != 128 || p.G != 1 || p.win_len) return cudaErrorInvalidValue;
+    const TmaEncoder enc;
+    RvMaps m{};
+    const uint64_t rows = (uint64_t)p.NC * p.HV * MAXBT; /* R's rows */
+    if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
+        !ws_token_map(enc, &m.v, p, v, p.HV, p.V) || !ws_token_map(enc, &m.o, p, do_, p.HV, p.V) ||
+        !ws_slot_map(enc, &m.r, R, rows, p.V) || !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V))
+        return cudaErrorInvalidValue;
+    constexpr size_t smem = RvLayout::TOTAL;
+    cudaError_t e = ensure_smem<reverse_ws_kernel>(smem);
+    if (e != cudaSuccess) return e;
+    reverse_ws_kernel<<<p.N * p.HV, RV_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_,
+                                                      R, dht, dh0, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, graw, dg);
+    return cudaGetLastError();
+}
+
+} // namespace rewy_cuda
