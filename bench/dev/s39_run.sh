@@ -10,6 +10,7 @@
 #          one call at GDN (8,2048,32) both ways
 #   ab2    build/v (.carry/v.tar.xz: a variant built here on a dev branch before this kernel) against this build without
 #          the fused pass: GPU-bound ms, then build/v's test_cuda (whole matrix) and racecheck, memcheck (--v128)
+#   profile Nsight's source counters of the kernel at GDN (8,2048,32): $OUT/rv.csv (per SASS instruction), $OUT/rv.txt
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1
 B=build/d
@@ -43,5 +44,12 @@ ab2)
   done
   TB=build/v oracle --; TB=build/v san racecheck -- --v128; TB=build/v san memcheck -- --v128
   cat /tmp/ab.txt ;;
+profile)
+  timeout 200 ncu --clock-control none -k "regex:reverse_ws" -c 1 --section SourceCounters --section WarpStateStats \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \
+    --section Occupancy -o /tmp/rv -f $VT gdn 8 2048 32 once > /dev/null 2>&1
+  ncu -i /tmp/rv.ncu-rep --page source --csv --print-source sass > $OUT/rv.csv 2>&1
+  ncu -i /tmp/rv.ncu-rep > $OUT/rv.txt 2>&1
+  echo "[profile] $(el)"; grep -E "Duration|Issued Warp|No Eligible|Registers Per|Throughput" $OUT/rv.txt | head -12 ;;
 esac; done
 echo "total $(el)"
