@@ -52,14 +52,14 @@ struct RvLayout {
 
 /* the maps: k, q [token][H·K]; v, o (dO) [token][HV·V]; r (R) [chunk·HV·64][V]; sc (S_c) [chunk·HV·K][V] */
 struct RvMaps {
-    CUtensorMap k, q, v, o, r, sc;
+    CUtensorMap k, q, v, o, r, sc, dk, dq, dv; /* dk, dq [token][H·K], dv [token][HV·V]: the staged stores (`stage`) */
 };
 
 __global__ void __launch_bounds__(RV_NT, 1)
 reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                   const __nv_bfloat16 *v, const float *GB, const float *A, const __nv_bfloat16 *do_, const rp_t *R,
                   const float *dht, float *dh0, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
-                  __nv_bfloat16 *dbeta, const float *graw, float *dg) {
+                  __nv_bfloat16 *dbeta, const float *graw, float *dg, int stage) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using T2 = __nv_bfloat162;
@@ -188,9 +188,20 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     const uint32_t otlo = wg_lo<OpSt::LBO>(my + L::oO), pwtlo = wg_lo<OpSt::LBO>(Pw), pqtlo = wg_lo<OpSt::LBO>(Pq);
     const uint32_t alo = wg_lo<WgStrides<64, 64>::T_LBO>(Ats), rlo = wg_lo<WgStrides<64, 64>::T_LBO>(Rs);
 
+    ChunkInfo cn = c_last >= c_begin ? p.ctab[c_last] : ChunkInfo{};
     for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
-        const ChunkInfo ci = p.ctab[c];
+        const ChunkInfo ci = cn;
+        if (c > c_begin) cn = p.ctab[c - 1]; /* the next chunk's, a chunk ahead: at the chunk's start its latency stalled */
         const int n = ci.n, tok0 = ci.tok0;
+        /* a full chunk's dv, k̄, q̄ leave by tensor stores from boxes staged in this warpgroup's V box and S̄⁺ boxes (its
+         * per-thread 4-byte stores held the registers behind them); a tail chunk's (whose box would reach the next
+         * sequence's rows) by per-thread stores */
+        const bool stg = stage && n == MAXBT;
+        /* the staged boxes' element offsets, sw128(wg_row(e), wg_col(e)) for an even e: from x = wg_row(0) % 8 read anew
+         * each chunk (volatile), so that the compiler cannot keep every offset in registers across the chunks */
+        int x;
+        asm volatile("mov.b32 %0, %1;" : "=r"(x) : "r"(i0 & 7));
+        auto box = [&](int e) { return (i0 + ((e & 2) << 2)) * 64 + (((e >> 2) ^ x) << 3) + 2 * (lane & 3); };
         const float *const Gs = gates(it), *const bs = Gs + MAXBT;
         float gr0 = 0.f, gr1 = 0.f; /* the raw gates of rows 2·lane, 2·lane + 1 for the suffix sum, loaded early */
         const size_t th = (size_t)(tok0 + 2 * lane) * p.HV + hv;
@@ -202,6 +213,9 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         /* ==== the chain ==== */
         mbar_wait(kq_full, it & 1);
         __syncwarp(); /* converged before the products (else ptxas serializes every wgmma of the kernel) */
+        /* the last chunk's tensor stores of k̄, q̄ have read the S̄⁺ boxes written below */
+        if (wt == 0) tma_store_drain();
+        ws_sync(wbar, 128);
         /* C_q's columns 32·w … (issued first: S̄⁺'s bf16 copy is written beside it) */
         float cq[16];
         wg_arrive();
@@ -290,16 +304,19 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             for (int e = 0; e < 32; e += 2) vv[e / 2] = *reinterpret_cast<const T2 *>(Vs + sw128(wg_row(e), wg_col(e)));
             const float b0 = bs[i0], b1 = bs[i0 + 8];
             float pv[2] = {0.f, 0.f};
+            T *const Dv = const_cast<T *>(Vs); /* dv staged over V (this warpgroup its only reader, done above) */
 #pragma unroll
             for (int e = 0; e < 32; e += 2) {
                 const int i = wg_row(e), hi = (e >> 1) & 1;
                 const float2 vf = __bfloat1622float2(vv[e / 2]);
                 pv[hi] += pp[e] * vf.x + pp[e + 1] * vf.y;
                 const float bb = hi ? b1 : b0;
-                if (i < n)
-                    *reinterpret_cast<T2 *>(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + 64 * w + wg_col(e)) =
-                        __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
+                const T2 d = __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
+                if (stg) *reinterpret_cast<T2 *>(Dv + box(e)) = d;
+                else if (i < n)
+                    *reinterpret_cast<T2 *>(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + 64 * w + wg_col(e)) = d;
             }
+            if (stg) wg_proxy_fence();
             pv[0] = sum4(pv[0]);
             pv[1] = sum4(pv[1]);
             if ((lane & 3) == 0) {
@@ -307,7 +324,11 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 rowp[w * MAXBT + i0 + 8] = pv[1];
             }
         }
-        ws_sync(wbar, 128); /* every warp of this warpgroup is done with R̄ and Ō_g */
+        ws_sync(wbar, 128); /* every warp of this warpgroup is done with R̄ and Ō_g; dv's box is in */
+        if (stg && wt == 0) {
+            tma_store_box(&m.dv, hv * p.V + 64 * w, tok0, smem_u32(my + L::oV));
+            tma_store_commit();
+        }
         /* P' = −β e^{G} ⊙ P (B of Kᵀ P'), over R̄; P in bf16 over Ō_g (the pullback's) */
         {
             const float y0 = -bs[i0] * gexp(p, Gs[i0]), y1 = -bs[i0 + 8] * gexp(p, Gs[i0 + 8]);
@@ -391,6 +412,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 for (int y = 0; y < 2 * L::B / 16 / RV_MATH; y++) lam += dot8(a + 8 * (tid + RV_MATH * y), b + 8 * (tid + RV_MATH * y));
             }
         wg_wait();
+        if (wt == 0) tma_store_drain(); /* dv's tensor store has read the V box */
         mbar_arrive(empty0); /* this thread is done with both slabs' Ō, R, V, S_c */
         mbar_arrive(empty0 + 8);
         {
@@ -432,8 +454,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         mbar_arrive(kq_empty); /* this thread's last reads of K, Q (and the gates it reads after are the other buffer's
                                 * next: the producer refills this one only after the next chunk's kq_empty) */
 #pragma unroll
-        for (int e = 0; e < 32; e += 2) {
-            const int i = wg_row(e), f = f0 + wg_col(e), hi = (e >> 1) & 1;
+        for (int e = 0; e < 32; e += 2) { /* the row terms, and k̄ over B̂ (Ŷ and K, Q are then dead) */
+            const int hi = (e >> 1) & 1;
             const float bb = hi ? b1 : b0;
             const float2 kk = __bfloat1622float2(kr[e / 2]);
             const float dk0 = bb * Bh[e] + F[e], dk1 = bb * Bh[e + 1] + F[e + 1];
@@ -442,10 +464,34 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 const float2 qq = __bfloat1622float2(qr[e / 2]);
                 sg[hi] += kk.x * (bb * Bh[e] - F[e]) + kk.y * (bb * Bh[e + 1] - F[e + 1]) + qq.x * Qh[e] + qq.y * Qh[e + 1];
             }
-            if (i >= n) continue;
-            const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + f;
-            *reinterpret_cast<T2 *>(dk + o) = __floats2bfloat162_rn(dk0, dk1);
-            *reinterpret_cast<T2 *>(dq + o) = __floats2bfloat162_rn(Qh[e], Qh[e + 1]);
+            Bh[e] = dk0, Bh[e + 1] = dk1;
+        }
+        T *const Dk = reinterpret_cast<T *>(my + L::oSb), *const Dq = Dk + 64 * 64; /* the staging boxes */
+        if (stg) { /* over this warpgroup's S̄⁺ boxes: every read of them ended before the Γ barrier */
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const int o = box(e);
+                *reinterpret_cast<T2 *>(Dk + o) = __floats2bfloat162_rn(Bh[e], Bh[e + 1]);
+                *reinterpret_cast<T2 *>(Dq + o) = __floats2bfloat162_rn(Qh[e], Qh[e + 1]);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const int i = wg_row(e);
+                if (i >= n) continue;
+                const size_t o = ((size_t)(tok0 + i) * p.H + h) * p.K + f0 + wg_col(e);
+                *reinterpret_cast<T2 *>(dk + o) = __floats2bfloat162_rn(Bh[e], Bh[e + 1]);
+                *reinterpret_cast<T2 *>(dq + o) = __floats2bfloat162_rn(Qh[e], Qh[e + 1]);
+            }
+        }
+        if (stg) {
+            wg_proxy_fence();
+            ws_sync(wbar, 128);
+            if (wt == 0) {
+                tma_store_box(&m.dk, h * KD + 64 * w, tok0, smem_u32(Dk));
+                tma_store_box(&m.dq, h * KD + 64 * w, tok0, smem_u32(Dq));
+                tma_store_commit();
+            }
         }
 #pragma unroll
         for (int z = 0; z < 2; z++) {
@@ -490,10 +536,11 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             }
         }
     }
+    if (wt == 0) tma_store_drain(); /* the block's shared memory outlives its tensor stores' reads */
     if (dh0) wg_state_save(s, dh0, p, sbase, 64 * w);
 #else
     (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)A, (void)do_, (void)R, (void)dht, (void)dh0, (void)dq,
-        (void)dk, (void)dv, (void)dbeta, (void)graw, (void)dg;
+        (void)dk, (void)dv, (void)dbeta, (void)graw, (void)dg, (void)stage;
 #endif
 }
 
@@ -519,11 +566,14 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
         !ws_token_map(enc, &m.v, p, v, p.HV, p.V) || !ws_token_map(enc, &m.o, p, do_, p.HV, p.V) ||
         !ws_slot_map(enc, &m.r, R, rows, p.V) || !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V))
         return cudaErrorInvalidValue;
+    /* dv, k̄, q̄ of full chunks by tensor stores where dv, dk, dq take a map (16-B aligned); per-thread stores otherwise */
+    const int stage = ws_token_map(enc, &m.dk, p, dk, p.H, p.K) && ws_token_map(enc, &m.dq, p, dq, p.H, p.K) &&
+                      ws_token_map(enc, &m.dv, p, dv, p.HV, p.V);
     constexpr size_t smem = RvLayout::TOTAL;
     cudaError_t e = ensure_smem<reverse_ws_kernel>(smem);
     if (e != cudaSuccess) return e;
     reverse_ws_kernel<<<p.N * p.HV, RV_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_,
-                                                      R, dht, dh0, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, graw, dg);
+                                                      R, dht, dh0, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, graw, dg, stage);
     return cudaGetLastError();
 }
 
