@@ -10,6 +10,8 @@
 #          one call at GDN (8,2048,32) both ways
 #   ab2    build/v (.carry/v.tar.xz: a variant built here on a dev branch before this kernel) against this build without
 #          the fused pass: GPU-bound ms, then build/v's test_cuda (whole matrix) and racecheck, memcheck (--v128)
+#   ab     GPU-bound ms at $SHAPES, build/old and build/pf (.carry/old.tar.xz, pf.tar.xz: variant_time of earlier forms of
+#          the kernel, built here) against this build, and the kernel's device time at GDN (8,2048,32) each
 #   profile Nsight's source counters of the kernel at GDN (8,2048,32): $OUT/rv.csv (per SASS instruction), $OUT/rv.txt
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1
@@ -43,6 +45,16 @@ ab2)
     row $op $s "$F0 $VT" build/v/bench/dev/variant_time | tee -a /tmp/ab.txt
   done
   TB=build/v oracle --; TB=build/v san racecheck -- --v128; TB=build/v san memcheck -- --v128
+  cat /tmp/ab.txt ;;
+ab)
+  for t in old pf; do [ -f .carry/$t.tar.xz ] && tar xJf .carry/$t.tar.xz; done
+  echo "| op | shape | build/old | build/pf | this build |" > /tmp/ab.txt
+  for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
+    echo "| $op | $s | $(gb build/old/bench/dev/variant_time $op ${s//x/ }) | $(gb build/pf/bench/dev/variant_time $op ${s//x/ }) | $(gb $VT $op ${s//x/ }) |" | tee -a /tmp/ab.txt
+  done; done
+  for t in build/old/bench/dev/variant_time build/pf/bench/dev/variant_time $VT; do echo "[kernels gdn 8 2048 32 $t]"
+    kernel_table $t gdn 8 2048 32 | grep reverse_ws
+  done
   cat /tmp/ab.txt ;;
 profile)
   timeout 200 ncu --clock-control none -k "regex:reverse_ws" -c 1 --section SourceCounters --section WarpStateStats \
