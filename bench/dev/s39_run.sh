@@ -10,6 +10,9 @@
 #          one call at GDN (8,2048,32) both ways
 #   ab2    build/v (.carry/v.tar.xz: a variant built here on a dev branch before this kernel) against this build without
 #          the fused pass: GPU-bound ms, then build/v's test_cuda (whole matrix) and racecheck, memcheck (--v128)
+#   final  test_cuda at the defaults (whole matrix), forced, with REWY_CUDA_REV_WS=0 (--v128) and with time windows
+#          (--quick); racecheck and memcheck of --v128 at the defaults and forced; GPU-bound ms default | REWY_CUDA_REV_WS=0
+#          at the suite shapes; each kernel's device time at GDN (8,2048,32) and (16,1024,16)
 #   ab     GPU-bound ms at $SHAPES, build/old and build/pf (.carry/old.tar.xz, pf.tar.xz: variant_time of earlier forms of
 #          the kernel, built here) against this build, and the kernel's device time at GDN (8,2048,32) each
 #   profile Nsight's source counters of the kernel at GDN (8,2048,32): $OUT/rv.csv (per SASS instruction), $OUT/rv.txt
@@ -46,6 +49,17 @@ ab2)
   done
   TB=build/v oracle --; TB=build/v san racecheck -- --v128; TB=build/v san memcheck -- --v128
   cat /tmp/ab.txt ;;
+final)
+  oracle --; oracle $F; oracle $F0 -- --v128; oracle REWY_CUDA_WIN=3 -- --quick
+  san racecheck -- --v128; san memcheck -- --v128; san racecheck $F -- --v128; san memcheck $F -- --v128
+  echo "| op | shape | default | $F0 |" > /tmp/tab.txt
+  for op in gdn delta; do for s in $SUITE_SHAPES; do
+    row $op $s "$VT" "$F0 $VT" | tee -a /tmp/tab.txt
+  done; done
+  for sh in "8 2048 32" "16 1024 16"; do echo "[kernels gdn $sh]"
+    kernel_table $VT gdn $sh | kernel_sums | head -6
+  done
+  cat /tmp/tab.txt ;;
 ab)
   for t in old pf; do [ -f .carry/$t.tar.xz ] && tar xJf .carry/$t.tar.xz; done
   echo "| op | shape | build/old | build/pf | this build |" > /tmp/ab.txt
