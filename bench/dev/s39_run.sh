@@ -10,8 +10,8 @@
 #          one call at GDN (8,2048,32) both ways
 #   ab2    build/v (.carry/v.tar.xz: a variant built here on a dev branch before this kernel) against this build without
 #          the fused pass: GPU-bound ms, then build/v's test_cuda (whole matrix) and racecheck, memcheck (--v128)
-#   final  test_cuda at the defaults (whole matrix), forced, with REWY_CUDA_REV_WS=0 (--v128) and with time windows
-#          (--quick); racecheck and memcheck of --v128 at the defaults and forced; GPU-bound ms default | REWY_CUDA_REV_WS=0
+#   final  test_cuda at the defaults (whole matrix: the test shapes' grids take the two kernels), forced, and with time
+#          windows (--quick); racecheck and memcheck of --v128 at the defaults and forced; GPU-bound ms default | REWY_CUDA_REV_WS=0
 #          at the suite shapes; each kernel's device time at GDN (8,2048,32) and (16,1024,16)
 #   ab     GPU-bound ms at $SHAPES, build/old and build/pf (.carry/old.tar.xz, pf.tar.xz: variant_time of earlier forms of
 #          the kernel, built here) against this build, and the kernel's device time at GDN (8,2048,32) each
@@ -50,7 +50,7 @@ ab2)
   TB=build/v oracle --; TB=build/v san racecheck -- --v128; TB=build/v san memcheck -- --v128
   cat /tmp/ab.txt ;;
 final)
-  oracle --; oracle $F; oracle $F0 -- --v128; oracle REWY_CUDA_WIN=3 -- --quick
+  oracle --; oracle $F; oracle REWY_CUDA_WIN=3 -- --quick
   san racecheck -- --v128; san memcheck -- --v128; san racecheck $F -- --v128; san memcheck $F -- --v128
   echo "| op | shape | default | $F0 |" > /tmp/tab.txt
   for op in gdn delta; do for s in $SUITE_SHAPES; do
