@@ -12,9 +12,9 @@
 #          the fused pass: GPU-bound ms, then build/v's test_cuda (whole matrix) and racecheck, memcheck (--v128)
 #   final  test_cuda at the defaults (whole matrix: the test shapes' grids take the two kernels), forced, and with time
 #          windows (--quick); racecheck and memcheck of --v128 at the defaults and forced; GPU-bound ms default | REWY_CUDA_REV_WS=0
-#          at the suite shapes; each kernel's device time at GDN (8,2048,32) and (16,1024,16)
+#          at the suite shapes; each kernel's device time at GDN (8,2048,32)
 #   ab     GPU-bound ms at $SHAPES, build/old and build/pf (.carry/old.tar.xz, pf.tar.xz: variant_time of earlier forms of
-#          the kernel, built here) against this build, and the kernel's device time at GDN (8,2048,32) each
+#          the kernel, built here) against this build (AB_KERNELS=1: and the kernel's device time at GDN (8,2048,32) each)
 #   profile Nsight's source counters of the kernel at GDN (8,2048,32): $OUT/rv.csv (per SASS instruction), $OUT/rv.txt
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1
@@ -56,9 +56,7 @@ final)
   for op in gdn delta; do for s in $SUITE_SHAPES; do
     row $op $s "$VT" "$F0 $VT" | tee -a /tmp/tab.txt
   done; done
-  for sh in "8 2048 32" "16 1024 16"; do echo "[kernels gdn $sh]"
-    kernel_table $VT gdn $sh | kernel_sums | head -6
-  done
+  echo "[kernels gdn 8 2048 32]"; kernel_table $VT gdn 8 2048 32 | kernel_sums | head -6
   cat /tmp/tab.txt ;;
 ab)
   for t in old pf; do [ -f .carry/$t.tar.xz ] && tar xJf .carry/$t.tar.xz; done
@@ -66,8 +64,8 @@ ab)
   for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
     echo "| $op | $s | $(gb build/old/bench/dev/variant_time $op ${s//x/ }) | $(gb build/pf/bench/dev/variant_time $op ${s//x/ }) | $(gb $VT $op ${s//x/ }) |" | tee -a /tmp/ab.txt
   done; done
-  for t in build/old/bench/dev/variant_time build/pf/bench/dev/variant_time $VT; do echo "[kernels gdn 8 2048 32 $t]"
-    kernel_table $t gdn 8 2048 32 | grep reverse_ws
+  [ -n "${AB_KERNELS:-}" ] && for t in build/old/bench/dev/variant_time build/pf/bench/dev/variant_time $VT; do
+    echo "[kernels gdn 8 2048 32 $t]"; kernel_table $t gdn 8 2048 32 | grep reverse_ws
   done
   cat /tmp/ab.txt ;;
 profile)
