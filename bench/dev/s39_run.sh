@@ -11,8 +11,7 @@
 #   ab2    build/v (.carry/v.tar.xz: a variant built here on a dev branch before this kernel) against this build without
 #          the fused pass: GPU-bound ms, then build/v's test_cuda (whole matrix) and racecheck, memcheck (--v128)
 #   final  test_cuda at the defaults (whole matrix: the test shapes' grids take the two kernels), forced, and with time
-#          windows (--quick); racecheck and memcheck of --v128 at the defaults and forced; GPU-bound ms default | REWY_CUDA_REV_WS=0
-#          at the suite shapes; each kernel's device time at GDN (8,2048,32)
+#          windows (--quick); racecheck and memcheck of --v128 forced; GPU-bound ms default | REWY_CUDA_REV_WS=0 at $SHAPES; each kernel's device time at GDN (8,2048,32)
 #   ab     GPU-bound ms at $SHAPES, build/old and build/pf (.carry/old.tar.xz, pf.tar.xz: variant_time of earlier forms of
 #          the kernel, built here) against this build (AB_KERNELS=1: and the kernel's device time at GDN (8,2048,32) each)
 #   profile Nsight's source counters of the kernel at GDN (8,2048,32): $OUT/rv.csv (per SASS instruction), $OUT/rv.txt
@@ -51,9 +50,9 @@ ab2)
   cat /tmp/ab.txt ;;
 final)
   oracle --; oracle $F; oracle REWY_CUDA_WIN=3 -- --quick
-  san racecheck -- --v128; san memcheck -- --v128; san racecheck $F -- --v128; san memcheck $F -- --v128
+  san racecheck $F -- --v128; san memcheck $F -- --v128
   echo "| op | shape | default | $F0 |" > /tmp/tab.txt
-  for op in gdn delta; do for s in $SUITE_SHAPES; do
+  for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
     row $op $s "$VT" "$F0 $VT" | tee -a /tmp/tab.txt
   done; done
   echo "[kernels gdn 8 2048 32]"; kernel_table $VT gdn 8 2048 32 | kernel_sums | head -6
