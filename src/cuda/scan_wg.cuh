@@ -81,11 +81,12 @@ __device__ __forceinline__ void wg_copy_cols(wg_bf16 *dst, const wg_bf16 *x, con
         cp_async16(dst + cm_mn<BVT>(c, r), ok ? src + (size_t)r * rs + c : x, ok);
     }
 }
-/* Aᵀ of chunk cj, value head hv as the tf32 K-major tile cm_t<64> (element (j, i) = A[i][j]: tf32 operands must be
- * K-major), by NT threads (t: this one's index among them), one 4-byte copy an element */
+/* one 4-byte cp.async (common.cuh's cp_async16, narrow) */
 __device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)), "l"(gmem));
 }
+/* Aᵀ of chunk cj, value head hv as the tf32 K-major tile cm_t<64> (element (j, i) = A[i][j]: tf32 operands must be
+ * K-major), by NT threads (t: this one's index among them), one 4-byte copy an element */
 template <int NT>
 __device__ __forceinline__ void wg_copy_at(float *dst, const float *A, const Prob &p, int hv, int cj, int t) {
     const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
