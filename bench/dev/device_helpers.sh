@@ -50,3 +50,14 @@ san() {
   echo "$tool [${a[*]} $*] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs.log | tail -1) $(el)"
   grep -E -A3 "Error|Race|Hazard" /tmp/cs.log | head -24
 }
+# source_counters KERNEL NAME ENV… -- TOOL ARGS…: Nsight's source counters and sections of the first launch of the kernel
+# whose name matches KERNEL in one run of TOOL with ENV: $OUT/NAME.csv (per SASS instruction), $OUT/NAME.txt (sections)
+source_counters() {
+  local kern=$1 name=$2; shift 2; local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; shift
+  env "${a[@]}" timeout 200 ncu --clock-control none -k "regex:$kern" -c 1 --section SourceCounters --section WarpStateStats \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \
+    --section Occupancy -o /tmp/$name -f "$@" > /dev/null 2>&1
+  ncu -i /tmp/$name.ncu-rep --page source --csv --print-source sass > $OUT/$name.csv 2>&1
+  ncu -i /tmp/$name.ncu-rep > $OUT/$name.txt 2>&1
+  echo "[profile] $(el)"; grep -E "Duration|Issued Warp|No Eligible|Registers Per|Throughput" $OUT/$name.txt | head -12
+}

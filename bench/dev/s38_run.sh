@@ -78,11 +78,6 @@ ab2)
   TB=build/v san racecheck -- --v128; TB=build/v san memcheck -- --v128
   cat /tmp/ab.txt ;;
 profile)
-  env $F timeout 200 ncu --clock-control none -k "regex:pullback_ws" -c 1 --section SourceCounters --section WarpStateStats \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \
-    --section Occupancy -o /tmp/pb -f $VT gdn 8 2048 32 once > /dev/null 2>&1
-  ncu -i /tmp/pb.ncu-rep --page source --csv --print-source sass > $OUT/pb.csv 2>&1
-  ncu -i /tmp/pb.ncu-rep > $OUT/pb.txt 2>&1
-  echo "[profile] $(el)"; grep -E "Duration|Issued Warp|No Eligible|Registers Per|Throughput" $OUT/pb.txt | head -12 ;;
+  source_counters pullback_ws pb $F -- $VT gdn 8 2048 32 once ;;
 esac; done
 echo "total $(el)"

@@ -12,6 +12,8 @@
 #          the fused pass: GPU-bound ms, then build/v's test_cuda (whole matrix) and racecheck, memcheck (--v128)
 #   final  test_cuda at the defaults (whole matrix: the test shapes' grids take the two kernels), forced, and with time
 #          windows (--quick); racecheck and memcheck of --v128 forced; GPU-bound ms default | REWY_CUDA_REV_WS=0 at $SHAPES; each kernel's device time at GDN (8,2048,32)
+#   last   test_cuda forced (whole matrix: pullback_ws at its grouped heads, the fused pass elsewhere), racecheck and
+#          memcheck forced (--v128), and GPU-bound ms at $SHAPES: default | REWY_CUDA_REV_WS=0 | build/old (.carry/old.tar.xz)
 #   ab     GPU-bound ms at $SHAPES, build/old and build/pf (.carry/old.tar.xz, pf.tar.xz: variant_time of earlier forms of
 #          the kernel, built here) against this build (AB_KERNELS=1: and the kernel's device time at GDN (8,2048,32) each)
 #   profile Nsight's source counters of the kernel at GDN (8,2048,32): $OUT/rv.csv (per SASS instruction), $OUT/rv.txt
@@ -57,6 +59,14 @@ final)
   done; done
   echo "[kernels gdn 8 2048 32]"; kernel_table $VT gdn 8 2048 32 | kernel_sums | head -6
   cat /tmp/tab.txt ;;
+last)
+  oracle $F; san racecheck $F -- --v128; san memcheck $F -- --v128
+  tar xJf .carry/old.tar.xz
+  echo "| op | shape | default | $F0 | build/old |" > /tmp/tab.txt
+  for op in gdn delta; do for s in ${SHAPES:-$SUITE_SHAPES}; do
+    echo "| $op | $s | $(gb $VT $op ${s//x/ }) | $(gb $F0 $VT $op ${s//x/ }) | $(gb build/old/bench/dev/variant_time $op ${s//x/ }) |" | tee -a /tmp/tab.txt
+  done; done
+  cat /tmp/tab.txt ;;
 ab)
   for t in old pf; do [ -f .carry/$t.tar.xz ] && tar xJf .carry/$t.tar.xz; done
   echo "| op | shape | build/old | build/pf | this build |" > /tmp/ab.txt
@@ -68,11 +78,6 @@ ab)
   done
   cat /tmp/ab.txt ;;
 profile)
-  timeout 200 ncu --clock-control none -k "regex:reverse_ws" -c 1 --section SourceCounters --section WarpStateStats \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section LaunchStats \
-    --section Occupancy -o /tmp/rv -f $VT gdn 8 2048 32 once > /dev/null 2>&1
-  ncu -i /tmp/rv.ncu-rep --page source --csv --print-source sass > $OUT/rv.csv 2>&1
-  ncu -i /tmp/rv.ncu-rep > $OUT/rv.txt 2>&1
-  echo "[profile] $(el)"; grep -E "Duration|Issued Warp|No Eligible|Registers Per|Throughput" $OUT/rv.txt | head -12 ;;
+  source_counters reverse_ws rv -- $VT gdn 8 2048 32 once ;;
 esac; done
 echo "total $(el)"

@@ -184,7 +184,6 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     float *const rowp = rowg + 2 * MAXBT;                          /* [64] ⟨P, v⟩ */
     float *const red = rowp + MAXBT;                               /* [16] block sums */
     const int i0 = wg_row(0), f0 = 64 * w; /* this thread's rows i0, i0 + 8; this warpgroup's features */
-    const float sc = p.scale;
     const bool gated = p.gated && dg; /* whether Ḡ is wanted: its terms are skipped otherwise (DeltaNet) */
     /* K and Q read MN-major from this warpgroup's features (the K-side products' B operands) */
     const uint32_t kxlo = wg_lo<OpSt::LBO>(smc + L::oK + w * L::B), qxlo = wg_lo<OpSt::LBO>(smc + L::oQ + w * L::B);
@@ -245,78 +244,22 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                             st8(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + 64 * s + ((tid & 3) + 4 * m8) * 8, pf[m8]);
                         }
                     }
-                    if (gated) { /* S̄⁺ and S_c in the same layout: elementwise by position */
-                        const T *const a = reinterpret_cast<const T *>(st + L::oSb), *const b = reinterpret_cast<const T *>(st + L::oSc);
-#pragma unroll
-                        for (int y = 0; y < 2 * L::B / 16 / PS_MATH; y++) lam += dot8(a + 8 * (tid + PS_MATH * y), b + 8 * (tid + PS_MATH * y));
-                    }
+                    if (gated)
+                        lam += ws_slab_dot<PS_MATH>(reinterpret_cast<const T *>(st + L::oSb), reinterpret_cast<const T *>(st + L::oSc), tid);
                 }
                 wg_wait();
                 mbar_arrive(empty0 + 8 * s); /* this thread is done with slab s */
             }
 
-            /* ---- Γ = 𝓛_<(−D) ⊙ e^{G_i−G_j} and Γ_β = diag(β) Γ (warpgroup 0), Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j}
-             * (warpgroup 1), in bf16 boxes (the previous item's K-side products, their last readers, ended before its
-             * closing barrier). Every element takes its exponential, of 0 where masked, and the mask selects. */
-            {
-                const float g0 = Gs[i0], g1 = Gs[i0 + 8], b0 = bs[i0], b1 = bs[i0 + 8];
-                const int strict = w == 0;
-                const float sgn = w ? sc : -1.f;
-                /* G at this thread's 16 columns, read before the stores: the compiler cannot move shared reads past
-                 * stores through generic pointers, so reads between them wait one by one */
-                float gc[16]; /* gc[2b + a]: column 8b + 2(t % 4) + a, i.e. wg_col(e) of e = 4b + a */
-#pragma unroll
-                for (int b = 0; b < 16; b++) gc[b] = Gs[wg_col(2 * (b & ~1) + (b & 1))];
-#pragma unroll
-                for (int e = 0; e < 32; e += 2) {
-                    const int i = wg_row(e), j = wg_col(e);
-                    const float gi = e & 2 ? g1 : g0;
-                    const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
-                    const float x0 = k0 ? sgn * X[e] * gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f) : 0.f;
-                    const float x1 = k1 ? sgn * X[e + 1] * gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f) : 0.f;
-                    if (w == 0) {
-                        const float bi = e & 2 ? b1 : b0;
-                        *reinterpret_cast<T2 *>(Gm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
-                        *reinterpret_cast<T2 *>(Gb + sw128(i, j)) = __floats2bfloat162_rn(bi * x0, bi * x1);
-                    } else {
-                        *reinterpret_cast<T2 *>(Hm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
-                    }
-                }
-                wg_proxy_fence(); /* for the K-side products */
-            }
-            /* the row scalings of the V-long products: F̂ = e^{G_n−G} ⊙ (R S̄⁺ᵀ), −γ ⊙ (P S_cᵀ), scale·γ ⊙ (Ō S_cᵀ) */
-            {
-                const float gl = Gs[n - 1];
-                const float e0 = i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, e1 = i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f;
-                const float y0 = gexp(p, Gs[i0]), y1 = gexp(p, Gs[i0 + 8]);
-#pragma unroll
-                for (int e = 0; e < 32; e++) {
-                    const bool hi = e & 2;
-                    F[e] *= hi ? e1 : e0;
-                    Bh[e] *= hi ? -y1 : -y0;
-                    Qh[e] *= sc * (hi ? y1 : y0);
-                }
-            }
+            /* ---- Γ, Γ_β (warpgroup 0) or Γ_H' (warpgroup 1) into their boxes (the previous item's K-side products, their
+             * last readers, ended before its closing barrier); the V-long products' row scalings */
+            ws_gamma_tiles(p, X, Gs, bs, n, w, i0, Gm, Gb, Hm);
+            ws_scale_rows(p, F, Bh, Qh, Gs, n, i0);
             ws_sync(BAR, PS_MATH); /* every Γ tile is in */
             mbar_wait(kq_full, ku & 1);
             __syncwarp();
-            /* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ */
-            float endp = 0.f;
-            if (gated)
-#pragma unroll
-                for (int e = 0; e < 32; e += 2) {
-                    const float2 kk = __bfloat1622float2(*reinterpret_cast<const T2 *>(Ks + sw128(wg_row(e), f0 + wg_col(e))));
-                    endp += kk.x * F[e] + kk.y * F[e + 1];
-                }
-
-            /* ---- the K-side products: B̂ += Γ K, Ŷ += Γ_βᵀ K + Γ_H'ᵀ Q, Q̂ += Γ_H' K ---- */
-            wg_arrive();
-            ws_mma<OpSk, OpSt, MAXBT>(Bh, wg_lo<OpSk::LBO>(Gm), kxlo, true);
-            ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Gb), kxlo, true);
-            ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Hm), qxlo, true);
-            ws_mma<OpSk, OpSt, MAXBT>(Qh, wg_lo<OpSk::LBO>(Hm), kxlo, true);
-            wg_commit();
-            wg_wait();
+            const float endp = gated ? ws_endpoint(F, Ks, f0) : 0.f;
+            ws_kside(Bh, F, Qh, Gm, Gb, Hm, kxlo, qxlo); /* ---- the K-side products ---- */
 
             /* ---- k̄ = β B̂ + Ŷ, q̄ = Q̂ and the row terms of β̄, Ḡ, from the registers ---- */
             const float b0 = bs[i0], b1 = bs[i0 + 8];
@@ -392,15 +335,9 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
             if (gated && tid < 32) {
                 const int i = 2 * lane;
                 const float a = i < n ? rowg[i] + rowg[MAXBT + i] : 0.f, a2 = i + 1 < n ? rowg[i + 1] + rowg[MAXBT + i + 1] : 0.f;
-                float t = a + a2;
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) {
-                    const float y = __shfl_down_sync(0xffffffffu, t, o);
-                    if (lane + o < 32) t += y;
-                }
-                const float s0 = expf(Gs[n - 1]) * sums.x + sums.y; /* a floored gate's ḡ is 0 (gates.h) */
-                if (i < n) dg[th] = rewy_gate_grad(gr0, s0 + t, p.zero_h0 && ci.idx == 0 && i == 0);
-                if (i + 1 < n) dg[th + p.HV] = rewy_gate_grad(gr1, s0 + t - a, 0);
+                const float2 d = ws_gate_grads(a, a2, sums, Gs[n - 1], gr0, gr1, p.zero_h0 && ci.idx == 0 && i == 0);
+                if (i < n) dg[th] = d.x;
+                if (i + 1 < n) dg[th + p.HV] = d.y;
             }
         }
     }

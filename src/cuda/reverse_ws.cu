@@ -364,30 +364,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             }
             wg_commit();
             wg_wait();
-            /* Γ = 𝓛_<(−D) ⊙ e^{G_i−G_j} and Γ_β = diag(β) Γ (warpgroup 0), Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j}
-             * (warpgroup 1), as pullback_ws.cu forms them */
-            const float g0 = Gs[i0], g1 = Gs[i0 + 8], b0 = bs[i0], b1 = bs[i0 + 8];
-            const int strict = w == 0;
-            const float sgn = w ? sc : -1.f;
-            float gc[16];
-#pragma unroll
-            for (int b = 0; b < 16; b++) gc[b] = Gs[wg_col(2 * (b & ~1) + (b & 1))];
-#pragma unroll
-            for (int e = 0; e < 32; e += 2) {
-                const int i = wg_row(e), j = wg_col(e);
-                const float gi = e & 2 ? g1 : g0;
-                const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
-                const float x0 = k0 ? sgn * X[e] * gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f) : 0.f;
-                const float x1 = k1 ? sgn * X[e + 1] * gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f) : 0.f;
-                if (w == 0) {
-                    const float bi = e & 2 ? b1 : b0;
-                    *reinterpret_cast<T2 *>(Gm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
-                    *reinterpret_cast<T2 *>(Gb + sw128(i, j)) = __floats2bfloat162_rn(bi * x0, bi * x1);
-                } else {
-                    *reinterpret_cast<T2 *>(Hm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
-                }
-            }
-            wg_proxy_fence(); /* for the K-side products */
+            ws_gamma_tiles(p, X, Gs, bs, n, w, i0, Gm, Gb, Hm); /* Γ, Γ_β (w = 0) or Γ_H' (w = 1) */
         }
         /* F = R S̄⁺ᵀ, Bh = P S_cᵀ, Qh = Ō S_cᵀ over V; ⟨S̄⁺, S_c⟩ beside */
         float F[32], Bh[32], Qh[32];
@@ -406,42 +383,16 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         wg_commit();
         if (gated)
 #pragma unroll
-            for (int sl = 0; sl < 2; sl++) {
-                const T *const a = reinterpret_cast<const T *>(slab(sl) + L::oSb), *const b = reinterpret_cast<const T *>(slab(sl) + L::oSc);
-#pragma unroll
-                for (int y = 0; y < 2 * L::B / 16 / RV_MATH; y++) lam += dot8(a + 8 * (tid + RV_MATH * y), b + 8 * (tid + RV_MATH * y));
-            }
+            for (int sl = 0; sl < 2; sl++)
+                lam += ws_slab_dot<RV_MATH>(reinterpret_cast<const T *>(slab(sl) + L::oSb), reinterpret_cast<const T *>(slab(sl) + L::oSc), tid);
         wg_wait();
         if (wt == 0) tma_store_drain(); /* dv's tensor store has read the V box */
         mbar_arrive(empty0); /* this thread is done with both slabs' Ō, R, V, S_c */
         mbar_arrive(empty0 + 8);
-        {
-            const float e0 = i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, e1 = i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f;
-            const float y0 = gexp(p, Gs[i0]), y1 = gexp(p, Gs[i0 + 8]);
-#pragma unroll
-            for (int e = 0; e < 32; e++) {
-                const bool hi = e & 2;
-                F[e] *= hi ? e1 : e0;
-                Bh[e] *= hi ? -y1 : -y0;
-                Qh[e] *= sc * (hi ? y1 : y0);
-            }
-        }
+        ws_scale_rows(p, F, Bh, Qh, Gs, n, i0);
         ws_sync(BAR, RV_MATH); /* every Γ tile is in */
-        float endp = 0.f; /* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ */
-        if (gated)
-#pragma unroll
-            for (int e = 0; e < 32; e += 2) {
-                const float2 kk = __bfloat1622float2(*reinterpret_cast<const T2 *>(Ks + sw128(wg_row(e), f0 + wg_col(e))));
-                endp += kk.x * F[e] + kk.y * F[e + 1];
-            }
-        /* the K-side products: B̂ += Γ K, Ŷ += Γ_βᵀ K + Γ_H'ᵀ Q, Q̂ += Γ_H' K */
-        wg_arrive();
-        ws_mma<OpSk, OpSt, MAXBT>(Bh, wg_lo<OpSk::LBO>(Gm), kxlo, true);
-        ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Gb), kxlo, true);
-        ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Hm), qxlo, true);
-        ws_mma<OpSk, OpSt, MAXBT>(Qh, wg_lo<OpSk::LBO>(Hm), kxlo, true);
-        wg_commit();
-        wg_wait();
+        const float endp = gated ? ws_endpoint(F, Ks, f0) : 0.f;
+        ws_kside(Bh, F, Qh, Gm, Gb, Hm, kxlo, qxlo); /* the K-side products */
         /* k̄ = β B̂ + Ŷ, q̄ = Q̂ and the row terms of β̄, Ḡ */
         const float b0 = bs[i0], b1 = bs[i0 + 8];
         float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f};
@@ -522,17 +473,9 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             }
             if (gated) {
                 const float a = i < n ? rowg[i] + rowg[MAXBT + i] : 0.f, a2 = i + 1 < n ? rowg[i + 1] + rowg[MAXBT + i + 1] : 0.f;
-                float t = a + a2;
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) {
-                    const float y = __shfl_down_sync(0xffffffffu, t, o);
-                    if (lane + o < 32) t += y;
-                }
-                const float s0 = expf(Gs[n - 1]) * sums.x + sums.y; /* a floored gate's ḡ is 0 (gates.h) */
-                const float d0 = rewy_gate_grad(gr0, s0 + t, p.zero_h0 && ci.idx == 0 && i == 0);
-                const float d1 = rewy_gate_grad(gr1, s0 + t - a, 0);
-                if (st0) dg[th] = d0;
-                if (st1) dg[th + p.HV] = d1;
+                const float2 d = ws_gate_grads(a, a2, sums, Gs[n - 1], gr0, gr1, p.zero_h0 && ci.idx == 0 && i == 0);
+                if (st0) dg[th] = d.x;
+                if (st1) dg[th + p.HV] = d.y;
             }
         }
     }

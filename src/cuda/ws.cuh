@@ -38,6 +38,97 @@ __device__ __forceinline__ void ws_mma(float (&x)[N / 2], uint32_t alo, uint32_t
     });
 }
 
+/* ---- the ReWY pullback's per-chunk pieces that pullback_ws.cu and reverse_ws.cu share (pullback_ws.cu's header names
+ * the terms). Warpgroup w owns the K-wide results' features 64·w …; i0 = wg_row(0), the thread's rows i0 and i0 + 8;
+ * Gs, bs: the chunk's G and β in shared memory; n: its rows. */
+
+/* Γ = 𝓛_<(−D) ⊙ e^{G_i−G_j} and Γ_β = diag(β) Γ (w = 0, X = D), Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j} (w = 1, X = H_q), into
+ * the bf16 boxes Gm, Gb, Hm. Every element takes its exponential, of 0 where masked, and the mask selects. */
+__device__ __forceinline__ void ws_gamma_tiles(const Prob &p, const float (&X)[32], const float *Gs, const float *bs, int n,
+                                               int w, int i0, __nv_bfloat16 *Gm, __nv_bfloat16 *Gb, __nv_bfloat16 *Hm) {
+    using T2 = __nv_bfloat162;
+    const float g0 = Gs[i0], g1 = Gs[i0 + 8], b0 = bs[i0], b1 = bs[i0 + 8];
+    const int strict = w == 0;
+    const float sgn = w ? p.scale : -1.f;
+    /* G at this thread's 16 columns, read before the stores: the compiler cannot move shared reads past stores through
+     * generic pointers, so reads between them wait one by one */
+    float gc[16]; /* gc[2b + a]: column 8b + 2(t % 4) + a, i.e. wg_col(e) of e = 4b + a */
+#pragma unroll
+    for (int b = 0; b < 16; b++) gc[b] = Gs[wg_col(2 * (b & ~1) + (b & 1))];
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+        const int i = wg_row(e), j = wg_col(e);
+        const float gi = e & 2 ? g1 : g0;
+        const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
+        const float x0 = k0 ? sgn * X[e] * gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f) : 0.f;
+        const float x1 = k1 ? sgn * X[e + 1] * gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f) : 0.f;
+        if (w == 0) {
+            const float bi = e & 2 ? b1 : b0;
+            *reinterpret_cast<T2 *>(Gm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
+            *reinterpret_cast<T2 *>(Gb + sw128(i, j)) = __floats2bfloat162_rn(bi * x0, bi * x1);
+        } else {
+            *reinterpret_cast<T2 *>(Hm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
+        }
+    }
+    wg_proxy_fence(); /* for the K-side products */
+}
+/* the row scalings of the V-long products: F̂ = e^{G_n−G} ⊙ (R S̄⁺ᵀ), −γ ⊙ (P S_cᵀ), scale·γ ⊙ (Ō S_cᵀ) */
+__device__ __forceinline__ void ws_scale_rows(const Prob &p, float (&F)[32], float (&Bh)[32], float (&Qh)[32],
+                                              const float *Gs, int n, int i0) {
+    const float gl = Gs[n - 1];
+    const float e0 = i0 < n ? gexp(p, gl - Gs[i0]) : 0.f, e1 = i0 + 8 < n ? gexp(p, gl - Gs[i0 + 8]) : 0.f;
+    const float y0 = gexp(p, Gs[i0]), y1 = gexp(p, Gs[i0 + 8]);
+#pragma unroll
+    for (int e = 0; e < 32; e++) {
+        const bool hi = e & 2;
+        F[e] *= hi ? e1 : e0;
+        Bh[e] *= hi ? -y1 : -y0;
+        Qh[e] *= p.scale * (hi ? y1 : y0);
+    }
+}
+/* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ over this thread's elements (Ks: the K tile, f0 = 64·w) */
+__device__ __forceinline__ float ws_endpoint(const float (&F)[32], const __nv_bfloat16 *Ks, int f0) {
+    float endp = 0.f;
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+        const float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Ks + sw128(wg_row(e), f0 + wg_col(e))));
+        endp += kk.x * F[e] + kk.y * F[e + 1];
+    }
+    return endp;
+}
+/* the K-side products (issued and waited for): B̂ += Γ K, Ŷ += Γ_βᵀ K + Γ_H'ᵀ Q, Q̂ += Γ_H' K (kxlo, qxlo: K and Q read MN-major from
+ * this warpgroup's features) */
+__device__ __forceinline__ void ws_kside(float (&Bh)[32], float (&F)[32], float (&Qh)[32], const void *Gm, const void *Gb,
+                                         const void *Hm, uint32_t kxlo, uint32_t qxlo) {
+    wg_arrive();
+    ws_mma<OpSk, OpSt, MAXBT>(Bh, wg_lo<OpSk::LBO>(Gm), kxlo, true);
+    ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Gb), kxlo, true);
+    ws_mma<OpSt, OpSt, MAXBT>(F, wg_lo<OpSt::LBO>(Hm), qxlo, true);
+    ws_mma<OpSk, OpSt, MAXBT>(Qh, wg_lo<OpSk::LBO>(Hm), kxlo, true);
+    wg_commit();
+    wg_wait();
+}
+/* ⟨S̄⁺, S_c⟩ over a slab's two feature boxes (a, b: the same layout, so elementwise by position), by NT threads */
+template <int NT> __device__ __forceinline__ float ws_slab_dot(const __nv_bfloat16 *a, const __nv_bfloat16 *b, int t) {
+    float x = 0.f;
+#pragma unroll
+    for (int y = 0; y < 2 * TMA_BOX / 16 / NT; y++) x += dot8(a + 8 * (t + NT * y), b + 8 * (t + NT * y));
+    return x;
+}
+/* dg of rows 2·lane, 2·lane + 1 (d0, d1) from the row terms a, a2 of those rows: Ḡ_n's state term (e^{G_n} ⟨S̄⁺, S_c⟩ +
+ * the endpoint term; sums) plus the suffix sum of the row terms over the chunk (a warp's scan). gr0, gr1: the raw gates. */
+__device__ __forceinline__ float2 ws_gate_grads(float a, float a2, float2 sums, float gn_log, float gr0, float gr1, bool first) {
+    const int lane = threadIdx.x & 31;
+    float t = a + a2;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_down_sync(0xffffffffu, t, o);
+        if (lane + o < 32) t += y;
+    }
+    const float s0 = expf(gn_log) * sums.x + sums.y; /* a floored gate's ḡ is 0 (gates.h) */
+    return make_float2(rewy_gate_grad(gr0, s0 + t, first), rewy_gate_grad(gr1, s0 + t - a, 0));
+}
+
 /* A chunk that ends its sequence (n < 64) would bring the next sequence's tokens by a tensor copy, and the products take
  * rows ≥ n as zero (common.cuh's convention, and no NaN of another sequence may enter a product). So its token tiles
  * (K, Q, V or Ō) come by cp.async with zero fill instead, by NL threads (t: this one's index among them; the chains'
