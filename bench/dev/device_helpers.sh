@@ -61,3 +61,10 @@ source_counters() {
   ncu -i /tmp/$name.ncu-rep > $OUT/$name.txt 2>&1
   echo "[profile] $(el)"; grep -E "Duration|Issued Warp|No Eligible|Registers Per|Throughput" $OUT/$name.txt | head -12
 }
+# smoke ENV…: one small GDN call of variant_time ($VT) with ENV (a hang ends at its timeout, and the script), then
+# test_cuda --v128 with ENV
+smoke() {
+  timeout 20 env "$@" $VT gdn 2 512 4 > /tmp/sm.log 2>&1; local rc=$?; echo "smoke rc=$rc $(el)"
+  tail -3 /tmp/sm.log; [ $rc = 0 ] || exit 1
+  TC_LIMIT=60 oracle "$@" -- --v128
+}

@@ -11,7 +11,8 @@
 #   ab2    build/v (.carry/v.tar.xz: a variant built here on a dev branch before this kernel) against this build without
 #          the fused pass: GPU-bound ms, then build/v's test_cuda (whole matrix) and racecheck, memcheck (--v128)
 #   final  test_cuda at the defaults (whole matrix: the test shapes' grids take the two kernels), forced, and with time
-#          windows (--quick); racecheck and memcheck of --v128 forced; GPU-bound ms default | REWY_CUDA_REV_WS=0 at $SHAPES; each kernel's device time at GDN (8,2048,32)
+#          windows (--quick); racecheck and memcheck of --v128 forced; GPU-bound ms default | REWY_CUDA_REV_WS=0 at
+#          $SHAPES; each kernel's device time at GDN (8,2048,32)
 #   last   test_cuda forced (whole matrix: pullback_ws at its grouped heads, the fused pass elsewhere), racecheck and
 #          memcheck forced (--v128), and GPU-bound ms at $SHAPES: default | REWY_CUDA_REV_WS=0 | build/old (.carry/old.tar.xz)
 #   ab     GPU-bound ms at $SHAPES, build/old and build/pf (.carry/old.tar.xz, pf.tar.xz: variant_time of earlier forms of
@@ -25,9 +26,7 @@ device_build .carry/s39.tar.xz "$@"
 F=REWY_CUDA_REV_WS=1 F0=REWY_CUDA_REV_WS=0 VT=$B/bench/dev/variant_time
 for mode in "$@"; do case $mode in
 smoke)
-  timeout 20 env $F $VT gdn 2 512 4 > /tmp/sm.log 2>&1; rc=$?; echo "smoke rc=$rc $(el)"
-  tail -3 /tmp/sm.log; [ $rc = 0 ] || exit 1
-  TC_LIMIT=60 oracle $F -- --v128 ;;
+  smoke $F ;;
 oracle)
   oracle $F; oracle -- ;;
 san)

@@ -33,13 +33,10 @@
 
 namespace rewy_cuda {
 
-constexpr int PS_MATH = 256;          /* two math warpgroups */
-constexpr int PS_NT = PS_MATH + 128;  /* and the producer warpgroup, of which one warp copies */
+constexpr int PS_MATH = WS_MATH, PS_NT = WS_NT;
 
-struct PsLayout {
-    static constexpr int B = TMA_BOX;
-    /* a slab stage: P, Ō, R, V (one box each: tokens × 64 columns), S̄⁺ and S_c (two boxes each: features 0–63, 64–127) */
-    static constexpr int oP = 0, oO = B, oR = 2 * B, oV = 3 * B, oSb = 4 * B, oSc = 6 * B, STAGE = 8 * B;
+struct PsLayout : WsSlab {
+    static constexpr int STAGE = BYTES; /* a slab stage (ws.cuh's slab) */
     static constexpr int oK = 2 * STAGE, oQ = oK + 2 * B;                  /* [64 tokens][128 features], two boxes */
     static constexpr int oG = oQ + 2 * B, oGb = oG + B, oH = oGb + B;      /* Γ, Γ_β, Γ_H' */
     static constexpr int oGB = oH + B;                                     /* the gates of items it & 1: G, then β */
@@ -104,11 +101,6 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
         /* ---- the producer warp: lane 0 issues the tensor copies; a tail chunk's token rows (P, Ō, R, V, K, Q) come by
          * every lane's zero-filling cp.async, waited on and fenced before the lane's arrival publishes them */
         const int lane = tid & 31;
-        auto tail_done = [] { /* this lane's tail copies landed, and visible to the products (its arrival publishes them) */
-            cp_async_commit();
-            cp_async_wait_group<0>();
-            wg_proxy_fence();
-        };
         int it = 0, ku = 0;
         for (int u = u0, un; u < nunit; u = un, ku++) {
             un = next_unit(u); /* early: its chunk-table reads are global loads */
@@ -130,7 +122,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                         ws_copy_tail<64, 32>(st + L::oO, do_, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
                         ws_copy_tail<64, 32>(st + L::oR, R + (size_t)x * MAXBT * p.V, p.V, 64 * s, wi, lane);
                         ws_copy_tail<64, 32>(st + L::oV, v, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
-                        tail_done();
+                        ws_rows_done();
                     }
                     if (lane != 0) mbar_arrive(f);
                     else {
@@ -156,7 +148,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                     if (tail) {
                         ws_copy_tail<KD, 32>(smc + L::oK, k, rsk, (size_t)h * p.K, ci, lane);
                         ws_copy_tail<KD, 32>(smc + L::oQ, q, rsk, (size_t)h * p.K, ci, lane);
-                        tail_done();
+                        ws_rows_done();
                     }
                     if (lane != 0) mbar_arrive(kq_full);
                     else {

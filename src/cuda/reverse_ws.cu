@@ -32,13 +32,10 @@
 
 namespace rewy_cuda {
 
-constexpr int RV_MATH = 256;         /* two math warpgroups */
-constexpr int RV_NT = RV_MATH + 128; /* and the producer warpgroup, of which one warp copies */
+constexpr int RV_MATH = WS_MATH, RV_NT = WS_NT;
 
-struct RvLayout {
-    static constexpr int B = TMA_BOX;
-    /* a slab (value columns 64·s …): pullback_ws's stage */
-    static constexpr int oP = 0, oO = B, oR = 2 * B, oV = 3 * B, oSb = 4 * B, oSc = 6 * B, SLAB = 8 * B;
+struct RvLayout : WsSlab {
+    static constexpr int SLAB = BYTES; /* the two slabs (ws.cuh's), then: */
     static constexpr int oK = 2 * SLAB, oQ = oK + 2 * B;   /* [64 tokens][128 features], two boxes */
     static constexpr int oX = oQ + 2 * B;                  /* scratch: R̄ (tf32, 16 KB a warpgroup), P', Γ, Γ_β, Γ_H' */
     static constexpr int oCq = oX + 4 * B;                 /* C_q [i][j], one box */
@@ -95,11 +92,6 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         if (tid >= RV_MATH + 32) return;
         /* ---- the producer warp, in the order the math releases the chunk before: Aᵀ, the slabs, K and Q */
         const int lane = tid & 31;
-        auto rows_done = [] { /* this lane's cp.async copies landed and visible to the products (its arrival publishes) */
-            cp_async_commit();
-            cp_async_wait_group<0>();
-            wg_proxy_fence();
-        };
         for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
             const ChunkInfo ci = p.ctab[c];
             const bool tail = ci.n < MAXBT;
@@ -108,7 +100,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             const int x = c * p.HV + hv; /* the workspace index (chunk, value head) */
             if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
             wg_copy_at<32>(Ats, A, p, hv, c, lane);
-            rows_done();
+            ws_rows_done();
             mbar_arrive(a_full);
 #pragma unroll 1
             for (int s = 0; s < 2; s++) {
@@ -119,7 +111,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                     ws_copy_tail<64, 32>(st + L::oO, do_, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
                     ws_copy_tail<64, 32>(st + L::oR, R + (size_t)x * MAXBT * p.V, p.V, 64 * s, wi, lane);
                     ws_copy_tail<64, 32>(st + L::oV, v, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
-                    rows_done();
+                    ws_rows_done();
                 }
                 if (lane != 0) mbar_arrive(f);
                 else {
@@ -139,7 +131,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             if (tail) {
                 ws_copy_tail<KD, 32>(smc + L::oK, k, rsk, (size_t)h * p.K, ci, lane);
                 ws_copy_tail<KD, 32>(smc + L::oQ, q, rsk, (size_t)h * p.K, ci, lane);
-                rows_done();
+                ws_rows_done();
             }
             if (lane != 0) mbar_arrive(kq_full);
             else {

@@ -10,6 +10,15 @@ namespace rewy_cuda {
 
 constexpr int GB_BYTES = 2 * MAXBT * 4; /* a chunk's G and β (the GB table's entry) */
 
+/* The pullback's blocks (pullback_ws.cu, reverse_ws.cu): two math warpgroups and a producer warpgroup, of which one warp
+ * copies; a V slab of a chunk (value columns 64·s …): P, Ō, R, V (one box each: tokens × 64 columns), S̄⁺ and S_c (two
+ * boxes each: features 0–63, 64–127) */
+constexpr int WS_MATH = 256, WS_NT = WS_MATH + 128;
+struct WsSlab {
+    static constexpr int B = TMA_BOX;
+    static constexpr int oP = 0, oO = B, oR = 2 * B, oV = 3 * B, oSb = 4 * B, oSc = 6 * B, BYTES = 8 * B;
+};
+
 /* named barriers (bar.sync / bar.arrive with a thread count; 0 is __syncthreads) */
 __device__ __forceinline__ void ws_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void ws_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -146,6 +155,14 @@ __device__ __forceinline__ void ws_copy_tail(char *tile, const __nv_bfloat16 *x,
         const bool ok = r < cj.n;
         cp_async16(tile + 2 * sw128(r, c8), ok ? src + (size_t)r * ld + c8 : src, ok);
     }
+}
+
+/* a producer lane's cp.async copies (tail rows, Aᵀ) landed and visible to the products, before the arrival that publishes
+ * them */
+__device__ __forceinline__ void ws_rows_done() {
+    cp_async_commit();
+    cp_async_wait_group<0>();
+    wg_proxy_fence();
 }
 
 /* ---- the host side. The shapes every ws kernel takes: scalar gates, bf16 inputs (and bf16 chunk states and R), chunk
