@@ -3,9 +3,9 @@
  * each chunk in one warp-specialized block, for bf16, chunk 64, K = V = 128, sm_90a.
  *
  * Why: apart, the reverse scan writes S̄⁺ and P of every chunk (48 KB a chunk and value head) and the pullback reads them
- * back with K, Q and Ō a second time: about 200 of the 320 KB that the two move per chunk and head, at GDN (8,2048,32)
- * about 1.3 GB of a backward that runs near the HBM's rate (docs/PERF.md, session 38). Here S̄ stays in registers and
- * S̄⁺, P stay in shared memory; a chunk's tiles are read once.
+ * back with K, Q and Ō a second time: at GDN (8,2048,32) the two moved 2.6 GB, this kernel 1.45, on a backward that ran
+ * near the HBM's rate (docs/PERF.md, sessions 38 and 39). Here S̄ stays in registers and S̄⁺, P stay in shared memory;
+ * a chunk's tiles are read once.
  *
  * One block per (sequence, value head), walking its chunks from the last: 384 threads, one producer warp and two math
  * warpgroups; one key head per value head (G = 1). Per chunk c the math warpgroups run the chain, then the pullback:
@@ -26,7 +26,9 @@
  * chunk has released it: Aᵀ after P (a_empty), a slab's Ō, R, V, S_c after the pullback's V-long products (empty[s]),
  * K, Q and the gates after the K-side products (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by
  * a bulk copy; a sequence's tail chunk's token rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; Aᵀ
- * (transposed, 4-byte pieces) by the producer lanes' cp.async, as bwd_state_scan_wg.cu takes it. */
+ * (transposed, 4-byte pieces) by the producer lanes' cp.async, as bwd_state_scan_wg.cu takes it. Outputs: dv, k̄ and q̄
+ * of a full chunk by tensor stores from boxes staged over the warpgroup's V box and S̄⁺ boxes (each drained before the
+ * box is released or written again), a tail chunk's by per-thread stores; dβ, dg and dh0 by per-thread stores. */
 #include "kernels.cuh"
 #include "ws.cuh"
 
