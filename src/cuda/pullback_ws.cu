@@ -33,8 +33,6 @@
 
 namespace rewy_cuda {
 
-constexpr int PS_MATH = WS_MATH, PS_NT = WS_NT;
-
 struct PsLayout : WsSlab {
     static constexpr int STAGE = BYTES; /* a slab stage (ws.cuh's slab) */
     static constexpr int oK = 2 * STAGE, oQ = oK + 2 * B;                  /* [64 tokens][128 features], two boxes */
@@ -51,7 +49,7 @@ struct PsMaps {
     CUtensorMap k, q, v, o, r, p, sc, sb;
 };
 
-__global__ void __launch_bounds__(PS_NT, 1)
+__global__ void __launch_bounds__(WS_NT, 1)
 pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                    const __nv_bfloat16 *v, const float *GB, const __nv_bfloat16 *do_, const rp_t *R, const rp_t *PR,
                    float *acc, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, __nv_bfloat16 *dbeta,
@@ -86,18 +84,18 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     if (tid == 0) {
         mbar_init(full0, 32); /* the producer's lanes (lane 0 with the bytes) */
         mbar_init(full0 + 8, 32);
-        mbar_init(empty0, PS_MATH); /* every math thread, after its own last reads */
-        mbar_init(empty0 + 8, PS_MATH);
+        mbar_init(empty0, WS_MATH); /* every math thread, after its own last reads */
+        mbar_init(empty0 + 8, WS_MATH);
         mbar_init(kq_full, 32);
-        mbar_init(kq_empty, PS_MATH);
+        mbar_init(kq_empty, WS_MATH);
         mbar_init_fence();
     }
     __syncthreads();
 
-    if (tid >= PS_MATH) {
+    if (tid >= WS_MATH) {
         /* the registers go to the math warpgroups (ptxas counts the block in whole warpgroups: 168 a thread for all) */
         wg_setmaxnreg_dec<40>();
-        if (tid >= PS_MATH + 32) return;
+        if (tid >= WS_MATH + 32) return;
         /* ---- the producer warp: lane 0 issues the tensor copies; a tail chunk's token rows (P, Ō, R, V, K, Q) come by
          * every lane's zero-filling cp.async, waited on and fenced before the lane's arrival publishes them */
         const int lane = tid & 31;
@@ -237,7 +235,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
                         }
                     }
                     if (gated)
-                        lam += ws_slab_dot<PS_MATH>(reinterpret_cast<const T *>(st + L::oSb), reinterpret_cast<const T *>(st + L::oSc), tid);
+                        lam += ws_slab_dot<WS_MATH>(reinterpret_cast<const T *>(st + L::oSb), reinterpret_cast<const T *>(st + L::oSc), tid);
                 }
                 wg_wait();
                 mbar_arrive(empty0 + 8 * s); /* this thread is done with slab s */
@@ -247,7 +245,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
              * last readers, ended before its closing barrier); the V-long products' row scalings */
             ws_gamma_tiles(p, X, Gs, bs, n, w, i0, Gm, Gb, Hm);
             ws_scale_rows(p, F, Bh, Qh, Gs, n, i0);
-            ws_sync(BAR, PS_MATH); /* every Γ tile is in */
+            ws_sync(BAR, WS_MATH); /* every Γ tile is in */
             mbar_wait(kq_full, ku & 1);
             __syncwarp();
             const float endp = gated ? ws_endpoint(F, Ks, f0) : 0.f;
@@ -312,7 +310,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
             }
             /* (meets the math warps: the row terms are in; the item's Γ barrier is between the last call's reads of red and
              * these writes) */
-            const float2 sums = block_sum2<PS_MATH / 32, false>(lam, endp, red, [] { ws_sync(BAR, PS_MATH); });
+            const float2 sums = block_sum2<WS_MATH / 32, false>(lam, endp, red, [] { ws_sync(BAR, WS_MATH); });
             /* the first warp finishes the item alone, lane l at rows 2l, 2l + 1: dβ, and dg_i = Ḡ_n's state term +
              * Σ_{m ≥ i} (row terms), a suffix scan. The others go on to the next item: its Γ barrier is where every
              * warp's reads of this item's row terms, sums and Γ tiles are behind everyone, and its gates buffer comes
@@ -372,7 +370,7 @@ cudaError_t launch_pullback_ws(const Prob &p, const void *q, const void *k, cons
     constexpr size_t smem = PsLayout::TOTAL;
     cudaError_t e = ensure_smem<pullback_ws_kernel>(smem);
     if (e != cudaSuccess) return e;
-    pullback_ws_kernel<<<grid, PS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, (const T *)do_, R, PR,
+    pullback_ws_kernel<<<grid, WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, (const T *)do_, R, PR,
                                                  acc, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, graw, dg);
     return cudaGetLastError();
 }

@@ -34,8 +34,6 @@
 
 namespace rewy_cuda {
 
-constexpr int RV_MATH = WS_MATH, RV_NT = WS_NT;
-
 struct RvLayout : WsSlab {
     static constexpr int SLAB = BYTES; /* the two slabs (ws.cuh's), then: */
     static constexpr int oK = 2 * SLAB, oQ = oK + 2 * B;   /* [64 tokens][128 features], two boxes */
@@ -54,7 +52,7 @@ struct RvMaps {
     CUtensorMap k, q, v, o, r, sc, dk, dq, dv; /* dk, dq [token][H·K], dv [token][HV·V]: the staged stores (`stage`) */
 };
 
-__global__ void __launch_bounds__(RV_NT, 1)
+__global__ void __launch_bounds__(WS_NT, 1)
 reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                   const __nv_bfloat16 *v, const float *GB, const float *A, const __nv_bfloat16 *do_, const rp_t *R,
                   const float *dht, float *dh0, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
@@ -79,19 +77,19 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     if (tid == 0) {
         mbar_init(full0, 32); /* the producer's lanes (lane 0 with the bytes) */
         mbar_init(full0 + 8, 32);
-        mbar_init(empty0, RV_MATH); /* every math thread, after its own last reads */
-        mbar_init(empty0 + 8, RV_MATH);
+        mbar_init(empty0, WS_MATH); /* every math thread, after its own last reads */
+        mbar_init(empty0 + 8, WS_MATH);
         mbar_init(kq_full, 32);
-        mbar_init(kq_empty, RV_MATH);
+        mbar_init(kq_empty, WS_MATH);
         mbar_init(a_full, 32);
-        mbar_init(a_empty, RV_MATH);
+        mbar_init(a_empty, WS_MATH);
         mbar_init_fence();
     }
     __syncthreads();
 
-    if (tid >= RV_MATH) {
+    if (tid >= WS_MATH) {
         wg_setmaxnreg_dec<40>();
-        if (tid >= RV_MATH + 32) return;
+        if (tid >= WS_MATH + 32) return;
         /* ---- the producer warp, in the order the math releases the chunk before: Aᵀ, the slabs, K and Q */
         const int lane = tid & 31;
         for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
@@ -232,7 +230,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             *reinterpret_cast<T2 *>(Cs + sw128(i, j)) = __floats2bfloat162_rn(c0, c1);
         }
         wg_proxy_fence();
-        ws_sync(BAR, RV_MATH); /* S̄⁺'s copy and C_q are in */
+        ws_sync(BAR, WS_MATH); /* S̄⁺'s copy and C_q are in */
         /* R̄ = diag(f) (K S̄⁺) + C_qᵀ Ō */
         float r[32];
         mbar_wait(full0 + 8 * w, it & 1); /* this warpgroup's slab: Ō (and R, V, S_c) */
@@ -342,7 +340,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         ws_mma<OpSt, OpSt, MAXBT>(s[1], ktlo1, pqtlo, true);
         wg_commit();
         wg_wait();
-        ws_sync(BAR, RV_MATH); /* P and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
+        ws_sync(BAR, WS_MATH); /* P and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
 
         /* ==== the pullback: warpgroup w owns the features f0 … f0 + 63 ==== */
         mbar_wait(full0 + 8 * (1 - w), it & 1);
@@ -378,13 +376,13 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         if (gated)
 #pragma unroll
             for (int sl = 0; sl < 2; sl++)
-                lam += ws_slab_dot<RV_MATH>(reinterpret_cast<const T *>(slab(sl) + L::oSb), reinterpret_cast<const T *>(slab(sl) + L::oSc), tid);
+                lam += ws_slab_dot<WS_MATH>(reinterpret_cast<const T *>(slab(sl) + L::oSb), reinterpret_cast<const T *>(slab(sl) + L::oSc), tid);
         wg_wait();
         if (wt == 0) tma_store_drain(); /* dv's tensor store has read the V box */
         mbar_arrive(empty0); /* this thread is done with both slabs' Ō, R, V, S_c */
         mbar_arrive(empty0 + 8);
         ws_scale_rows(p, F, Bh, Qh, Gs, n, i0);
-        ws_sync(BAR, RV_MATH); /* every Γ tile is in */
+        ws_sync(BAR, WS_MATH); /* every Γ tile is in */
         const float endp = gated ? ws_endpoint(F, Ks, f0) : 0.f;
         ws_kside(Bh, F, Qh, Gm, Gb, Hm, kxlo, qxlo); /* the K-side products */
         /* k̄ = β B̂ + Ŷ, q̄ = Q̂ and the row terms of β̄, Ḡ */
@@ -451,7 +449,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         }
         /* (meets the math warps: the row terms are in; the chunk's first barrier is between the last chunk's reads of
          * red and these writes) */
-        const float2 sums = block_sum2<RV_MATH / 32, false>(lam, endp, red, [] { ws_sync(BAR, RV_MATH); });
+        const float2 sums = block_sum2<WS_MATH / 32, false>(lam, endp, red, [] { ws_sync(BAR, WS_MATH); });
         /* dβ, and dg_i = Ḡ_n's state term + Σ_{m ≥ i} (row terms), a suffix scan (pullback_ws.cu's), lane l at rows 2l,
          * 2l + 1: every math warp computes it and the first stores it (a path of the first warp alone, with S̄'s
          * accumulators live across it, made ptxas serialize every wgmma of the kernel). The next chunk's first barrier
@@ -509,7 +507,7 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
     constexpr size_t smem = RvLayout::TOTAL;
     cudaError_t e = ensure_smem<reverse_ws_kernel>(smem);
     if (e != cudaSuccess) return e;
-    reverse_ws_kernel<<<p.N * p.HV, RV_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_,
+    reverse_ws_kernel<<<p.N * p.HV, WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_,
                                                       R, dht, dh0, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, graw, dg, stage);
     return cudaGetLastError();
 }
