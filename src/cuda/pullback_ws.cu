@@ -81,21 +81,10 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     };
     const int u0 = (int)blockIdx.x < nunit && unit_chunk(blockIdx.x) >= 0 ? (int)blockIdx.x : next_unit(blockIdx.x);
     if (u0 >= nunit) return; /* the whole block */
-    if (tid == 0) {
-        mbar_init(full0, 32); /* the producer's lanes (lane 0 with the bytes) */
-        mbar_init(full0 + 8, 32);
-        mbar_init(empty0, WS_MATH); /* every math thread, after its own last reads */
-        mbar_init(empty0 + 8, WS_MATH);
-        mbar_init(kq_full, 32);
-        mbar_init(kq_empty, WS_MATH);
-        mbar_init_fence();
-    }
-    __syncthreads();
+    ws_mbar_init(mb, {32, 32, WS_MATH, WS_MATH, 32, WS_MATH}); /* full[2], empty[2], kq full, kq empty */
 
     if (tid >= WS_MATH) {
-        /* the registers go to the math warpgroups (ptxas counts the block in whole warpgroups: 168 a thread for all) */
-        wg_setmaxnreg_dec<40>();
-        if (tid >= WS_MATH + 32) return;
+        if (!ws_producer_copies()) return;
         /* ---- the producer warp: lane 0 issues the tensor copies; a tail chunk's token rows (P, Ō, R, V, K, Q) come by
          * every lane's zero-filling cp.async, waited on and fenced before the lane's arrival publishes them */
         const int lane = tid & 31;
@@ -164,7 +153,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
     }
 
     /* ---- the math warpgroups: four m64n64 accumulators a thread */
-    wg_setmaxnreg_inc<232>();
+    ws_math_regs();
     const int w = tid >> 7, lane = tid & 31;
     T *const Gm = reinterpret_cast<T *>(smc + L::oG), *const Gb = reinterpret_cast<T *>(smc + L::oGb);
     T *const Hm = reinterpret_cast<T *>(smc + L::oH);

@@ -74,22 +74,10 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
 
     const int sq = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, h = hv; /* G = 1 */
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
-    if (tid == 0) {
-        mbar_init(full0, 32); /* the producer's lanes (lane 0 with the bytes) */
-        mbar_init(full0 + 8, 32);
-        mbar_init(empty0, WS_MATH); /* every math thread, after its own last reads */
-        mbar_init(empty0 + 8, WS_MATH);
-        mbar_init(kq_full, 32);
-        mbar_init(kq_empty, WS_MATH);
-        mbar_init(a_full, 32);
-        mbar_init(a_empty, WS_MATH);
-        mbar_init_fence();
-    }
-    __syncthreads();
+    ws_mbar_init(mb, {32, 32, WS_MATH, WS_MATH, 32, WS_MATH, 32, WS_MATH}); /* full[2], empty[2], kq, a: full, empty */
 
     if (tid >= WS_MATH) {
-        wg_setmaxnreg_dec<40>();
-        if (tid >= WS_MATH + 32) return;
+        if (!ws_producer_copies()) return;
         /* ---- the producer warp, in the order the math releases the chunk before: Aᵀ, the slabs, K and Q */
         const int lane = tid & 31;
         for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
@@ -148,7 +136,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     }
 
     /* ---- the math warpgroups */
-    wg_setmaxnreg_inc<232>();
+    ws_math_regs();
     const int w = tid >> 7, wt = tid & 127, lane = tid & 31, wbar = 2 + w;
     char *const my = slab(w); /* this warpgroup's value columns in the chain */
     T *const Gm = reinterpret_cast<T *>(smc + L::oX), *const Gb = Gm + 64 * 64, *const Hm = Gb + 64 * 64;

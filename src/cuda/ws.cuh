@@ -14,6 +14,27 @@ constexpr int GB_BYTES = 2 * MAXBT * 4; /* a chunk's G and β (the GB table's en
  * copies; a V slab of a chunk (value columns 64·s …): P, Ō, R, V (one box each: tokens × 64 columns), S̄⁺ and S_c (two
  * boxes each: features 0–63, 64–127) */
 constexpr int WS_MATH = 256, WS_NT = WS_MATH + 128;
+/* the block's mbarriers, 8 B apart from mb: barrier i takes counts[i] arrivals (32: the producer warp's lanes, lane 0's
+ * with the bytes; WS_MATH: every math thread after its own last reads), set up by thread 0 before the block barrier that
+ * precedes their first use */
+#if __CUDA_ARCH__ >= 900
+template <int N> __device__ __forceinline__ void ws_mbar_init(unsigned mb, const int (&counts)[N]) {
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i++) mbar_init(mb + 8 * i, counts[i]);
+        mbar_init_fence();
+    }
+    __syncthreads();
+}
+#endif
+/* The register split (every thread of its warpgroup runs it): the producer warpgroup gives its registers to the math
+ * warpgroups (ptxas counts the block in whole warpgroups: 168 a thread for all, where the math spills) and only its
+ * first warp stays (ws_producer_copies: false for the three that leave); the math warpgroups take 232 */
+__device__ __forceinline__ bool ws_producer_copies() {
+    wg_setmaxnreg_dec<40>();
+    return (int)threadIdx.x < WS_MATH + 32;
+}
+__device__ __forceinline__ void ws_math_regs() { wg_setmaxnreg_inc<232>(); }
 struct WsSlab {
     static constexpr int B = TMA_BOX;
     static constexpr int oP = 0, oO = B, oR = 2 * B, oV = 3 * B, oSb = 4 * B, oSc = 6 * B, BYTES = 8 * B;
