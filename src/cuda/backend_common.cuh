@@ -82,6 +82,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     bool ws_gate;                                      /* the gate table in the workspaces (fG, bG), not saved (G) */
     int nwin;                                          /* time windows (Plan::win): how many (1: none) */
     size_t wck, wcarry;                                /* their checkpoints (saved), S̄ carry (bwd ws) */
+    size_t sco, sA, sB, sT;                            /* segments (Plan::seg; bwd ws): offsets, three state regions */
     size_t saved_end;                                  /* the saved buffer's size: regions, record, checkpoints */
 };
 
@@ -139,9 +140,37 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec, int *nwin
     return win;
 }
 
-/* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's */
+/* Policy R's sequence split (MATH §11d; DESIGN.md, "Segments"): where one block per sequence and head leaves SMs idle,
+ * the time windows above run at once, each as a segment of its sequence: the backward recomputes every segment's chunk
+ * states from the forward's checkpoint at its start, finds the gradient at every segment's end from two local reverse
+ * walks (X̄ from zero, Tᵀ from the identity) and their combine, and runs the fused reverse pass (reverse_ws.cu) over
+ * all segments in one launch. Returns the segment's chunks (then Plan::win, with nwin segments over the longest
+ * sequence; Plan::seg = 1), 0 for none.
+ * Where: policy R with the fused pass's shapes (ReWY, bf16, K = V = 128, one key head a value head, an sm_90a binary)
+ * and a forward that leaves checkpoints (no wgmma forward scan); judged without the pointers, so that the forward and
+ * the backward decide alike. A backward whose pointers the fused pass cannot take runs the same windows one after the
+ * other instead (the layout holds both). force.seg = n > 0: n chunks a segment where it applies, 0 none; otherwise
+ * none (the rule waits for its measurement). */
+inline int plan_segments(const rewy_config *c, const Prob &p, bool vec, int *nwin) {
+    *nwin = 1;
+    const Plan &pl = p.plan;
+    const int f = pl.force.seg;
+    if (f <= 0 || c->policy != REWY_POLICY_R || c->bwd_algo == REWY_BWD_WY || p.G != 1 || p.K != 128 || p.V != 128 ||
+        !pl.wgmma)
+        return 0;
+    if (!pullback_ws(p, c->dtype, vec, false, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr)) return 0;
+    if (state_scan_wg_ok(p, c->dtype, nullptr, nullptr, vec)) return 0; /* the forward's wgmma scan leaves no checkpoints */
+    const int ncs = max_seq_chunks(c, p.BT);
+    if (f >= ncs) return 0; /* one segment: none */
+    *nwin = win_count(ncs, f);
+    return f;
+}
+
+/* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's (segments:
+ * every chunk's, and at least one window's for the windows the backward falls back to) */
 inline size_t bwd_slots(const Geometry &g, const Plan &pl) {
-    return pl.win ? (size_t)g.N * pl.win * g.HV : (size_t)g.NC * g.HV;
+    const size_t all = (size_t)g.NC * g.HV, one = (size_t)g.N * pl.win * g.HV;
+    return pl.seg ? (all > one ? all : one) : pl.win ? one : all;
 }
 
 /* The plan of one call (common.cuh, Plan): the device asked once, then every choice in order, each function
@@ -186,7 +215,9 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     if (pl.chain_ws) pl.chain_bvc = 128; /* its stages (kkt's W and U, P after it) and layout */
     pl.chain_bulk = chain_scan_bulk(p);
     pl.pb_ws = pullback_ws(p, dt, vec, c->bwd_algo == REWY_BWD_WY, ptr.q, ptr.k, ptr.v, ptr.do_, ptr.dq, ptr.dk, ptr.dv);
-    pl.win = plan_windows(c, p, vec, &pl.nwin);
+    pl.win = plan_segments(c, p, vec, &pl.nwin);
+    pl.seg = pl.win > 0;
+    if (!pl.seg) pl.win = plan_windows(c, p, vec, &pl.nwin);
     pl.rev_ws = reverse_ws(p, pl.win);
     return pl;
 }
@@ -266,6 +297,17 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.PR = o; o += al(bchh * rv);
     L.wcarry = o; /* windows: S̄ between them, fp32 [N·HV][K][V] */
     if (pl.win) o += al(sizeof(float) * L.N * L.HV * state);
+    /* segments (Plan::seg): their chunk offsets, int [N·nwin + 1], and three fp32 [N·nwin·HV][K][V] state regions (the
+     * backward's stages, in order: A the recompute's start states, then S̄ at each segment's end; B X̄, then S̄ at
+     * each segment's start; T Tᵀ) */
+    L.sco = o;
+    if (pl.seg) {
+        const size_t segs = (size_t)L.N * pl.nwin, sst = al(sizeof(float) * segs * L.HV * state);
+        o += al(sizeof(int) * (segs + 1));
+        L.sA = o; o += sst;
+        L.sB = o; o += sst;
+        L.sT = o; o += sst;
+    }
     L.Wbar = o; o += al(r.Wbar);
     L.acc = o; o += al(r.acc);
     L.bW = o;
@@ -304,6 +346,19 @@ inline Prob window_prob(const Prob &p, const Layout &L, int w) {
         q.win_hi = q.win_lo + p.plan.win;
         q.win_len = p.plan.win;
     }
+    return q;
+}
+
+/* p as the segments' sequences (Plan::seg; sco: their chunk offsets, launch_seg_offsets): segment x = sequence · nwin +
+ * w, every chunk in its workspace slot. Their scans are the wgmma scans at 64-column tiles, two warpgroups a block (the
+ * segments' grid is what fills the SMs; the fused pass's pointers, Plan::rev_ws, are theirs too). */
+inline Prob segment_prob(const Prob &p, const int *sco) {
+    Prob q = p;
+    q.N = p.N * p.plan.nwin;
+    q.coff = sco;
+    q.plan.scan_wg = q.plan.bwd_scan_wg = 1;
+    q.plan.scan_bv = 64;
+    q.plan.scan_wg2 = 1;
     return q;
 }
 
@@ -496,6 +551,30 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
     const float *ck = at<const float>(a->saved, L.wck);
     float *carry = at<float>(a->workspace, L.wcarry);
     const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
+    /* Segments (Plan::seg, plan_segments; MATH §11d): the windows at once, each a sequence of its own to the scans and
+     * the fused pass (segment_prob). 1. every segment's chunk states, recomputed from the forward's checkpoint at its
+     * start; 2. beside nothing else they need, X̄ and Tᵀ of each segment (its reverse walk from zero, and from the
+     * identity with Ō = 0); 3. the combine, from the last segment: S̄ at each segment's end; 4. the fused pass over all
+     * segments from those ends, whose first segments' start gradients are dh0. Where the fused pass cannot take the
+     * pointers (Plan::rev_ws off), the windows below run one after the other instead. */
+    if (pl.seg && pl.rev_ws) {
+        float *const sA = at<float>(a->workspace, L.sA), *const sB = at<float>(a->workspace, L.sB);
+        float *const sT = at<float>(a->workspace, L.sT);
+        const Prob ps = segment_prob(p, at<int>(a->workspace, L.sco));
+        REWY_TRY(Op::gates(p, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
+        REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, at<int>(a->workspace, L.sco), s));
+        REWY_TRY(launch_seg_starts(p, pl.nwin, a->h0, ck, sA, s));
+        REWY_TRY(launch_state_scan(ps, c->dtype, a->k, a->v, sg.GB, A, nullptr, sA, nullptr, sc, r, s));
+        REWY_TRY(launch_bwd_state_scan_wg(ps, a->q, a->k, sg.GB, A, a->do_, nullptr, sB, nullptr, nullptr, 0, s, sT));
+        REWY_TRY(launch_seg_combine(p, pl.nwin, a->dht, sT, sB, sA, s));
+        REWY_TRY(launch_reverse_ws(ps, a->q, a->k, a->v, sg.GB, A, a->do_, sc, r, sA, a->dh0 ? sB : nullptr, a->dq, a->dk,
+                                   a->dv, a->dbeta, a->g, p.gated ? a->dg : nullptr, s));
+        if (a->dh0) { /* the first segment's start gradient, segment sq·nwin of sequence sq */
+            const size_t row = sizeof(float) * p.HV * c->K * c->V;
+            REWY_TRY(cudaMemcpy2DAsync(a->dh0, row, sB, row * pl.nwin, row, p.N, cudaMemcpyDeviceToDevice, s));
+        }
+        return REWY_OK;
+    }
     if (win && a->dht) REWY_TRY(cudaMemcpyAsync(carry, a->dht, sizeof(float) * ckn, cudaMemcpyDeviceToDevice, s));
     else if (win) REWY_TRY(cudaMemsetAsync(carry, 0, sizeof(float) * ckn, s));
     for (int w = L.nwin - 1; w >= 0; w--) {

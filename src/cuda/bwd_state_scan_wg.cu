@@ -12,7 +12,11 @@
  * (tf32, B of Aᵀ R̄), then −βe^{G}⊙P (bf16, B of Kᵀ P'). Ō is rescaled in place to scale·e^{G}⊙Ō once
  * C_qᵀ Ō has read it. A is copied transposed (tf32 operands must be K-major: Aᵀ[j][i] with i contiguous).
  * Qᵀ Ō' is issued before Aᵀ R̄ so that the two run together. K and Q have one buffer each (two would not
- * leave room for two blocks per SM): K's copy for the next chunk starts after the chunk's last product. */
+ * leave room for two blocks per SM): K's copy for the next chunk starts after the chunk's last product.
+ * The sequence split's local walks (segments.cu, MATH §11d step 1) run here too: with Sbar NULL the walk stores nothing
+ * but its end state (X̄ from dht = 0), and a second grid of homogeneous blocks walks from S̄ = I with Ō = 0 (never
+ * copied: its tile stays zero) to Tᵀ. */
+#include <limits.h>
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 
@@ -30,7 +34,8 @@ template <int KPC, int BVT, int NWG> struct WgBscanLayout { /* byte offsets in d
 template <int KPC, int BVT, int NWG>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *GB, const float *A,
-                         const __nv_bfloat16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy) {
+                         const __nv_bfloat16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
+                         int hom0, float *tout) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WgBscanLayout<KPC, BVT, NWG>;
@@ -46,19 +51,31 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
     T *const Ss = reinterpret_cast<T *>(wgs + L::SR), *const Ps = Ss, *const Po = Ps + MAXBT * BVT; /* P', P */
     float *const Rs = reinterpret_cast<float *>(wgs + L::SR);
 
-    const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, blockIdx.x);
+    /* blocks from hom0 on: the homogeneous walk (segments, MATH §11c), from S̄ = I with Ō = 0, whose end state is Tᵀ */
+    const bool hom = (int)blockIdx.x >= hom0;
+    const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, hom ? blockIdx.x - hom0 : blockIdx.x);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G, tid = threadIdx.x;
 
     /* cp.async copies of chunk cj's tiles (scan_wg.cuh; Aᵀ here) */
     auto issue_kq = [&](T *dst, const T *x, const ChunkInfo &cj) { wg_copy_kq<KPC, NT>(dst, x, p, cj, h); };
-    auto issue_o = [&](const ChunkInfo &cj) { wg_copy_cols<BVT>(Os, do_, p, cj, hv, v0); };
+    auto issue_o = [&](const ChunkInfo &cj) {
+        if (!hom) wg_copy_cols<BVT>(Os, do_, p, cj, hv, v0);
+    };
     auto issue_at = [&](int cj) { wg_copy_at<NT>(Ats, A, p, hv, cj, tid); };
     auto issue_gb = [&](float *dst, int cj) { wg_copy_gates(dst, GB, p, hv, cj); };
 
     /* S̄: feature 64·mb + wg_row(e), column wg_col(e); from dht */
     float s[MB][NA];
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    wg_state_load(s, dht, p, sbase, v0);
+    if (hom) {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int e = 0; e < NA; e++) s[mb][e] = 64 * mb + wg_row(e) == v0 + wg_col(e) ? 1.f : 0.f;
+        for (int e = tid & 127; e < MAXBT * BVT / 8; e += 128) reinterpret_cast<uint4 *>(Os)[e] = make_uint4(0, 0, 0, 0);
+    } else {
+        wg_state_load(s, dht, p, sbase, v0);
+    }
 
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
     ChunkInfo ci = {}, cn = {};
@@ -102,7 +119,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         });
         wg_commit();
         /* S̄⁺ in bf16: the B operand of K S̄⁺, and from there the saved states (wg_store_state) */
-        state_t *const Sd = Sbar + ch * p.K * p.V;
+        state_t *const Sd = Sbar ? Sbar + ch * p.K * p.V : nullptr;
         wg_state_spill<MB, NA, BVT>(s, Ss);
         wg_wait();
         /* (C_q)_ij = scale (q_i·k_j) e^{G_i − G_j} for j ≤ i < n (the exponent ≤ 0 where kept), into Cs as
@@ -121,7 +138,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         float r[NA];
         wg_arrive();
         wg_k_times_state<KPC, BVT>(r, klo, slo);
-        wg_store_rows<KPC, BVT>(Sd, Ss, p.K, p.V, v0); /* while the product runs */
+        if (Sd) wg_store_rows<KPC, BVT>(Sd, Ss, p.K, p.V, v0); /* while the product runs */
         wg_commit();
         wg_wait();
         const float gl = Gs[n - 1];
@@ -139,13 +156,14 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         wg_wait();
         __syncthreads(); /* every warp is done with S̄⁺, Ō and C_q */
         /* R̄ as tf32 (B of Aᵀ R̄), stored for WY; S̄⁺ decays; Ō ← scale·e^{G}⊙Ō in place */
-        rp_t *const PRc = PR + ch * MAXBT * p.V + v0;
+        const bool store = Sbar && wy;
+        rp_t *const PRc = store ? PR + ch * MAXBT * p.V + v0 : nullptr;
 #pragma unroll
         for (int e = 0; e < NA; e += 2) {
             const int i = wg_row(e), j = wg_col(e);
             Rs[cm_t<MAXBT>(j, i)] = __uint_as_float(to_tf32(r[e]));
             Rs[cm_t<MAXBT>(j + 1, i)] = __uint_as_float(to_tf32(r[e + 1]));
-            if (wy && i < n && v0 + j < p.V) {
+            if (store && i < n && v0 + j < p.V) {
                 rp_t *d = PRc + (size_t)i * p.V + j;
                 if constexpr (sizeof(rp_t) == 2) *reinterpret_cast<__nv_bfloat162 *>(d) = __floats2bfloat162_rn(r[e], r[e + 1]);
                 else d[0] = r[e], d[1] = r[e + 1];
@@ -195,7 +213,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         /* S̄ += Kᵀ P' */
         wg_arrive();
         wg_state_add<KPC, BVT, MB>(s, ktlo, slo);
-        if (!wy) wg_store_rows<MAXBT, BVT>(PR + ch * MAXBT * p.V, Po, n, p.V, v0); /* while Kᵀ P' runs */
+        if (Sbar && !wy) wg_store_rows<MAXBT, BVT>(PR + ch * MAXBT * p.V, Po, n, p.V, v0); /* while Kᵀ P' runs */
         wg_commit();
         wg_wait();
         if (has_next) {
@@ -207,9 +225,10 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         ci = cn;
         cn = cnn;
     }
-    if (dh0) wg_state_save(s, dh0, p, sbase, v0);
+    if (float *const out = hom ? tout : dh0) wg_state_save(s, out, p, sbase, v0);
 #else
     (void)p, (void)q, (void)k, (void)GB, (void)A, (void)do_, (void)dht, (void)dh0, (void)Sbar, (void)PR, (void)wy;
+    (void)hom0, (void)tout;
 #endif
 }
 
@@ -222,15 +241,19 @@ bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const voi
 
 cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
                                      const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
-                                     cudaStream_t s) {
+                                     cudaStream_t s, float *tout) {
     using bf16 = __nv_bfloat16;
     auto go = [&](auto kp, auto bv, auto nwg) {
         constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value, NWG = decltype(nwg)::value;
         constexpr size_t smem = WgBscanLayout<KPC, BVT, NWG>::BYTES;
         cudaError_t e = ensure_smem<bwd_state_scan_wg_kernel<KPC, BVT, NWG>>(smem);
         if (e != cudaSuccess) return e;
-        bwd_state_scan_wg_kernel<KPC, BVT, NWG><<<scan_grid(p, BVT * NWG), 128 * NWG, smem, s>>>(
-            p, (const bf16 *)q, (const bf16 *)k, GB, A, (const bf16 *)do_, dht, dh0, Sbar, PR, wy);
+        /* tout: the homogeneous blocks after the ordinary ones (their V is K: K = V) */
+        const unsigned nb = scan_grid(p, BVT * NWG).x;
+        if (tout && p.K != p.V) return cudaErrorInvalidValue;
+        bwd_state_scan_wg_kernel<KPC, BVT, NWG><<<tout ? 2 * nb : nb, 128 * NWG, smem, s>>>(
+            p, (const bf16 *)q, (const bf16 *)k, GB, A, (const bf16 *)do_, dht, dh0, Sbar, PR, wy, tout ? (int)nb : INT_MAX,
+            tout);
         return cudaGetLastError();
     };
     return with_wg_tiles(p, go);

@@ -73,6 +73,8 @@ struct Plan {
     int rev_ws;                    /* the reverse scan and that pullback as one fused warp-specialized kernel (reverse_ws) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
     int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
+    int seg;                       /* those windows run at once, as the segments of a sequence split (MATH §11d;
+                                    * plan_segments, backend_common.cuh): the backward of every segment in one launch */
 };
 
 struct Prob {

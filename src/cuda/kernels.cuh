@@ -89,9 +89,12 @@ cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, c
  * state_scan_wg_ok; Plan::bwd_scan_wg); launch_bwd_state_scan and launch_scan_pair take it there. It forms C_q
  * itself (Cq of those launchers is not read then, and the backward skips its recompute). */
 bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, bool vec);
+/* Sbar NULL: the reverse walk alone (S̄⁺ and P not stored; PR is not read), its end state to dh0. tout (segments,
+ * MATH §11c): a second grid of homogeneous blocks beside it, the same walk from S̄ = I with Ō = 0 (V = K), whose end
+ * state, Tᵀ of the walk's chunks, goes to tout in dh0's layout. */
 cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
                                      const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
-                                     cudaStream_t s);
+                                     cudaStream_t s, float *tout = nullptr);
 
 /* bwd_state_scan.cu: policy R's recompute scan (launch_state_scan with ht NULL) and the reverse scan
  * (launch_bwd_state_scan), in one launch where their tiles allow it, else one after the other. */
@@ -144,12 +147,23 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
  * (Plan::pb_ws; launch_pullback hands over to it): the same inputs and outputs */
 bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
                  const void *do_, const void *dq, const void *dk, const void *dv); /* Plan::pb_ws */
-/* reverse_ws.cu: the reverse scan and the warp-specialized pullback fused (Plan::rev_ws: G = 1, no time windows): from
+/* reverse_ws.cu: the reverse scan and the warp-specialized pullback fused (Plan::rev_ws: G = 1, no time windows unless
+ * they run as segments): from
  * S_c and R (the recompute's or policy A's) to dq, dk, dv, dβ, dg and dh0, with no S̄⁺ or P in HBM */
 bool reverse_ws(const Prob &p, int win); /* Plan::rev_ws, after pb_ws, bwd_scan_wg and the windows */
 cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB, const float *A,
                               const void *do_, const state_t *Sc, const rp_t *R, const float *dht, float *dh0, void *dq,
                               void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s);
+/* segments.cu: policy R's sequence split (MATH §11d; Plan::seg). p is the call's problem (its sequences), nwin the
+ * segments a sequence, win their chunks; segment x = sequence · nwin + w, its states at (x · HV + hv) · K · V.
+ *   seg_offsets: the segments' chunk offsets [N·nwin + 1] (a segment past its sequence's end is empty);
+ *   seg_starts:  each segment's start state: h0 (zero without it) for the first, else the forward's checkpoint;
+ *   seg_combine: S̄ at each segment's end, from dht (zero without it) at the last and S̄_start = Tᵀ S̄_end + X̄
+ *                (K = V = 128) */
+cudaError_t launch_seg_offsets(const Prob &p, int win, int nwin, int *sco, cudaStream_t s);
+cudaError_t launch_seg_starts(const Prob &p, int nwin, const float *h0, const float *ck, float *start, cudaStream_t s);
+cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, const float *xbar, float *end,
+                               cudaStream_t s);
 cudaError_t launch_pullback_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR,
                                float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw, float *dg,

@@ -468,13 +468,13 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
 }
 
 /* Whether the fused reverse pass runs (Plan::rev_ws): where the warp-specialized pullback runs (pullback_ws: ReWY,
- * bf16, K = V = 128, sm_90a, aligned pointers) with one key head per value head and no time windows, by default where
- * the wgmma reverse scan would run (the large grids: one block per sequence and value head fills the SMs);
- * force.rev_ws = 1 wherever it applies, 0 never. */
+ * bf16, K = V = 128, sm_90a, aligned pointers) with one key head per value head and no time windows (unless they run
+ * as segments, Plan::seg), by default where the wgmma reverse scan would run (the large grids: one block per sequence
+ * and value head fills the SMs) and over the segments; force.rev_ws = 1 wherever it applies, 0 never. */
 bool reverse_ws(const Prob &p, int win) {
     const Plan &pl = p.plan;
-    if (!pl.pb_ws || p.G != 1 || win || pl.force.rev_ws == 0) return false;
-    return pl.force.rev_ws == 1 || pl.bwd_scan_wg;
+    if (!pl.pb_ws || p.G != 1 || (win && !pl.seg) || pl.force.rev_ws == 0) return false;
+    return pl.force.rev_ws == 1 || pl.bwd_scan_wg || pl.seg;
 }
 
 cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB, const float *A,

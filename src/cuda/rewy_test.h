@@ -47,13 +47,16 @@ typedef struct rewy_test_force {
     int rev_ws;      /* the reverse scan and the warp-specialized pullback as one fused kernel (reverse_ws.cu; where
                       * pb_ws runs, one key head per value head, no time windows; the default on the large grids): 0
                       * off, 1 on where it applies */
+    int seg;         /* policy R's sequence split (MATH §11d; segments.cu): n > 0 chunks a segment where it applies (the
+                      * fused reverse pass's shapes, policy R, no wgmma forward scan), 0 off; its time windows then run
+                      * at once as segments */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
@@ -71,6 +74,7 @@ typedef struct rewy_test_plan {
     int chain_ws;   /* policy R's chains as the warp-specialized pair (then chain_bvc is 128) */
     int pb_ws;      /* the scalar-gate ReWY pullback as the warp-specialized kernel (pullback_ws.cu) */
     int rev_ws;     /* the reverse scan and that pullback fused (reverse_ws.cu) */
+    int seg;        /* the sequence split: the time windows (win chunks each) run at once as segments */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */
 } rewy_test_plan;

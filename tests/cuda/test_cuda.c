@@ -112,6 +112,16 @@ static void cases_tiny_dg(case_list *l, rewy_op op) {
     add(l, c);
 }
 
+/* The sequence split (REWY_CUDA_SEG=n: segments of n chunks; K = V = 128, one key head a value head): 11 chunks a
+ * sequence with strong decay, h0 and dht; packed varlen of 10, 1, 1 and 4 chunks (segments past the short sequences'
+ * ends are empty) with −1000 resets; DeltaNet without h0 (the zero-start rule of the first chunk's ḡ term) */
+static void cases_segments(case_list *l) {
+    static const int lens[4] = {640, 64, 3, 200};
+    rewy_case c = base(REWY_OP_GDN); c.T = 700; c.K = 128; c.V = 128; c.gates = REWY_GATES_STRONG; add(l, c);
+    c = base(REWY_OP_GDN); set_seqs(&c, lens, 4); c.K = 128; c.V = 128; c.gates = REWY_GATES_RESET; add(l, c);
+    c = base(REWY_OP_DELTANET); c.T = 500; c.K = 128; c.V = 128; c.use_h0 = 0; add(l, c);
+}
+
 static void full_matrix(case_list *l) {
     core_cases(l, REWY_OP_DELTANET);
     core_cases(l, REWY_OP_GDN);
@@ -133,6 +143,8 @@ static void full_matrix(case_list *l) {
     c = base(REWY_OP_GDN); c.T = 200; c.K = 64; c.V = 128; c.gates = REWY_GATES_STRONG; add(l, c);
     c = base(REWY_OP_GDN); c.T = 130; c.K = 128; c.V = 128; c.gates = REWY_GATES_NEG_INF; add(l, c);
     c = base(REWY_OP_DELTANET); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; add(l, c);
+    /* the sequence split (segments.cu under REWY_CUDA_SEG): longer sequences at K = V = 128; appended last */
+    cases_segments(l);
 }
 
 /* --quick: −inf resets in fp32 varlen with GVA, and scale 1e30 with strong gates at chunk 16. */
@@ -150,6 +162,7 @@ static void quick_v128(case_list *l) {
     c.H = 1; c.HV = 2; add(l, c);
     c = base(REWY_OP_GDN); set_seqs(&c, varlen, 5); c.K = 128; c.V = 128; c.gates = REWY_GATES_STRONG; add(l, c);
     c = base(REWY_OP_DELTANET); c.T = 130; c.K = 128; c.V = 128; add(l, c);
+    cases_segments(l);
 }
 
 static void quick_matrix(case_list *l) {
@@ -316,10 +329,31 @@ static void test_forced_plan(test_counts *tc) {
           pk.pb_ws, f.pb_ws, pk.wgmma);
     /* the fused reverse pass (reverse_ws.cu): only where that pullback runs, with one key head a value head and no time
      * windows; where told (=1) wherever that holds, by default where the wgmma reverse scan runs, never at =0 */
-    const int fits = pk.pb_ws && (c.HV == 0 || c.HV == c.H) && !pk.win;
-    CHECK(tc, !p.rev_ws && !p128.rev_ws && pk.rev_ws == (fits && (f.rev_ws == 1 || (f.rev_ws != 0 && pk.bwd_scan_wg))),
-          "plan: the fused reverse pass %d / %d / %d (REWY_CUDA_REV_WS %d, pullback_ws %d, windows %d, wgmma reverse "
-          "scan %d)", p.rev_ws, p128.rev_ws, pk.rev_ws, f.rev_ws, pk.pb_ws, pk.win, pk.bwd_scan_wg);
+    const int fits = pk.pb_ws && (c.HV == 0 || c.HV == c.H) && (!pk.win || pk.seg);
+    CHECK(tc, !p.rev_ws && !p128.rev_ws &&
+                  pk.rev_ws == (fits && (f.rev_ws == 1 || (f.rev_ws != 0 && (pk.bwd_scan_wg || pk.seg)))),
+          "plan: the fused reverse pass %d / %d / %d (REWY_CUDA_REV_WS %d, pullback_ws %d, windows %d, segments %d, "
+          "wgmma reverse scan %d)", p.rev_ws, p128.rev_ws, pk.rev_ws, f.rev_ws, pk.pb_ws, pk.win, pk.seg, pk.bwd_scan_wg);
+    /* the sequence split (plan_segments): at K = V = 128 with that pullback (judged without pointers: pb_ws here),
+     * policy R, one key head a value head and no wgmma forward scan, where told: n chunks a segment (the shape has 4
+     * chunks a sequence); then the time windows are the segments. Never by default yet, nor at K = V = 64 */
+    const int swant = f.seg > 0 && f.seg < 4 && pk.pb_ws && !pk.scan_wg ? f.seg : 0;
+    CHECK(tc, !p.seg && !p128.seg && pk.seg == (swant > 0) && (!swant || pk.win == swant),
+          "plan: REWY_CUDA_SEG=%d gave segments %d of %d chunks at K = V = 128 (%d / %d at 64 / V = 128), want %d",
+          f.seg, pk.seg, pk.win, p.seg, p128.seg, swant);
+    if (pk.seg) { /* the workspace holds every chunk (and the segments' states), the saved buffer the checkpoints */
+        rewy_test_force none = f;
+        none.seg = 0; none.win = 0;
+        rewy_test_plan pn;
+        CHECK(tc, rewy_test_get_plan(&c, &none, &pn) == REWY_OK && !pn.seg && !pn.win && pk.bwd_bytes > pn.bwd_bytes &&
+                      pk.saved_bytes > pn.saved_bytes,
+              "plan: segments of %d chunks: bwd workspace %zu B against %zu without, saved %zu against %zu", pk.win,
+              pk.bwd_bytes, pn.bwd_bytes, pk.saved_bytes, pn.saved_bytes);
+        rewy_config ca = c;
+        ca.policy = REWY_POLICY_A;
+        rewy_test_plan pa;
+        CHECK(tc, rewy_test_get_plan(&ca, &f, &pa) == REWY_OK && !pa.seg && !pa.win, "plan: segments under policy A");
+    }
 }
 
 /* ------------------------------------------------------------------ 2. graph capture */
@@ -437,7 +471,8 @@ static double rel_err_f32(const unsigned char *x, const double *ref, size_t n) {
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-/* K = 64 takes the chunk kernels, K = 4 the token recurrence (recurrent.cu) */
+/* K = 64 takes the chunk kernels, K = 4 the token recurrence (recurrent.cu), K = V = 128 with one key head a value head
+ * the fused reverse pass and the sequence split where forced (REWY_CUDA_REV_WS, REWY_CUDA_SEG) */
 static void test_graph(test_counts *tc, int K) {
     static const int lens[5] = {1, 15, 64, 65, 300};
     gbuf b;
@@ -446,7 +481,7 @@ static void test_graph(test_counts *tc, int K) {
     for (int i = 0; i < 5; i++) cu_h[i + 1] = cu_h[i] + lens[i];
     rewy_config *c = &b.cfg;
     c->op = REWY_OP_GDN; c->backend = REWY_BACKEND_CUDA; c->dtype = REWY_BF16;
-    c->B = 1; c->T = cu_h[5]; c->H = 2; c->HV = 4; c->K = K; c->V = 48; c->chunk_size = 64;
+    c->B = 1; c->T = cu_h[5]; c->H = 2; c->HV = K == 128 ? 2 : 4; c->K = K; c->V = K == 128 ? 128 : 48; c->chunk_size = 64;
     c->num_seqs = 5; c->cu_seqlens_host = cu_h; c->policy = REWY_POLICY_R; c->bwd_algo = REWY_BWD_REWY;
     cudaStream_t st;
     CHECK(tc, cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess, "graph: stream");
@@ -611,6 +646,7 @@ int main(int argc, char **argv) {
     if (scalar && !(ng && ng[0] == '1')) {
         test_graph(&tc, 64);
         test_graph(&tc, 4);
+        test_graph(&tc, 128);
     }
     test_vector_gates(&tc, quick);
     nan_gate_checks(&tc, REWY_BACKEND_CUDA, device_mem()); /* a NaN gate propagates (cases.h) */
