@@ -16,16 +16,8 @@ namespace {
 constexpr int SEG_NT = 256;
 
 __global__ void __launch_bounds__(SEG_NT) seg_offsets_kernel(Prob p, int win, int nwin, int *sco) {
-    const int x = blockIdx.x * SEG_NT + threadIdx.x, nx = p.N * nwin;
-    if (x > nx) return;
-    if (x == nx) {
-        sco[x] = p.coff[p.N];
-        return;
-    }
-    const int sq = x / nwin, w = x % nwin;
-    int b, e;
-    win_seq_chunks(p.coff[sq], p.coff[sq + 1], w * win, (w + 1) * win, b, e);
-    sco[x] = b; /* and e = the next segment's b: the last one's is coff[sq + 1], the next sequence's start */
+    const int x = blockIdx.x * SEG_NT + threadIdx.x;
+    if (x <= p.N * nwin) sco[x] = win_seg_offset(p.coff, p.N, nwin, win, x);
 }
 
 __global__ void __launch_bounds__(SEG_NT) seg_starts_kernel(Prob p, int nwin, const float *h0, const float *ck,

@@ -39,6 +39,16 @@ WIN_HD int win_slot_chunk(const int *coff, int lo, int len, int x) {
     const int sq = x / len, c = coff[sq] + lo + x % len;
     return c < coff[sq + 1] ? c : -1;
 }
+/* Segments (Plan::seg, the windows at once): window w of sequence sq is segment x = sq·nwin + w, a sequence of its own
+ * to the scans; its chunks are [win_seg_offset(x), win_seg_offset(x + 1)), the window's (empty past its sequence's
+ * end), and x = N·nwin gives the end, so that the offsets run on like the sequences' (coff: theirs, N + 1 of them) */
+WIN_HD int win_seg_offset(const int *coff, int N, int nwin, int win, int x) {
+    if (x >= N * nwin) return coff[N];
+    const int sq = x / nwin, w = x % nwin;
+    int b, e;
+    win_seq_chunks(coff[sq], coff[sq + 1], w * win, (w + 1) * win, b, e);
+    return b;
+}
 /* the slot of local chunk idx of sequence sq in the window [lo, lo + len) */
 WIN_HD int win_chunk_slot(int sq, int idx, int lo, int len) { return sq * len + idx - lo; }
 

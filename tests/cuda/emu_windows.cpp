@@ -8,7 +8,9 @@
 //     from the chunk where the later window stopped (the carry);
 //   - each window's recompute starts from the state before its first chunk: the caller's h0 for the first window,
 //     else a checkpoint that the forward wrote after exactly the chunks before it;
-//   - a window's slots and its chunks correspond one to one, inside its N·win workspace slots.
+//   - a window's slots and its chunks correspond one to one, inside its N·win workspace slots;
+//   - as segments (Plan::seg: the windows at once, each a sequence of its own), their offsets give each the window's
+//     chunks and run on from the first chunk to the last.
 // The same checks run once against a deliberately wrong start checkpoint, which they must reject (a check that
 // cannot fail proves nothing). The kernels' own loads and stores are the GPU tests' (test_cuda with REWY_CUDA_WIN).
 //   make emu-windows
@@ -81,6 +83,18 @@ template <class Start> int check(const Batch &bt, int win, Start start, long &ch
             if (c >= 0 && (c < bt.coff[sq] + lo || c >= bt.coff[sq + 1] || c >= bt.coff[sq] + lo + win))
                 fail("slot's chunk outside its sequence's window", w, sq);
         }
+    }
+    // segments (Plan::seg): window w of sequence sq as sequence x = sq·nwin + w of its own, its chunks the window's
+    // (whose start checkpoints the window loop above checked), the offsets running on to coff[N]
+    const int *co = bt.coff.data();
+    if (win_seg_offset(co, N, nwin, win, 0) != co[0] || win_seg_offset(co, N, nwin, win, N * nwin) != co[N])
+        fail("segments' offsets do not start at the first chunk and end at the last", 0, 0);
+    for (int x = 0; x < N * nwin; x++) {
+        const int sq = x / nwin, w = x % nwin;
+        int b, e;
+        win_seq_chunks(co[sq], co[sq + 1], w * win, (w + 1) * win, b, e);
+        if (win_seg_offset(co, N, nwin, win, x) != b || win_seg_offset(co, N, nwin, win, x + 1) != e)
+            fail("segment's chunks are not its window's", w, sq);
     }
     for (int sq = 0; sq < N; sq++) {
         if (next[sq] != bt.coff[sq] - 1) fail("reverse walk stops before its sequence's start", 0, sq);
