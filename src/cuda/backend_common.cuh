@@ -147,18 +147,17 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec, int *nwin
  * walks (X̄ from zero, Tᵀ from the identity) and their combine, and runs the fused reverse pass (reverse_ws.cu) over
  * all segments in one launch. Returns the segment's chunks (then Plan::win, with nwin segments over the longest
  * sequence; Plan::seg = 1), 0 for none.
- * Where: policy R with the fused pass's shapes (ReWY, bf16, K = V = 128, one key head a value head, an sm_90a binary)
- * and a forward that leaves checkpoints (no wgmma forward scan); judged without the pointers, so that the forward and
- * the backward decide alike. A backward whose pointers the fused pass cannot take runs the same windows one after the
- * other instead (the layout holds both). force.seg = n > 0: n chunks a segment where it applies, 0 none; otherwise
+ * Where: policy R with the fused pass's shapes (bf16, K = V = 128, one key head a value head, an sm_90a binary) and a
+ * forward that leaves checkpoints (no wgmma forward scan); judged without the pointers and whatever the pullback, so
+ * that the forward and every backward on its saved buffer decide alike (the saved record carries the windows, and a
+ * backward may take either pullback). A backward that the fused pass cannot take (WY, or pointers it cannot map) runs
+ * the same windows one after the other instead (the layout holds both). force.seg = n > 0: n chunks a segment where it applies, 0 none; otherwise
  * none (the rule waits for its measurement). */
 inline int plan_segments(const rewy_config *c, const Prob &p, bool vec, int *nwin) {
     *nwin = 1;
     const Plan &pl = p.plan;
     const int f = pl.force.seg;
-    if (f <= 0 || c->policy != REWY_POLICY_R || c->bwd_algo == REWY_BWD_WY || p.G != 1 || p.K != 128 || p.V != 128 ||
-        !pl.wgmma)
-        return 0;
+    if (f <= 0 || c->policy != REWY_POLICY_R || p.G != 1 || p.K != 128 || p.V != 128 || !pl.wgmma) return 0;
     if (!pullback_ws(p, c->dtype, vec, false, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr)) return 0;
     if (state_scan_wg_ok(p, c->dtype, nullptr, nullptr, vec)) return 0; /* the forward's wgmma scan leaves no checkpoints */
     const int ncs = max_seq_chunks(c, p.BT);
