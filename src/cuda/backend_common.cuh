@@ -151,8 +151,8 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec, int *nwin
  * forward that leaves checkpoints (no wgmma forward scan); judged without the pointers and whatever the pullback, so
  * that the forward and every backward on its saved buffer decide alike (the saved record carries the windows, and a
  * backward may take either pullback). A backward that the fused pass cannot take (WY, or pointers it cannot map) runs
- * the same windows one after the other instead (the layout holds both). force.seg = n > 0: n chunks a segment where it applies, 0 none; otherwise
- * none (the rule waits for its measurement). */
+ * the same windows one after the other instead (the layout holds both). force.seg = n > 0: n chunks a segment where it
+ * applies, 0 none; otherwise none (no rule yet: DESIGN.md, "Segments", says why). */
 inline int plan_segments(const rewy_config *c, const Prob &p, bool vec, int *nwin) {
     *nwin = 1;
     const Plan &pl = p.plan;
