@@ -116,6 +116,13 @@ inline int max_seq_chunks(const rewy_config *c, int BT) {
     }
     return m;
 }
+/* windows (or segments) of win chunks over the longest sequence's ncs: win, with their count in nwin; 0 (nwin 1) where
+ * one window would hold the whole sequence */
+inline int windows_of(int ncs, int win, int *nwin) {
+    if (win <= 0 || win >= ncs) return 0;
+    *nwin = win_count(ncs, win);
+    return win;
+}
 inline int plan_windows(const rewy_config *c, const Prob &p, bool vec, int *nwin) {
     *nwin = 1;
     const Plan &pl = p.plan;
@@ -136,9 +143,7 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec, int *nwin
         const int q = ceil_div(ncs, 4);
         win = ncs >= 16 && (long)p.N * q * p.H >= 2L * pl.sms && 2L * p.N * q <= p.NC ? q : 0;
     }
-    if (win <= 0 || win >= ncs) return 0; /* one window: none */
-    *nwin = win_count(ncs, win);
-    return win;
+    return windows_of(ncs, win, nwin);
 }
 
 /* Policy R's sequence split (MATH §11d; DESIGN.md, "Segments"): where one block per sequence and head leaves SMs idle,
@@ -160,10 +165,7 @@ inline int plan_segments(const rewy_config *c, const Prob &p, bool vec, int *nwi
     if (f <= 0 || c->policy != REWY_POLICY_R || p.G != 1 || p.K != 128 || p.V != 128 || !pl.wgmma) return 0;
     if (!pullback_ws(p, c->dtype, vec, false, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr)) return 0;
     if (state_scan_wg_ok(p, c->dtype, nullptr, nullptr, vec)) return 0; /* the forward's wgmma scan leaves no checkpoints */
-    const int ncs = max_seq_chunks(c, p.BT);
-    if (f >= ncs) return 0; /* one segment: none */
-    *nwin = win_count(ncs, f);
-    return f;
+    return windows_of(max_seq_chunks(c, p.BT), f, nwin);
 }
 
 /* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's. Segments: S_c

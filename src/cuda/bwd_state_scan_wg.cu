@@ -68,15 +68,13 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
     float s[MB][NA];
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     if (hom) {
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-#pragma unroll
-            for (int e = 0; e < NA; e++) s[mb][e] = 64 * mb + wg_row(e) == v0 + wg_col(e) ? 1.f : 0.f;
+        wg_state_identity(s, v0);
         for (int e = tid & 127; e < MAXBT * BVT / 8; e += 128) reinterpret_cast<uint4 *>(Os)[e] = make_uint4(0, 0, 0, 0);
     } else {
         wg_state_load(s, dht, p, sbase, v0);
     }
 
+    const bool store = Sbar && wy; /* R̄ stored (WY); without S̄⁺ (the local walks) nothing is */
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
     ChunkInfo ci = {}, cn = {};
     if (c_last >= c_begin) {
@@ -156,7 +154,6 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
         wg_wait();
         __syncthreads(); /* every warp is done with S̄⁺, Ō and C_q */
         /* R̄ as tf32 (B of Aᵀ R̄), stored for WY; S̄⁺ decays; Ō ← scale·e^{G}⊙Ō in place */
-        const bool store = Sbar && wy;
         rp_t *const PRc = store ? PR + ch * MAXBT * p.V + v0 : nullptr;
 #pragma unroll
         for (int e = 0; e < NA; e += 2) {

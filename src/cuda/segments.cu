@@ -44,17 +44,13 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
     const int t = threadIdx.x, sh = blockIdx.x / NVT, sq = sh / p.HV, hv = sh % p.HV, v0 = (blockIdx.x % NVT) * SCW;
     const int r0 = 4 * (t >> 3), j0 = 4 * (t & 7);
     const size_t KV = (size_t)p.K * p.V;
-    for (int e = t; e < SK * SCW; e += SEG_NT) {
-        const int kk = e / SCW, j = e % SCW;
-        Ss[e] = dht ? dht[((size_t)sq * p.HV + hv) * KV + st_idx(p, kk, v0 + j)] : 0.f;
-    }
+    /* element e of S̄'s columns in shared memory, at state offset col(e) (st_idx: either state layout) */
+    auto col = [&](int e) { return st_idx(p, e / SCW, v0 + e % SCW); };
+    for (int e = t; e < SK * SCW; e += SEG_NT) Ss[e] = dht ? dht[((size_t)sq * p.HV + hv) * KV + col(e)] : 0.f;
     __syncthreads();
     for (int w = nwin - 1;; w--) {
         const size_t b = ((size_t)(sq * nwin + w) * p.HV + hv) * KV;
-        for (int e = t; e < SK * SCW; e += SEG_NT) {
-            const int kk = e / SCW, j = e % SCW;
-            end[b + st_idx(p, kk, v0 + j)] = Ss[e];
-        }
+        for (int e = t; e < SK * SCW; e += SEG_NT) end[b + col(e)] = Ss[e];
         if (w == 0) break;
         for (int e = t; e < SK * SK; e += SEG_NT) {
             const int kk = e / SK, m = e % SK;
