@@ -8,6 +8,8 @@
 #     the idle GPU that autotunes FLA from the compile cache and keeps its choices. Caches in .fla-cache/ (ignored),
 #     which a warm machine keeps for the next call.
 #   run [OPS=gdn,deltanet] [SHAPES=...]: the benchmark; its table and acceptance lines come back in $OUT.
+#   prof [PROF_SHAPES=8x2048x32,4x4096x16]: each kernel's device time (bench/dev/peer_profile.py, torch.profiler), rewy
+#     and FlashQLA, GDN, forward and backward; FlashQLA compiled first, a process a shape in parallel.
 #   oracle: test_cuda (from .carry/s41.tar.xz: build/d's test_cuda and variant_time for sm_90a, built here) at the
 #     defaults, the whole matrix, and --quick with segments of 3 chunks beside the warp-specialized forward.
 #   bash bench/dev/s41_api.sh MODE…      (in the order given)
@@ -40,6 +42,12 @@ run)
   TRITON_CACHE_AUTOTUNING=1 timeout ${API_LIMIT:-560} $API --ops ${OPS:-gdn,deltanet} --shapes ${SHAPES:-$SUITE} \
     --impls ${IMPLS:-rewy,fla,flashqla} --json $OUT/bench_api.jsonl > $OUT/bench_api.log 2>&1
   echo "bench_api rc=$? $(el)"; cat $OUT/bench_api.log ;;
+prof)
+  PS=${PROF_SHAPES:-8x2048x32,4x4096x16}
+  for sh in ${PS//,/ }; do
+    timeout 300 $API --ops gdn --shapes $sh --impls rewy,flashqla --reps 1 --calls 1 --batches 1 --warmup 1 > $OUT/pw-$sh.log 2>&1 &
+  done; wait; echo "compiled $(el)"
+  for sh in ${PS//,/ }; do timeout 120 python3 bench/dev/peer_profile.py gdn $sh rewy,flashqla 2>&1 | tee $OUT/prof-$sh.log; done ;;
 oracle)
   [ -x $B/tests/cuda/test_cuda ] || tar xJf .carry/s41.tar.xz
   TC_LIMIT=300 oracle -- ; oracle REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1 -- --quick ;;
