@@ -24,7 +24,7 @@ Then the acceptance lines of issue 24 (PASS / FAIL / n.a. where an implementatio
     python3 bench/bench_api.py --selftest      (CPU, tiny shapes, rewy and stand-ins: the pipeline only)
 
 FLA's GDN backward refuses Hopper with Triton < 3.7.1 (its #640, wrong results there): time it from a copy with
-that check off (bench/dev/peer_fla.sh), never as a reference. FLA autotunes on its first call per shape and
+that check off (.ref/peer_fla.sh), never as a reference. FLA autotunes on its first call per shape and
 FlashQLA compiles for about 150 s per shape (keep TILELANG_CACHE_DIR between calls): the warm-up calls absorb
 both, so run few shapes per device call on a cold cache (--shapes).
 """

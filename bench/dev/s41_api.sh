@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 41: issue 24's acceptance benchmark (bench/bench_api.py: rewy's public Python functions, FLA and FlashQLA
 # in one process) over the whole suite, in two device calls on one warm machine.
-# Carried: .carry/e2e (librewy.so.xz: `xz -T2 -6 -kc build/d/librewy.so`; fla.tar.xz from bench/dev/peer_fla.sh: FLA
+# Carried: .carry/e2e (librewy.so.xz: `xz -T2 -6 -kc build/d/librewy.so`; fla.tar.xz from .ref/peer_fla.sh: FLA
 # bc3b101d with its #640 check off, timed only) and .peers (peers-site.tar.xz from bench/dev/peers_pack.sh).
 #   warm: every peer kernel compiled at once, one process a shape (FlashQLA's TileLang kernels, about 150 s a
 #     shape alone; FLA's Triton configs with their autotune results discarded, taken under load), then one pass on
