@@ -1,7 +1,7 @@
 """Per-kernel device times of one forward and one backward (torch.profiler) for rewy and its peers through the public
 functions bench_api.py times (IMPLS there: rewy, fla, flashqla), after a warm-up (FLA's autotuning, FlashQLA's
 compile: keep their caches as bench/dev/s41_api.sh does). Device-only; the peers from their ignored copies.
-    python3 bench/dev/peer_profile.py gdn 8x2048x32 rewy,flashqla"""
+    python3 bench/dev/peer_profile.py gdn 8x2048x32 rewy,flashqla     (fla: FLA's, from .ref/fla-src)"""
 import os, sys
 import torch
 from torch.profiler import profile, ProfilerActivity
