@@ -4,8 +4,8 @@
 # .carry/s40.tar.xz if carried (built here from the same tree), else built there. Modes, in the order given (output
 # also in $OUT/run.log):
 #   smoke  one small call with segments of 2 chunks (a hang ends at its timeout, and the script), then test_cuda --v128
-#   oracle test_cuda with segments forced: the whole matrix at 2 chunks, --quick at 1, at 3 with the warp-specialized
-#          forward, at 2 with the fused pass off (the windows one after the other); then the defaults (--quick)
+#   oracle test_cuda with segments forced: the whole matrix at 2 chunks, --quick at 1, at 2 with the fused pass off (the
+#          windows one after the other), at 3 with the warp-specialized forward; then the defaults (--quick)
 #   oracle_min  the first three of those
 #   san    racecheck and memcheck of test_cuda --v128 with segments of 2 chunks
 #   time   GPU-bound ms fwd/bwd at the long shapes: default | segments of $L1 | of $L2 chunks (per shape below)
@@ -19,11 +19,9 @@ VT=$B/bench/dev/variant_time
 for mode in "$@"; do case $mode in
 smoke)
   smoke REWY_CUDA_SEG=2 ;;
-oracle)
-  oracle REWY_CUDA_SEG=2; oracle REWY_CUDA_SEG=1 -- --quick; oracle REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1 -- --quick
-  oracle REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0 -- --quick; oracle -- --quick ;;
-oracle_min)
-  oracle REWY_CUDA_SEG=2; oracle REWY_CUDA_SEG=1 -- --quick; oracle REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0 -- --quick ;;
+oracle|oracle_min)
+  oracle REWY_CUDA_SEG=2; oracle REWY_CUDA_SEG=1 -- --quick; oracle REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0 -- --quick
+  [ $mode = oracle ] && { oracle REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1 -- --quick; oracle -- --quick; } ;;
 san)
   san racecheck REWY_CUDA_SEG=2 -- --v128; san memcheck REWY_CUDA_SEG=2 -- --v128 ;;
 time)
