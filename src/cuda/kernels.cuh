@@ -152,7 +152,7 @@ bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q,
  * in HBM */
 bool reverse_ws(const Prob &p, int win); /* Plan::rev_ws, after pb_ws, bwd_scan_wg and the windows */
 cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB, const float *A,
-                              const void *do_, const state_t *Sc, const rp_t *R, const float *dht, float *dh0, void *dq,
+                              const void *do_, const state_t *Sc, const float *dht, float *dh0, void *dq,
                               void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s);
 /* segments.cu: policy R's sequence split (MATH §11d; Plan::seg). p is the call's problem (its sequences), nwin the
  * segments a sequence, win their chunks; segment x = sequence · nwin + w, its states at (x · HV + hv) · K · V.
