@@ -23,14 +23,14 @@
  * Shared memory (one chunk in flight, 227 KB): the two V slabs (columns 64·s …) as pullback_ws lays out a stage: the
  * P box (first Ō_g = scale·e^{G} ⊙ Ō, the operand of Q_gᵀ Ō, then P), Ō, R (first Y), V, S̄⁺ (two boxes: features 0–63,
  * 64–127), S_c (two boxes); K and Q; a scratch of four boxes (R̄ in tf32 by warpgroup, then −β e^{G} ⊙ P by warpgroup,
- * then the Γ tiles); C_q; Aᵀ in tf32; A in bf16; the gates of chunks it & 1. The producer refills each input once its last reader of the
- * chunk has released it: Aᵀ and A after R (a_empty), a slab's Ō, V, S_c after the pullback's V-long products (empty[s]),
- * K, Q and the gates after the K-side products (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by
- * a bulk copy; a sequence's tail chunk's token rows (K, Q, Ō, V) by the producer lanes' zero-filling cp.async; Aᵀ
- * (transposed, 4-byte pieces) by the producer lanes' cp.async, as bwd_state_scan_wg.cu takes it, and A in bf16 by their
- * loads and stores. Outputs: dv, k̄ and q̄
- * of a full chunk by tensor stores from boxes staged over the warpgroup's V box and S̄⁺ boxes (each drained before the
- * box is released or written again), a tail chunk's by per-thread stores; dβ, dg and dh0 by per-thread stores. */
+ * then the Γ tiles); C_q; Aᵀ in tf32; A in bf16; the gates of chunks it & 1. The producer refills each input once its
+ * last reader of the chunk has released it: Aᵀ and A after R (a_empty), a slab's Ō, V, S_c after the pullback's V-long
+ * products (empty[s]), K, Q and the gates after the K-side products (kq_empty). Copies: tensor copies of the boxes
+ * (tma.cuh), the gates by a bulk copy; a sequence's tail chunk's token rows (K, Q, Ō, V) by the producer lanes'
+ * zero-filling cp.async; Aᵀ (transposed, 4-byte pieces) by the producer lanes' cp.async, as bwd_state_scan_wg.cu takes
+ * it, and A in bf16 by their loads and stores. Outputs: dv, k̄ and q̄ of a full chunk by tensor stores from boxes staged
+ * over the warpgroup's V box and S̄⁺ boxes (each drained before the box is released or written again), a tail chunk's by
+ * per-thread stores; dβ, dg and dh0 by per-thread stores. */
 #include "kernels.cuh"
 #include "ws.cuh"
 
@@ -72,9 +72,9 @@ __device__ __forceinline__ void rv_copy_a_bf16(__nv_bfloat16 *dst, const float *
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int q = q0 + 32 * u, i = q >> 3, c8 = (q & 7) * 8;
-            const __nv_bfloat162 h[4] = {__floats2bfloat162_rn(a[2 * u].x, a[2 * u].y), __floats2bfloat162_rn(a[2 * u].z, a[2 * u].w),
-                                         __floats2bfloat162_rn(a[2 * u + 1].x, a[2 * u + 1].y),
-                                         __floats2bfloat162_rn(a[2 * u + 1].z, a[2 * u + 1].w)};
+            const float4 lo = a[2 * u], hi = a[2 * u + 1];
+            const __nv_bfloat162 h[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
+                                         __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
             *reinterpret_cast<uint4 *>(dst + sw128(i, c8)) = *reinterpret_cast<const uint4 *>(h);
         }
     }
@@ -104,8 +104,9 @@ __device__ __forceinline__ void rv_bracket(const Prob &p, const float (&y)[32], 
 
 __global__ void __launch_bounds__(WS_NT, 1)
 reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                  const __nv_bfloat16 *v, const float *GB, const float *A, const __nv_bfloat16 *do_, const float *dht, float *dh0, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
-                  __nv_bfloat16 *dbeta, const float *graw, float *dg, int stage) {
+                  const __nv_bfloat16 *v, const float *GB, const float *A, const __nv_bfloat16 *do_, const float *dht,
+                  float *dh0, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, __nv_bfloat16 *dbeta,
+                  const float *graw, float *dg, int stage) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using T2 = __nv_bfloat162;
