@@ -32,7 +32,7 @@
  * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R, vector gates' ⟨gate table⟩ | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
  *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩ | policy R: ⟨W (the reverse scan's W chain)⟩
  *          time windows: every [NC*HV] region above but W̄ and GVA holds one window, [N*win*HV] slots; an fp32
- *          S̄ carry [N*HV][K][V] after P; segments (Plan::seg) alike, but S_c and R hold every chunk, and after the carry
+ *          S̄ carry [N*HV][K][V] after P; segments (Plan::seg) alike, but S_c holds every chunk, and after the carry
  *          the segments' chunk offsets int [N*nwin+1] and three fp32 state regions [N*nwin*HV][K][V]
  *
  * The operators' regions are in the file-top comments of cuda_backend.cu and vec_backend.cu, next to
@@ -169,8 +169,8 @@ inline int plan_segments(const rewy_config *c, const Prob &p, bool vec, int *nwi
 }
 
 /* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's. Segments: S_c
- * and R (seg_all) hold every chunk's, and at least one window's for the windows the backward falls back to; the rest
- * (C_q, S̄⁺, P, W: only that fallback writes them) one window's */
+ * (seg_all) holds every chunk's, and at least one window's for the windows the backward falls back to; the rest (C_q,
+ * R, S̄⁺, P, W: only that fallback writes them, the fused pass forming R itself) one window's */
 inline size_t bwd_slots(const Geometry &g, const Plan &pl, bool seg_all = false) {
     const size_t all = (size_t)g.NC * g.HV, one = (size_t)g.N * pl.win * g.HV;
     return pl.seg && seg_all ? (all > one ? all : one) : pl.win ? one : all;
@@ -254,18 +254,18 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     const OpRegions r = Op::regions(c, g, pl);
     L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
-    /* the backward's per-chunk regions: every chunk, or one time window's (Plan::win; segments: S_c and R every chunk's) */
+    /* the backward's per-chunk regions: every chunk, or one time window's (Plan::win; segments: S_c every chunk's) */
     L.nwin = pl.nwin;
     const size_t bchh = bwd_slots(g, pl);
     const size_t state = (size_t)c->K * c->V, st = state * sizeof(state_t), rv = (size_t)L.BT * c->V * sizeof(rp_t);
     const bool polA = c->policy == REWY_POLICY_A;
     L.ws_gate = Op::vector_gates && !polA;
     size_t o = 0;
-    /* saved under policy A, else both workspaces: C_q for n, S_c and R for nsr chunk × value-head slots */
-    auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R, size_t n, size_t nsr) {
+    /* saved under policy A, else both workspaces: C_q and R for n, S_c for nsc chunk × value-head slots */
+    auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R, size_t n, size_t nsc) {
         Cq = o; o += al(sizeof(cq_t) * n * nn);
-        Sc = o; o += al(nsr * st);
-        R = o; o += al(nsr * rv);
+        Sc = o; o += al(nsc * st);
+        R = o; o += al(n * rv);
     };
     L.ctab = o; o += al(sizeof(ChunkInfo) * L.NC);
     L.coff = o; o += al(sizeof(int) * (L.N + 1));
