@@ -534,15 +534,15 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
     state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
     rp_t *PR = at<rp_t>(a->workspace, L.PR);
     float *Wbar = at<float>(a->workspace, L.Wbar), *acc = p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr;
-    /* the fused reverse pass (Plan::rev_ws): the reverse scan and the pullback in one kernel, from S_c (R it forms itself) */
-    auto reverse = [&](const Prob &pr, const state_t *Sc) {
-        return launch_reverse_ws(pr, a->q, a->k, a->v, sg.GB, A, a->do_, Sc, a->dht, a->dh0, a->dq, a->dk, a->dv,
+    /* the fused reverse pass (Plan::rev_ws): the reverse scan and the pullback in one kernel, from S_c and R */
+    auto reverse = [&](const Prob &pr, const state_t *Sc, const rp_t *R) {
+        return launch_reverse_ws(pr, a->q, a->k, a->v, sg.GB, A, a->do_, Sc, R, a->dht, a->dh0, a->dq, a->dk, a->dv,
                                  a->dbeta, a->g, p.gated ? a->dg : nullptr, s);
     };
     if (polA) {
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, nullptr, Gc, &sg, s));
         if (pl.rev_ws) {
-            REWY_TRY(reverse(p, at<const state_t>(a->saved, L.Sc)));
+            REWY_TRY(reverse(p, at<const state_t>(a->saved, L.Sc), at<const rp_t>(a->saved, L.R)));
             return REWY_OK;
         }
         const cq_t *Cq = at<const cq_t>(a->saved, L.Cq);
@@ -598,8 +598,8 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         REWY_TRY(launch_state_scan(ps, c->dtype, a->k, a->v, sg.GB, A, nullptr, sB, nullptr, ssc, nullptr, s));
         REWY_TRY(launch_bwd_state_scan_wg(ps, a->q, a->k, sg.GB, A, a->do_, nullptr, sB, nullptr, nullptr, 0, s, sT));
         REWY_TRY(launch_seg_combine(p, pl.nwin, a->dht, sT, sB, s));
-        REWY_TRY(launch_reverse_ws(ps, a->q, a->k, a->v, sg.GB, A, a->do_, ssc, sB, a->dh0 ? sB : nullptr, a->dq, a->dk,
-                                   a->dv, a->dbeta, a->g, p.gated ? a->dg : nullptr, s));
+        REWY_TRY(launch_reverse_ws(ps, a->q, a->k, a->v, sg.GB, A, a->do_, ssc, nullptr, sB, a->dh0 ? sB : nullptr, a->dq,
+                                   a->dk, a->dv, a->dbeta, a->g, p.gated ? a->dg : nullptr, s));
         if (a->dh0) { /* the first segment's start gradient, segment sq·nwin of sequence sq */
             const size_t row = sizeof(float) * p.HV * c->K * c->V;
             REWY_TRY(cudaMemcpy2DAsync(a->dh0, row, sB, row * pl.nwin, row, p.N, cudaMemcpyDeviceToDevice, s));
@@ -614,10 +614,10 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         const float *h0 = k0 >= 0 ? ck + k0 * ckn : a->h0, *dht = win ? carry : a->dht;
         float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;
-        if (pl.rev_ws) { /* the recompute of S_c alone (the fused pass forms C_q and R), then the fused pass (no windows) */
+        if (pl.rev_ws) { /* the recompute alone (no C_q: the fused pass forms it), then the fused pass (no windows) */
             REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
-            REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, nullptr, sc, nullptr, s));
-            REWY_TRY(reverse(pw, sc));
+            REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, nullptr, sc, r, s));
+            REWY_TRY(reverse(pw, sc, r));
             continue;
         }
         if (bvc > 0) {

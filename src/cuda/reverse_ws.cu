@@ -5,15 +5,18 @@
  * Why: apart, the reverse scan writes S̄⁺ and P of every chunk (48 KB a chunk and value head) and the pullback reads them
  * back with K, Q and Ō a second time: at GDN (8,2048,32) the two moved 2.6 GB, this kernel 1.45, on a backward that ran
  * near the HBM's rate (docs/PERF.md, sessions 38 and 39). Here S̄ stays in registers and S̄⁺, P stay in shared memory;
- * a chunk's tiles are read once. R is formed here too, from S_c (R = A Y, Y = diag(β)(V − γ ⊙ K S_c): the forward chain's
- * A-and-V form, A in bf16 as there), so that policy R's recompute stores the chunk states alone (FlashQLA's layout).
+ * a chunk's tiles are read once. Under segments (Plan::seg, the form RF) R is formed here too, from S_c (R = A Y,
+ * Y = diag(β)(V − γ ⊙ K S_c): the forward chain's A-and-V form, A in bf16 as there), so that policy R's recompute stores
+ * the chunk states alone (FlashQLA's layout) and the segments' workspace holds no R of every chunk; elsewhere the pass
+ * loads the R the recompute (or policy A's forward) stored, which costs the chain less (session 42, H100: forming R
+ * took the kernel from 1,105 to 1,187 µs at GDN (8,2048,32), DeltaNet's backward 11–13 % longer on the large grids).
  *
  * One block per (sequence, value head), walking its chunks from the last: 384 threads, one producer warp and two math
  * warpgroups; one key head per value head (G = 1). Per chunk c the math warpgroups run the chain, then the pullback:
  *   the chain, warpgroup w holding S̄'s value columns 64·w … (all K features: 64 registers a thread):
- *     S̄⁺ → bf16 boxes;   C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i−G_j}) (columns 32·w …);   K S_c → Y (its columns, into its R box);
+ *     S̄⁺ → bf16 boxes;   C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i−G_j}) (columns 32·w …);   RF: K S_c → Y (its columns, in its R box);
  *     R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_i = e^{G_n−G_i});   P = Aᵀ R̄ (tf32);   dv = β ⊙ P, ⟨P, v⟩ by row;
- *     S̄ ← e^{G_n} S̄⁺ + Q_gᵀ Ō − Eᵀ P  (Q_gᵀ Ō = Qᵀ (scale·e^{G} ⊙ Ō), Eᵀ P = Kᵀ (β e^{G} ⊙ P));   beside it R = A Y;
+ *     S̄ ← e^{G_n} S̄⁺ + Q_gᵀ Ō − Eᵀ P  (Q_gᵀ Ō = Qᵀ (scale·e^{G} ⊙ Ō), Eᵀ P = Kᵀ (β e^{G} ⊙ P));   RF: beside it R = A Y;
  *   the pullback, warpgroup w owning the K-wide results' features 64·w … (pullback_ws.cu's header names its terms):
  *     X = D = P Rᵀ (w = 0) or H_q = Ō Rᵀ (w = 1), then the Γ tiles; F = R S̄⁺ᵀ, Bh = P S_cᵀ, Qh = Ō S_cᵀ over V; the
  *     K-side products; k̄, q̄, β̄, Ḡ.
@@ -21,14 +24,15 @@
  * accumulators fit a thread's 232.
  *
  * Shared memory (one chunk in flight, 227 KB): the two V slabs (columns 64·s …) as pullback_ws lays out a stage: the
- * P box (first Ō_g = scale·e^{G} ⊙ Ō, the operand of Q_gᵀ Ō, then P), Ō, R (first Y), V, S̄⁺ (two boxes: features 0–63,
- * 64–127), S_c (two boxes); K and Q; a scratch of four boxes (R̄ in tf32 by warpgroup, then −β e^{G} ⊙ P by warpgroup,
- * then the Γ tiles); C_q; Aᵀ in tf32; A in bf16; the gates of chunks it & 1. The producer refills each input once its
- * last reader of the chunk has released it: Aᵀ and A after R (a_empty), a slab's Ō, V, S_c after the pullback's V-long
- * products (empty[s]), K, Q and the gates after the K-side products (kq_empty). Copies: tensor copies of the boxes
- * (tma.cuh), the gates by a bulk copy; a sequence's tail chunk's token rows (K, Q, Ō, V) by the producer lanes'
- * zero-filling cp.async; Aᵀ (transposed, 4-byte pieces) by the producer lanes' cp.async, as bwd_state_scan_wg.cu takes
- * it, and A in bf16 by their loads and stores. Outputs: dv, k̄ and q̄ of a full chunk by tensor stores from boxes staged
+ * P box (first Ō_g = scale·e^{G} ⊙ Ō, the operand of Q_gᵀ Ō, then P), Ō, R (RF: first Y), V, S̄⁺ (two boxes: features
+ * 0–63, 64–127), S_c (two boxes); K and Q; a scratch of four boxes (R̄ in tf32 by warpgroup, then −β e^{G} ⊙ P by
+ * warpgroup, then the Γ tiles); C_q; Aᵀ in tf32; RF: A in bf16; the gates of chunks it & 1. The producer refills each
+ * input once its last reader of the chunk has released it: Aᵀ (RF: and A) after P (RF: after R; a_empty), a slab's Ō,
+ * R (not RF), V, S_c after the pullback's V-long products (empty[s]), K, Q and the gates after the K-side products
+ * (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by a bulk copy; a sequence's tail chunk's token
+ * rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; Aᵀ (transposed, 4-byte pieces) by the producer
+ * lanes' cp.async, as bwd_state_scan_wg.cu takes it, and RF's A in bf16 by their loads and stores. Outputs: dv, k̄ and q̄
+ * of a full chunk by tensor stores from boxes staged
  * over the warpgroup's V box and S̄⁺ boxes (each drained before the box is released or written again), a tail chunk's by
  * per-thread stores; dβ, dg and dh0 by per-thread stores. */
 #include "kernels.cuh"
@@ -47,13 +51,15 @@ struct RvLayout : WsSlab {
     static constexpr int oRed = oGB + 2 * GB_BYTES; /* β̄, Ḡ row terms [2][64] each, ⟨P, v⟩ [2][64], sums [16] */
     static constexpr int oMB = oRed + (6 * MAXBT + 16) * 4; /* full[2], empty[2], kq full, kq empty, a full, a empty */
     static constexpr int TOTAL = oMB + 8 * 8;
-    static constexpr unsigned SLAB_TMA = 4 * B, SLAB_ROWS = 2 * B; /* Ō, V, S_c ×2; of which token rows (a tail's) */
+    /* a slab's copies, Ō, V, S_c ×2 and (not RF) R; of which token rows (a tail's) */
+    static constexpr unsigned slab_tma(bool rf) { return rf ? 4 * B : 5 * B; }
+    static constexpr unsigned slab_rows(bool rf) { return rf ? 2 * B : 3 * B; }
 };
 static_assert(RvLayout::TOTAL <= 227 * 1024, "reverse_ws: a Hopper block's shared memory");
 
-/* the maps: k, q [token][H·K]; v, o (dO) [token][HV·V]; sc (S_c) [chunk·HV·K][V] */
+/* the maps: k, q [token][H·K]; v, o (dO) [token][HV·V]; r (R, not RF) [chunk·HV·64][V]; sc (S_c) [chunk·HV·K][V] */
 struct RvMaps {
-    CUtensorMap k, q, v, o, sc, dk, dq, dv; /* dk, dq [token][H·K], dv [token][HV·V]: the staged stores (`stage`) */
+    CUtensorMap k, q, v, o, r, sc, dk, dq, dv; /* dk, dq [token][H·K], dv [token][HV·V]: the staged stores (`stage`) */
 };
 
 /* A of chunk x (fp32 [64][64], row-major) as bf16 into a 64 × 64 box, K-major with the 128-B swizzle: the A of R = A Y.
@@ -102,11 +108,13 @@ __device__ __forceinline__ void rv_bracket(const Prob &p, const float (&y)[32], 
     }
 }
 
+/* RF: R formed here from S_c (under segments), else loaded from R */
+template <bool RF>
 __global__ void __launch_bounds__(WS_NT, 1)
 reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                  const __nv_bfloat16 *v, const float *GB, const float *A, const __nv_bfloat16 *do_, const float *dht,
-                  float *dh0, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv, __nv_bfloat16 *dbeta,
-                  const float *graw, float *dg, int stage) {
+                  const __nv_bfloat16 *v, const float *GB, const float *A, const __nv_bfloat16 *do_, const rp_t *R,
+                  const float *dht, float *dh0, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
+                  __nv_bfloat16 *dbeta, const float *graw, float *dg, int stage) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using T2 = __nv_bfloat162;
@@ -134,10 +142,12 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
             const ChunkInfo ci = p.ctab[c];
             const bool tail = ci.n < MAXBT;
+            ChunkInfo wi = ci; /* R's rows (not RF): from its own first row */
+            wi.tok0 = 0;
             const int x = c * p.HV + hv; /* the workspace index (chunk, value head) */
             if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
             wg_copy_at<32>(Ats, A, p, hv, c, lane);
-            rv_copy_a_bf16(Abs, A + (size_t)x * MAXBT * MAXBT, lane);
+            if constexpr (RF) rv_copy_a_bf16(Abs, A + (size_t)x * MAXBT * MAXBT, lane);
             ws_rows_done();
             mbar_arrive(a_full);
 #pragma unroll 1
@@ -147,6 +157,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 if (it > 0) mbar_wait(empty0 + 8 * s, (it - 1) & 1);
                 if (tail) {
                     ws_copy_tail<64, 32>(st + L::oO, do_, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
+                    if constexpr (!RF) ws_copy_tail<64, 32>(st + L::oR, R + (size_t)x * MAXBT * p.V, p.V, 64 * s, wi, lane);
                     ws_copy_tail<64, 32>(st + L::oV, v, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
                     ws_rows_done();
                 }
@@ -154,9 +165,10 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 else {
                     const unsigned sa = smem_u32(st);
                     bulk_fence(); /* the math warps' reads of this slab (released on empty[s]) before these writes */
-                    mbar_expect(f, tail ? L::SLAB_TMA - L::SLAB_ROWS : L::SLAB_TMA);
+                    mbar_expect(f, tail ? L::slab_tma(RF) - L::slab_rows(RF) : L::slab_tma(RF));
                     if (!tail) {
                         tma_box(sa + L::oO, &m.o, hv * p.V + 64 * s, ci.tok0, f);
+                        if constexpr (!RF) tma_box(sa + L::oR, &m.r, 64 * s, x * MAXBT, f);
                         tma_box(sa + L::oV, &m.v, hv * p.V + 64 * s, ci.tok0, f);
                     }
 #pragma unroll
@@ -215,7 +227,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     const uint32_t sbtlo = wg_lo<OpSt::LBO>(my + L::oSb), cqtlo = wg_lo<OpSt::LBO>(Cs);
     const uint32_t otlo = wg_lo<OpSt::LBO>(my + L::oO), pwtlo = wg_lo<OpSt::LBO>(Pw), pqtlo = wg_lo<OpSt::LBO>(Pq);
     const uint32_t alo = wg_lo<WgStrides<64, 64>::T_LBO>(Ats), rlo = wg_lo<WgStrides<64, 64>::T_LBO>(Rs);
-    /* A in bf16 (K-major) and Y, then R, in this warpgroup's R box (MN-major: k = token); S_c's boxes as B of K S_c */
+    /* RF: A in bf16 (K-major) and Y, then R, in this warpgroup's R box (MN-major: k = token); S_c's boxes as B of K S_c */
     const uint32_t ablo = wg_lo<OpSk::LBO>(smc + L::oAb), yrlo = wg_lo<OpSt::LBO>(my + L::oR);
     const uint32_t sctlo = wg_lo<OpSt::LBO>(my + L::oSc);
 
@@ -247,14 +259,16 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         /* the last chunk's tensor stores of k̄, q̄ have read the S̄⁺ boxes written below */
         if (wt == 0) tma_store_drain();
         ws_sync(wbar, 128);
-        /* C_q's columns 32·w … (issued first: S̄⁺'s bf16 copy is written beside it); with it K S_c, the start of this
-         * chunk's R = A Y (MATH §2) for this warpgroup's columns: the recompute stores S_c alone */
+        /* C_q's columns 32·w … (issued first: S̄⁺'s bf16 copy is written beside it); RF: with it K S_c, the start of
+         * this chunk's R = A Y (MATH §2) for this warpgroup's columns */
         float cq[16], y[32];
-        mbar_wait(full0 + 8 * w, it & 1); /* this warpgroup's slab: Ō, V, S_c */
-        __syncwarp();
+        if constexpr (RF) {
+            mbar_wait(full0 + 8 * w, it & 1); /* this warpgroup's slab: Ō, V, S_c */
+            __syncwarp();
+        }
         wg_arrive();
         ws_mma<OpSk, OpSk, KD, 32>(cq, qlo, kjlo, false);
-        ws_mma<OpSk, OpSt, KD>(y, klo, sctlo, false);
+        if constexpr (RF) ws_mma<OpSk, OpSt, KD>(y, klo, sctlo, false);
         wg_commit();
 #pragma unroll
         for (int fb = 0; fb < 2; fb++) {
@@ -272,11 +286,15 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             const float c1 = row && j + 1 <= i ? sc * cq[e + 1] * gexp(p, Gs[i] - Gs[j + 1]) : 0.f;
             *reinterpret_cast<T2 *>(Cs + sw128(i, j)) = __floats2bfloat162_rn(c0, c1);
         }
-        rv_bracket(p, y, reinterpret_cast<T *>(my + L::oR), reinterpret_cast<const T *>(my + L::oV), Gs, bs, n, i0);
+        if constexpr (RF) rv_bracket(p, y, reinterpret_cast<T *>(my + L::oR), reinterpret_cast<const T *>(my + L::oV), Gs, bs, n, i0);
         wg_proxy_fence();
-        ws_sync(BAR, WS_MATH); /* S̄⁺'s copy, C_q and Y are in */
+        ws_sync(BAR, WS_MATH); /* S̄⁺'s copy, C_q (RF: and Y) are in */
         /* R̄ = diag(f) (K S̄⁺) + C_qᵀ Ō */
         float r[32];
+        if constexpr (!RF) {
+            mbar_wait(full0 + 8 * w, it & 1); /* this warpgroup's slab: Ō (and R, V, S_c) */
+            __syncwarp();
+        }
         wg_arrive();
         ws_mma<OpSk, OpSt, KD>(r, klo, sbtlo, false);
         wg_commit();
@@ -329,6 +347,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         wg_tf32_product<64>(pp, alo, rlo);
         wg_commit();
         wg_wait();
+        if constexpr (!RF) mbar_arrive(a_empty); /* this thread's reads of Aᵀ are done */
         /* dv = β ⊙ P and ⟨P, v⟩ by row, from the registers (V read before the stores) */
         {
             const T *const Vs = reinterpret_cast<const T *>(my + L::oV);
@@ -375,23 +394,24 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         }
         wg_proxy_fence();
         ws_sync(wbar, 128);
-        /* S̄ += Kᵀ P';  R = A Y beside it (A in bf16, as the forward chain's), off the chain: its registers are free here */
+        /* S̄ += Kᵀ P';  RF: R = A Y beside it (A in bf16, as the forward chain's), off the chain: its registers are free
+         * here */
         wg_arrive();
         ws_mma<OpSt, OpSt, MAXBT>(s[0], ktlo0, pqtlo, true);
         ws_mma<OpSt, OpSt, MAXBT>(s[1], ktlo1, pqtlo, true);
-        ws_mma<OpSk, OpSt, MAXBT>(y, ablo, yrlo, false);
+        if constexpr (RF) ws_mma<OpSk, OpSt, MAXBT>(y, ablo, yrlo, false);
         wg_commit();
         wg_wait();
-        mbar_arrive(a_empty); /* this thread's reads of Aᵀ and A are done */
-        ws_sync(wbar, 128);   /* and every warp's reads of Y: R goes over it */
-        {
+        if constexpr (RF) {
+            mbar_arrive(a_empty); /* this thread's reads of Aᵀ and A are done */
+            ws_sync(wbar, 128);   /* and every warp's reads of Y: R goes over it */
             T *const Rb = reinterpret_cast<T *>(my + L::oR);
 #pragma unroll
             for (int e = 0; e < 32; e += 2)
                 *reinterpret_cast<T2 *>(Rb + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(y[e], y[e + 1]);
+            wg_proxy_fence();
         }
-        wg_proxy_fence();
-        ws_sync(BAR, WS_MATH); /* P, R and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
+        ws_sync(BAR, WS_MATH); /* P, R (RF) and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
 
         /* ==== the pullback: warpgroup w owns the features f0 … f0 + 63 ==== */
         mbar_wait(full0 + 8 * (1 - w), it & 1);
@@ -430,7 +450,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 lam += ws_slab_dot<WS_MATH>(reinterpret_cast<const T *>(slab(sl) + L::oSb), reinterpret_cast<const T *>(slab(sl) + L::oSc), tid);
         wg_wait();
         if (wt == 0) tma_store_drain(); /* dv's tensor store has read the V box */
-        /* this thread is done with both slabs' Ō, V, S_c (R: the next chunk's chain rewrites it after block_sum2's barrier) */
+        /* this thread is done with both slabs' Ō, R, V, S_c (RF's R: the next chunk's chain rewrites it after block_sum2's
+         * barrier) */
         mbar_arrive(empty0);
         mbar_arrive(empty0 + 8);
         ws_scale_rows(p, F, Bh, Qh, Gs, n, i0);
@@ -526,7 +547,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     if (wt == 0) tma_store_drain(); /* the block's shared memory outlives its tensor stores' reads */
     if (dh0) wg_state_save(s, dh0, p, sbase, 64 * w);
 #else
-    (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)A, (void)do_, (void)dht, (void)dh0, (void)dq,
+    (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)A, (void)do_, (void)R, (void)dht, (void)dh0, (void)dq,
         (void)dk, (void)dv, (void)dbeta, (void)graw, (void)dg, (void)stage;
 #endif
 }
@@ -542,25 +563,32 @@ bool reverse_ws(const Prob &p, int win) {
 }
 
 cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB, const float *A,
-                              const void *do_, const state_t *Sc, const float *dht, float *dh0, void *dq,
+                              const void *do_, const state_t *Sc, const rp_t *R, const float *dht, float *dh0, void *dq,
                               void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s) {
     using T = __nv_bfloat16;
     if (p.K != 128 || p.Kp != 128 || p.V != 128 || p.G != 1 || p.win_len) return cudaErrorInvalidValue;
+    const bool rf = p.plan.seg; /* under segments R is formed here (R unused), else loaded */
     const TmaEncoder enc;
     RvMaps m{};
+    const uint64_t rows = (uint64_t)p.NC * p.HV * MAXBT; /* R's rows */
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
         !ws_token_map(enc, &m.v, p, v, p.HV, p.V) || !ws_token_map(enc, &m.o, p, do_, p.HV, p.V) ||
-        !ws_slot_map(enc, &m.sc, Sc, (uint64_t)p.NC * p.HV * p.K, p.V))
+        (!rf && !ws_slot_map(enc, &m.r, R, rows, p.V)) || !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V))
         return cudaErrorInvalidValue;
     /* dv, k̄, q̄ of full chunks by tensor stores where dv, dk, dq take a map (16-B aligned); per-thread stores otherwise */
     const int stage = ws_token_map(enc, &m.dk, p, dk, p.H, p.K) && ws_token_map(enc, &m.dq, p, dq, p.H, p.K) &&
                       ws_token_map(enc, &m.dv, p, dv, p.HV, p.V);
-    constexpr size_t smem = RvLayout::TOTAL;
-    cudaError_t e = ensure_smem<reverse_ws_kernel>(smem);
-    if (e != cudaSuccess) return e;
-    reverse_ws_kernel<<<p.N * p.HV, WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_,
-                                                      dht, dh0, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, graw, dg, stage);
-    return cudaGetLastError();
+    auto go = [&](auto rfc) {
+        constexpr bool RF = decltype(rfc)::value;
+        constexpr size_t smem = RvLayout::TOTAL;
+        cudaError_t e = ensure_smem<reverse_ws_kernel<RF>>(smem);
+        if (e != cudaSuccess) return e;
+        reverse_ws_kernel<RF><<<p.N * p.HV, WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A,
+                                                              (const T *)do_, R, dht, dh0, (T *)dq, (T *)dk, (T *)dv,
+                                                              (T *)dbeta, graw, dg, stage);
+        return cudaGetLastError();
+    };
+    return rf ? go(std::true_type{}) : go(std::false_type{});
 }
 
 } // namespace rewy_cuda
