@@ -31,12 +31,10 @@ __global__ void __launch_bounds__(SEG_NT) seg_starts_kernel(Prob p, int nwin, co
     }
 }
 
-/* One block per (sequence, value head, 16 value columns): the chain of segments is sequential, so its blocks are what
- * fill the SMs (128 at GDN (1,8192,16)); K = V = 128. Tᵀ whole in shared memory (rows padded to 132 floats: 16-B
- * rows, a quarter warp's two rows on distinct banks), S̄'s columns beside it; each thread a TR × 4 tile of the
- * product, in fp32 (§10: states in fp32). */
-constexpr int SK = 128, SCW = 16, SLDM = SK + 4;
-constexpr int CT = SCW / 4, TR = SK * SCW / (SEG_NT * 4); /* a thread's tile: TR rows × 4 columns, CT tiles a row */
+/* One block per (sequence, value head, 32 value columns); K = V = 128. Tᵀ whole in shared memory (rows padded to 132
+ * floats: 16-B rows, and the four row groups of a warp on two banks), S̄'s columns beside it; each thread a 4 × 4
+ * tile of the product, in fp32 (§10: states in fp32). */
+constexpr int SK = 128, SCW = 32, SLDM = SK + 4;
 constexpr size_t SEG_COMBINE_SMEM = sizeof(float) * (SK * SLDM + SK * SCW);
 
 __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, const float *dht, const float *tt,
@@ -45,7 +43,7 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
     float *const Ms = sm, *const Ss = sm + SK * SLDM;
     constexpr int NVT = SK / SCW;
     const int t = threadIdx.x, sh = blockIdx.x / NVT, sq = sh / p.HV, hv = sh % p.HV, v0 = (blockIdx.x % NVT) * SCW;
-    const int r0 = TR * (t / CT), j0 = 4 * (t % CT);
+    const int r0 = 4 * (t >> 3), j0 = 4 * (t & 7);
     const size_t KV = (size_t)p.K * p.V;
     /* element e of S̄'s columns in shared memory, at state offset col(e) (st_idx: either state layout) */
     auto col = [&](int e) { return st_idx(p, e / SCW, v0 + e % SCW); };
@@ -53,8 +51,8 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
     __syncthreads();
     for (int w = nwin - 1; w >= 0; w--) {
         const size_t b = ((size_t)(sq * nwin + w) * p.HV + hv) * KV;
-        float acc[TR][4] = {};
-        if (w > 0) { /* Tᵀ_w S̄_end(w), this thread's TR × 4 tile */
+        float acc[4][4] = {};
+        if (w > 0) { /* Tᵀ_w S̄_end(w), this thread's 4 × 4 tile */
             for (int e = t; e < SK * SK; e += SEG_NT) {
                 const int kk = e / SK, m = e % SK;
                 Ms[kk * SLDM + m] = tt[b + st_idx(p, kk, m)];
@@ -62,13 +60,13 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
             __syncthreads();
 #pragma unroll 2
             for (int m = 0; m < SK; m += 4) {
-                float4 a[TR], s[4];
+                float4 a[4], s[4];
 #pragma unroll
-                for (int r = 0; r < TR; r++) a[r] = *reinterpret_cast<const float4 *>(Ms + (r0 + r) * SLDM + m);
+                for (int r = 0; r < 4; r++) a[r] = *reinterpret_cast<const float4 *>(Ms + (r0 + r) * SLDM + m);
 #pragma unroll
                 for (int u = 0; u < 4; u++) s[u] = *reinterpret_cast<const float4 *>(Ss + (m + u) * SCW + j0);
 #pragma unroll
-                for (int r = 0; r < TR; r++) {
+                for (int r = 0; r < 4; r++) {
                     const float ar[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
 #pragma unroll
                     for (int u = 0; u < 4; u++) {
@@ -83,7 +81,7 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
         }
         /* the tile's S̄_end(w) out over X̄_w, read first; S̄_end(w − 1) = Tᵀ_w S̄_end(w) + X̄_w in */
 #pragma unroll
-        for (int r = 0; r < TR; r++)
+        for (int r = 0; r < 4; r++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const size_t at = b + st_idx(p, r0 + r, v0 + j0 + c);
