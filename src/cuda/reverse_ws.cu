@@ -32,9 +32,8 @@
  * (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by a bulk copy; a sequence's tail chunk's token
  * rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; Aᵀ (transposed, 4-byte pieces) by the producer
  * lanes' cp.async, as bwd_state_scan_wg.cu takes it, and RF's A in bf16 by their loads and stores. Outputs: dv, k̄ and q̄
- * of a full chunk by tensor stores from boxes staged
- * over the warpgroup's V box and S̄⁺ boxes (each drained before the box is released or written again), a tail chunk's by
- * per-thread stores; dβ, dg and dh0 by per-thread stores. */
+ * of a full chunk by tensor stores from boxes staged over the warpgroup's V box and S̄⁺ boxes (each drained before the
+ * box is released or written again), a tail chunk's by per-thread stores; dβ, dg and dh0 by per-thread stores. */
 #include "kernels.cuh"
 #include "ws.cuh"
 
@@ -286,7 +285,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             const float c1 = row && j + 1 <= i ? sc * cq[e + 1] * gexp(p, Gs[i] - Gs[j + 1]) : 0.f;
             *reinterpret_cast<T2 *>(Cs + sw128(i, j)) = __floats2bfloat162_rn(c0, c1);
         }
-        if constexpr (RF) rv_bracket(p, y, reinterpret_cast<T *>(my + L::oR), reinterpret_cast<const T *>(my + L::oV), Gs, bs, n, i0);
+        if constexpr (RF)
+            rv_bracket(p, y, reinterpret_cast<T *>(my + L::oR), reinterpret_cast<const T *>(my + L::oV), Gs, bs, n, i0);
         wg_proxy_fence();
         ws_sync(BAR, WS_MATH); /* S̄⁺'s copy, C_q (RF: and Y) are in */
         /* R̄ = diag(f) (K S̄⁺) + C_qᵀ Ō */
