@@ -32,8 +32,9 @@
  * bwd ws:  ⟨head⟩ | policy R: C_q, S_c, R, vector gates' ⟨gate table⟩ | S̄⁺ state_t [NC*HV][K][V] | P (or R̄) rp_t [NC*HV][BT][V]
  *          | ⟨W̄: WY scratch⟩ | ⟨GVA (HV > H): q̄, k̄ accumulators⟩ | policy R: ⟨W (the reverse scan's W chain)⟩
  *          time windows: every [NC*HV] region above but W̄ and GVA holds one window, [N*win*HV] slots; an fp32
- *          S̄ carry [N*HV][K][V] after P; segments (Plan::seg) alike, but S_c and R hold every chunk, and after the carry
- *          the segments' chunk offsets int [N*nwin+1] and three fp32 state regions [N*nwin*HV][K][V]
+ *          S̄ carry [N*HV][K][V] after P. Segments (Plan::seg) lay their own regions from the same place, over these
+ *          (which only the windows' fallback uses): S_c state_t [NC*HV][K][V] | the segments' chunk offsets
+ *          int [N*nwin+1] | two fp32 state regions [N*nwin*HV][K][V], B and T (T in dq where it fits: seg_tt_in_dq)
  *
  * The operators' regions are in the file-top comments of cuda_backend.cu and vec_backend.cu, next to
  * ScalarGates::regions and VectorGates::regions / factor_plan, which size them.
@@ -83,7 +84,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     bool ws_gate;                                      /* the gate table in the workspaces (fG, bG), not saved (G) */
     int nwin;                                          /* time windows (Plan::win): how many (1: none) */
     size_t wck, wcarry;                                /* their checkpoints (saved), S̄ carry (bwd ws) */
-    size_t sco, sA, sB, sT;                            /* segments (Plan::seg; bwd ws): offsets, three state regions */
+    size_t sSc, sco, sB, sT;                           /* segments (Plan::seg; bwd ws): S_c, offsets, state regions */
     size_t saved_end;                                  /* the saved buffer's size: regions, record, checkpoints */
 };
 
@@ -156,24 +157,41 @@ inline int plan_windows(const rewy_config *c, const Prob &p, bool vec, int *nwin
  * forward that leaves checkpoints (no wgmma forward scan); judged without the pointers and whatever the pullback, so
  * that the forward and every backward on its saved buffer decide alike (the saved record carries the windows, and a
  * backward may take either pullback). A backward that the fused pass cannot take (WY, or pointers it cannot map) runs
- * the same windows one after the other instead (the layout holds both). force.seg = n > 0: n chunks a segment where it
- * applies, 0 none; otherwise none (no rule yet: DESIGN.md, "Segments", says why). */
+ * the same windows one after the other instead (the layout holds both).
+ * By default in place of the time windows (plan_windows: long sequences on grids the wgmma scans do not take), with
+ * ⌊SMs / (N·HV)⌋ segments a sequence (the fused pass's blocks then fill the SMs once) but no more than leave 16 chunks
+ * to each, and none where that is fewer than 4: the two local walks and the combine cost about what four times the
+ * blocks win back (session 40, H100: GDN (1,8192,16) and (2,16384,8) with 8 segments 18 % and 24 % faster than the
+ * windows, (4,4096,16) with 2 segments 11 % slower; DESIGN.md, "Segments"). force.seg = n > 0: n chunks a segment
+ * where segments apply, 0 none. */
 inline int plan_segments(const rewy_config *c, const Prob &p, bool vec, int *nwin) {
     *nwin = 1;
     const Plan &pl = p.plan;
     const int f = pl.force.seg;
-    if (f <= 0 || c->policy != REWY_POLICY_R || p.G != 1 || p.K != 128 || p.V != 128 || !pl.wgmma) return 0;
+    if (f == 0 || c->policy != REWY_POLICY_R || p.G != 1 || p.K != 128 || p.V != 128 || !pl.wgmma) return 0;
     if (!pullback_ws(p, c->dtype, vec, false, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr)) return 0;
     if (state_scan_wg_ok(p, c->dtype, nullptr, nullptr, vec)) return 0; /* the forward's wgmma scan leaves no checkpoints */
-    return windows_of(max_seq_chunks(c, p.BT), f, nwin);
+    const int ncs = max_seq_chunks(c, p.BT);
+    if (f > 0) return windows_of(ncs, f, nwin);
+    int windows; /* (forced windows, or none, keep their meaning) */
+    if (pl.force.win >= 0 || !plan_windows(c, p, vec, &windows)) return 0;
+    const long fill = (long)pl.sms / ((long)p.N * p.HV), most = ncs / 16, n = fill < most ? fill : most;
+    return n >= 4 ? windows_of(ncs, ceil_div(ncs, (int)n), nwin) : 0;
 }
 
-/* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's. Segments: S_c
- * and R (seg_all) hold every chunk's, and at least one window's for the windows the backward falls back to; the rest
- * (C_q, S̄⁺, P, W: only that fallback writes them) one window's */
-inline size_t bwd_slots(const Geometry &g, const Plan &pl, bool seg_all = false) {
-    const size_t all = (size_t)g.NC * g.HV, one = (size_t)g.N * pl.win * g.HV;
-    return pl.seg && seg_all ? (all > one ? all : one) : pl.win ? one : all;
+/* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's (segments: the
+ * windows' fallback's; the segments' own S_c holds every chunk's) */
+inline size_t bwd_slots(const Geometry &g, const Plan &pl) {
+    return pl.win ? (size_t)g.N * pl.win * g.HV : (size_t)g.NC * g.HV;
+}
+
+/* Segments (Plan::seg): whether Tᵀ of every segment (fp32, tt bytes) goes in the caller's dq rather than in the
+ * workspace. Tᵀ lives from the local walks to the combine, and dq is written only after, by the fused pass; dq is bf16
+ * there (the fused pass's inputs), whose first 16-B boundary Tᵀ starts at. Decided from the config alone, as every
+ * region is (the size query has no pointers). */
+inline bool seg_tt_in_dq(const rewy_config *c, size_t tt) {
+    const size_t dq = (size_t)c->B * c->T * c->H * c->K * 2;
+    return tt + 16 <= dq;
 }
 
 /* The plan of one call (common.cuh, Plan): the device asked once, then every choice in order, each function
@@ -254,25 +272,25 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     const OpRegions r = Op::regions(c, g, pl);
     L.NC = g.NC; L.N = g.N; L.HV = g.HV; L.BT = g.BT; L.Kp = g.Kp;
     const size_t chh = (size_t)L.NC * L.HV, nn = (size_t)L.BT * L.BT;
-    /* the backward's per-chunk regions: every chunk, or one time window's (Plan::win; segments: S_c and R every chunk's) */
+    /* the backward's per-chunk regions: every chunk, or one time window's (Plan::win; segments: the fallback's windows) */
     L.nwin = pl.nwin;
     const size_t bchh = bwd_slots(g, pl);
     const size_t state = (size_t)c->K * c->V, st = state * sizeof(state_t), rv = (size_t)L.BT * c->V * sizeof(rp_t);
     const bool polA = c->policy == REWY_POLICY_A;
     L.ws_gate = Op::vector_gates && !polA;
     size_t o = 0;
-    /* saved under policy A, else both workspaces: C_q for n, S_c and R for nsr chunk × value-head slots */
-    auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R, size_t n, size_t nsr) {
+    /* saved under policy A, else both workspaces: C_q, S_c and R for n chunk × value-head slots */
+    auto cq_sc_r = [&](size_t &Cq, size_t &Sc, size_t &R, size_t n) {
         Cq = o; o += al(sizeof(cq_t) * n * nn);
-        Sc = o; o += al(nsr * st);
-        R = o; o += al(nsr * rv);
+        Sc = o; o += al(n * st);
+        R = o; o += al(n * rv);
     };
     L.ctab = o; o += al(sizeof(ChunkInfo) * L.NC);
     L.coff = o; o += al(sizeof(int) * (L.N + 1));
     L.G = o;
     if (!L.ws_gate) o += al(r.gate);
     L.A = o; o += al(sizeof(float) * chh * nn);
-    if (polA) cq_sc_r(L.Cq, L.Sc, L.R, chh, chh);
+    if (polA) cq_sc_r(L.Cq, L.Sc, L.R, chh);
     L.saved = o;
     /* time windows: every window's start state but the first's (the forward's checkpoints, Prob::ck), fp32
      * [nwin − 1][N·HV][K][V], after the record (whose place, cuda_backend.cu's record_at, is taken without the plan's
@@ -280,7 +298,7 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.wck = al(L.saved) + RECORD_BYTES;
     L.saved_end = L.wck + (L.nwin > 1 ? al(sizeof(float) * (L.nwin - 1) * L.N * L.HV * state) : 0);
     o = r.head;
-    if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR, chh, chh);
+    if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR, chh);
     L.fG = o;
     if (L.ws_gate) o += al(r.gate);
     /* W, U: where the forward takes them it fuses the output (the scan's or the register chain's), and under
@@ -294,29 +312,32 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     if (wu_end > o) o = wu_end;
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
-    if (!polA) cq_sc_r(L.bCq, L.bSc, L.bR, bchh, bwd_slots(g, pl, true));
+    const size_t seg_at = o; /* segments: their regions from here, over the fallback's below (one or the other runs) */
+    if (!polA) cq_sc_r(L.bCq, L.bSc, L.bR, bchh);
     L.bG = o;
     if (L.ws_gate) o += al(r.gate);
     L.Sbar = o; o += al(bchh * st);
     L.PR = o; o += al(bchh * rv);
     L.wcarry = o; /* windows: S̄ between them, fp32 [N·HV][K][V] */
     if (pl.win) o += al(sizeof(float) * L.N * L.HV * state);
-    /* segments (Plan::seg): their chunk offsets, int [N·nwin + 1], and three fp32 [N·nwin·HV][K][V] state regions (the
-     * backward's stages, in order: A the recompute's start states, then S̄ at each segment's end; B X̄, then S̄ at
-     * each segment's start; T Tᵀ) */
-    L.sco = o;
-    if (pl.seg) {
-        const size_t segs = (size_t)L.N * pl.nwin, sst = al(sizeof(float) * segs * L.HV * state);
-        o += al(sizeof(int) * (segs + 1));
-        L.sA = o; o += sst;
-        L.sB = o; o += sst;
-        L.sT = o; o += sst;
-    }
     L.Wbar = o; o += al(r.Wbar);
     L.acc = o; o += al(r.acc);
     L.bW = o;
     if (!polA) o += al(r.Wb);
     L.has_bw = !polA && r.Wb > 0;
+    /* segments (Plan::seg): every chunk's S_c; their chunk offsets, int [N·nwin + 1]; two fp32 [N·nwin·HV][K][V] state
+     * regions (the backward's stages, in order: B the recompute's start states, then X̄, then S̄ at each segment's end
+     * (the combine, in place), then S̄ at each segment's start (the fused pass, in place); T Tᵀ, in dq where it fits) */
+    if (pl.seg) {
+        const size_t segs = (size_t)L.N * pl.nwin, sst = sizeof(float) * segs * L.HV * state;
+        size_t q = seg_at;
+        L.sSc = q; q += al(chh * st);
+        L.sco = q; q += al(sizeof(int) * (segs + 1));
+        L.sB = q; q += al(sst);
+        L.sT = q;
+        if (!seg_tt_in_dq(c, sst)) q += al(sst);
+        if (q > o) o = q;
+    }
     L.bwd = o;
     return L;
 }
@@ -562,17 +583,23 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
      * segments from those ends, whose first segments' start gradients are dh0. Where the fused pass cannot take the
      * pointers (Plan::rev_ws off), the windows below run one after the other instead. */
     if (pl.seg && pl.rev_ws) {
-        float *const sA = at<float>(a->workspace, L.sA), *const sB = at<float>(a->workspace, L.sB);
-        float *const sT = at<float>(a->workspace, L.sT);
+        /* B: the start states, X̄, S̄ at the segments' ends, at their starts, each over the one before (layout: plan);
+         * T: Tᵀ, from its 16-B boundary in dq where it fits (seg_tt_in_dq) */
+        state_t *const ssc = at<state_t>(a->workspace, L.sSc);
+        float *const sB = at<float>(a->workspace, L.sB);
+        const size_t seg_states = sizeof(float) * p.N * pl.nwin * p.HV * c->K * c->V;
+        float *const sT = seg_tt_in_dq(c, seg_states)
+                              ? reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(a->dq) + 15) & ~(uintptr_t)15)
+                              : at<float>(a->workspace, L.sT);
         const Prob ps = segment_prob(p, at<int>(a->workspace, L.sco));
         REWY_TRY(Op::gates(p, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
         REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, at<int>(a->workspace, L.sco), s));
-        REWY_TRY(launch_seg_starts(p, pl.nwin, a->h0, ck, sA, s));
-        REWY_TRY(launch_state_scan(ps, c->dtype, a->k, a->v, sg.GB, A, nullptr, sA, nullptr, sc, r, s));
+        REWY_TRY(launch_seg_starts(p, pl.nwin, a->h0, ck, sB, s));
+        REWY_TRY(launch_state_scan(ps, c->dtype, a->k, a->v, sg.GB, A, nullptr, sB, nullptr, ssc, nullptr, s));
         REWY_TRY(launch_bwd_state_scan_wg(ps, a->q, a->k, sg.GB, A, a->do_, nullptr, sB, nullptr, nullptr, 0, s, sT));
-        REWY_TRY(launch_seg_combine(p, pl.nwin, a->dht, sT, sB, sA, s));
-        REWY_TRY(launch_reverse_ws(ps, a->q, a->k, a->v, sg.GB, A, a->do_, sc, r, sA, a->dh0 ? sB : nullptr, a->dq, a->dk,
-                                   a->dv, a->dbeta, a->g, p.gated ? a->dg : nullptr, s));
+        REWY_TRY(launch_seg_combine(p, pl.nwin, a->dht, sT, sB, s));
+        REWY_TRY(launch_reverse_ws(ps, a->q, a->k, a->v, sg.GB, A, a->do_, ssc, nullptr, sB, a->dh0 ? sB : nullptr, a->dq,
+                                   a->dk, a->dv, a->dbeta, a->g, p.gated ? a->dg : nullptr, s));
         if (a->dh0) { /* the first segment's start gradient, segment sq·nwin of sequence sq */
             const size_t row = sizeof(float) * p.HV * c->K * c->V;
             REWY_TRY(cudaMemcpy2DAsync(a->dh0, row, sB, row * pl.nwin, row, p.N, cudaMemcpyDeviceToDevice, s));

@@ -148,8 +148,8 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
 bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
                  const void *do_, const void *dq, const void *dk, const void *dv); /* Plan::pb_ws */
 /* reverse_ws.cu: the reverse scan and the warp-specialized pullback fused (Plan::rev_ws: G = 1, no time windows unless
- * they run as segments): from S_c and R (the recompute's or policy A's) to dq, dk, dv, dβ, dg and dh0, with no S̄⁺ or P
- * in HBM */
+ * they run as segments): from S_c and R (the recompute's or policy A's; under segments from S_c alone, R formed in the
+ * pass, R unused) to dq, dk, dv, dβ, dg and dh0, with no S̄⁺ or P in HBM */
 bool reverse_ws(const Prob &p, int win); /* Plan::rev_ws, after pb_ws, bwd_scan_wg and the windows */
 cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB, const float *A,
                               const void *do_, const state_t *Sc, const rp_t *R, const float *dht, float *dh0, void *dq,
@@ -159,11 +159,10 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
  *   seg_offsets: the segments' chunk offsets [N·nwin + 1] (a segment past its sequence's end is empty);
  *   seg_starts:  each segment's start state: h0 (zero without it) for the first, else the forward's checkpoint;
  *   seg_combine: S̄ at each segment's end, from dht (zero without it) at the last and S̄_start = Tᵀ S̄_end + X̄
- *                (K = V = 128) */
+ *                (K = V = 128), each over the segment's X̄ in xe */
 cudaError_t launch_seg_offsets(const Prob &p, int win, int nwin, int *sco, cudaStream_t s);
 cudaError_t launch_seg_starts(const Prob &p, int nwin, const float *h0, const float *ck, float *start, cudaStream_t s);
-cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, const float *xbar, float *end,
-                               cudaStream_t s);
+cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, float *xe, cudaStream_t s);
 cudaError_t launch_pullback_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR,
                                float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw, float *dg,

@@ -5,28 +5,33 @@
  * Why: apart, the reverse scan writes S̄⁺ and P of every chunk (48 KB a chunk and value head) and the pullback reads them
  * back with K, Q and Ō a second time: at GDN (8,2048,32) the two moved 2.6 GB, this kernel 1.45, on a backward that ran
  * near the HBM's rate (docs/PERF.md, sessions 38 and 39). Here S̄ stays in registers and S̄⁺, P stay in shared memory;
- * a chunk's tiles are read once.
+ * a chunk's tiles are read once. Under segments (Plan::seg, the form RF) R is formed here too, from S_c (R = A Y,
+ * Y = diag(β)(V − γ ⊙ K S_c): the forward chain's A-and-V form, A in bf16 as there), so that policy R's recompute stores
+ * the chunk states alone (FlashQLA's layout) and the segments' workspace holds no R of every chunk; elsewhere the pass
+ * loads the R the recompute (or policy A's forward) stored, which costs the chain less (session 42, H100: forming R
+ * took the kernel from 1,105 to 1,187 µs at GDN (8,2048,32), DeltaNet's backward 11–13 % longer on the large grids).
  *
  * One block per (sequence, value head), walking its chunks from the last: 384 threads, one producer warp and two math
  * warpgroups; one key head per value head (G = 1). Per chunk c the math warpgroups run the chain, then the pullback:
  *   the chain, warpgroup w holding S̄'s value columns 64·w … (all K features: 64 registers a thread):
- *     S̄⁺ → bf16 boxes;   C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i−G_j}) (columns 32·w …);
+ *     S̄⁺ → bf16 boxes;   C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i−G_j}) (columns 32·w …);   RF: K S_c → Y (its columns, in its R box);
  *     R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_i = e^{G_n−G_i});   P = Aᵀ R̄ (tf32);   dv = β ⊙ P, ⟨P, v⟩ by row;
- *     S̄ ← e^{G_n} S̄⁺ + Q_gᵀ Ō − Eᵀ P  (Q_gᵀ Ō = Qᵀ (scale·e^{G} ⊙ Ō), Eᵀ P = Kᵀ (β e^{G} ⊙ P));
+ *     S̄ ← e^{G_n} S̄⁺ + Q_gᵀ Ō − Eᵀ P  (Q_gᵀ Ō = Qᵀ (scale·e^{G} ⊙ Ō), Eᵀ P = Kᵀ (β e^{G} ⊙ P));   RF: beside it R = A Y;
  *   the pullback, warpgroup w owning the K-wide results' features 64·w … (pullback_ws.cu's header names its terms):
  *     X = D = P Rᵀ (w = 0) or H_q = Ō Rᵀ (w = 1), then the Γ tiles; F = R S̄⁺ᵀ, Bh = P S_cᵀ, Qh = Ō S_cᵀ over V; the
  *     K-side products; k̄, q̄, β̄, Ḡ.
  * X is formed before F, Bh and Qh (not beside them, as in pullback_ws) so that S̄'s 64 registers and the pullback's
  * accumulators fit a thread's 232.
  *
- * Shared memory (one chunk in flight, 219 KB): the two V slabs (columns 64·s …) as pullback_ws lays out a stage: the
- * P box (first Ō_g = scale·e^{G} ⊙ Ō, the operand of Q_gᵀ Ō, then P), Ō, R, V, S̄⁺ (two boxes: features 0–63, 64–127),
- * S_c (two boxes); K and Q; a scratch of four boxes (R̄ in tf32 by warpgroup, then −β e^{G} ⊙ P by warpgroup, then the
- * Γ tiles); C_q; Aᵀ in tf32; the gates of chunks it & 1. The producer refills each input once its last reader of the
- * chunk has released it: Aᵀ after P (a_empty), a slab's Ō, R, V, S_c after the pullback's V-long products (empty[s]),
- * K, Q and the gates after the K-side products (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by
- * a bulk copy; a sequence's tail chunk's token rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; Aᵀ
- * (transposed, 4-byte pieces) by the producer lanes' cp.async, as bwd_state_scan_wg.cu takes it. Outputs: dv, k̄ and q̄
+ * Shared memory (one chunk in flight, 227 KB): the two V slabs (columns 64·s …) as pullback_ws lays out a stage: the
+ * P box (first Ō_g = scale·e^{G} ⊙ Ō, the operand of Q_gᵀ Ō, then P), Ō, R (RF: first Y), V, S̄⁺ (two boxes: features
+ * 0–63, 64–127), S_c (two boxes); K and Q; a scratch of four boxes (R̄ in tf32 by warpgroup, then −β e^{G} ⊙ P by
+ * warpgroup, then the Γ tiles); C_q; Aᵀ in tf32; RF: A in bf16; the gates of chunks it & 1. The producer refills each
+ * input once its last reader of the chunk has released it: Aᵀ (RF: and A) after P (RF: after R; a_empty), a slab's Ō,
+ * R (not RF), V, S_c after the pullback's V-long products (empty[s]), K, Q and the gates after the K-side products
+ * (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by a bulk copy; a sequence's tail chunk's token
+ * rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; Aᵀ (transposed, 4-byte pieces) by the producer
+ * lanes' cp.async, as bwd_state_scan_wg.cu takes it, and RF's A in bf16 by their loads and stores. Outputs: dv, k̄ and q̄
  * of a full chunk by tensor stores from boxes staged over the warpgroup's V box and S̄⁺ boxes (each drained before the
  * box is released or written again), a tail chunk's by per-thread stores; dβ, dg and dh0 by per-thread stores. */
 #include "kernels.cuh"
@@ -40,18 +45,70 @@ struct RvLayout : WsSlab {
     static constexpr int oX = oQ + 2 * B;                  /* scratch: R̄ (tf32, 16 KB a warpgroup), P', Γ, Γ_β, Γ_H' */
     static constexpr int oCq = oX + 4 * B;                 /* C_q [i][j], one box */
     static constexpr int oA = oCq + B;                     /* Aᵀ, tf32 cm_t<64> */
-    static constexpr int oGB = oA + MAXBT * MAXBT * 4;     /* the gates of chunks it & 1: G, then β */
+    static constexpr int oAb = oA + MAXBT * MAXBT * 4;     /* A in bf16, [i][j] K-major, one box (R = A Y) */
+    static constexpr int oGB = oAb + B;                    /* the gates of chunks it & 1: G, then β */
     static constexpr int oRed = oGB + 2 * GB_BYTES; /* β̄, Ḡ row terms [2][64] each, ⟨P, v⟩ [2][64], sums [16] */
     static constexpr int oMB = oRed + (6 * MAXBT + 16) * 4; /* full[2], empty[2], kq full, kq empty, a full, a empty */
     static constexpr int TOTAL = oMB + 8 * 8;
-    static constexpr unsigned SLAB_TMA = 5 * B, SLAB_ROWS = 3 * B; /* Ō, R, V, S_c ×2; of which token rows (a tail's) */
+    /* a slab's copies, Ō, V, S_c ×2 and (not RF) R; of which token rows (a tail's) */
+    static constexpr unsigned slab_tma(bool rf) { return rf ? 4 * B : 5 * B; }
+    static constexpr unsigned slab_rows(bool rf) { return rf ? 2 * B : 3 * B; }
 };
+static_assert(RvLayout::TOTAL <= 227 * 1024, "reverse_ws: a Hopper block's shared memory");
 
-/* the maps: k, q [token][H·K]; v, o (dO) [token][HV·V]; r (R) [chunk·HV·64][V]; sc (S_c) [chunk·HV·K][V] */
+/* the maps: k, q [token][H·K]; v, o (dO) [token][HV·V]; r (R, not RF) [chunk·HV·64][V]; sc (S_c) [chunk·HV·K][V] */
 struct RvMaps {
     CUtensorMap k, q, v, o, r, sc, dk, dq, dv; /* dk, dq [token][H·K], dv [token][HV·V]: the staged stores (`stage`) */
 };
 
+/* A of chunk x (fp32 [64][64], row-major) as bf16 into a 64 × 64 box, K-major with the 128-B swizzle: the A of R = A Y.
+ * By the producer's lanes, a 16-byte chunk (8 columns of a row) each, two at a time (the producer keeps 40 registers);
+ * a warp's loads take four rows whole. */
+__device__ __forceinline__ void rv_copy_a_bf16(__nv_bfloat16 *dst, const float *src, int lane) {
+#pragma unroll 1
+    for (int q0 = lane; q0 < MAXBT * 8; q0 += 64) {
+        float4 a[4];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int q = q0 + 32 * u;
+            a[2 * u] = __ldg(reinterpret_cast<const float4 *>(src) + 2 * q);
+            a[2 * u + 1] = __ldg(reinterpret_cast<const float4 *>(src) + 2 * q + 1);
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int q = q0 + 32 * u, i = q >> 3, c8 = (q & 7) * 8;
+            const float4 lo = a[2 * u], hi = a[2 * u + 1];
+            const __nv_bfloat162 h[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
+                                         __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
+            *reinterpret_cast<uint4 *>(dst + sw128(i, c8)) = *reinterpret_cast<const uint4 *>(h);
+        }
+    }
+}
+
+/* The bracket of R = A Y for this thread's elements (MATH §2, the forward chain's A-and-V form): Y = diag(β)(V − γ ⊙ K S_c),
+ * γ_i = e^{G_i}, from y = K S_c, into the warpgroup's R box (bf16, [token][column]); rows ≥ n zero (A is zero there, and
+ * a zero row keeps a stray value out of the product). Vs: the warpgroup's V box. */
+__device__ __forceinline__ void rv_bracket(const Prob &p, const float (&y)[32], __nv_bfloat16 *Rb, const __nv_bfloat16 *Vs,
+                                           const float *Gs, const float *bs, int n, int i0) {
+    using T2 = __nv_bfloat162;
+    float c0 = 0.f, c1 = 0.f, b0 = 0.f, b1 = 0.f; /* γ and β of rows i0, i0 + 8 (0 past the chunk's rows) */
+    if (i0 < n) c0 = gexp(p, Gs[i0]), b0 = bs[i0];
+    if (i0 + 8 < n) c1 = gexp(p, Gs[i0 + 8]), b1 = bs[i0 + 8];
+    T2 vv[16]; /* V at this thread's places, read before the stores */
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) vv[e / 2] = *reinterpret_cast<const T2 *>(Vs + sw128(wg_row(e), wg_col(e)));
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+        const bool hi = e & 2;
+        const float g = hi ? c1 : c0, b = hi ? b1 : b0;
+        const float2 v = __bfloat1622float2(vv[e / 2]);
+        *reinterpret_cast<T2 *>(Rb + sw128(wg_row(e), wg_col(e))) =
+            __floats2bfloat162_rn(b * (v.x - g * y[e]), b * (v.y - g * y[e + 1]));
+    }
+}
+
+/* RF: R formed here from S_c (under segments), else loaded from R */
+template <bool RF>
 __global__ void __launch_bounds__(WS_NT, 1)
 reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                   const __nv_bfloat16 *v, const float *GB, const float *A, const __nv_bfloat16 *do_, const rp_t *R,
@@ -70,6 +127,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     auto slab = [&](int s) { return smc + s * L::SLAB; };
     auto gates = [&](int it) { return reinterpret_cast<float *>(smc + L::oGB + (it & 1) * GB_BYTES); };
     float *const Ats = reinterpret_cast<float *>(smc + L::oA);
+    __nv_bfloat16 *const Abs = reinterpret_cast<__nv_bfloat16 *>(smc + L::oAb);
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
 
     const int sq = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, h = hv; /* G = 1 */
@@ -83,11 +141,12 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
             const ChunkInfo ci = p.ctab[c];
             const bool tail = ci.n < MAXBT;
-            ChunkInfo wi = ci; /* R's rows: from its own first row */
+            ChunkInfo wi = ci; /* R's rows (not RF): from its own first row */
             wi.tok0 = 0;
             const int x = c * p.HV + hv; /* the workspace index (chunk, value head) */
             if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
             wg_copy_at<32>(Ats, A, p, hv, c, lane);
+            if constexpr (RF) rv_copy_a_bf16(Abs, A + (size_t)x * MAXBT * MAXBT, lane);
             ws_rows_done();
             mbar_arrive(a_full);
 #pragma unroll 1
@@ -97,7 +156,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 if (it > 0) mbar_wait(empty0 + 8 * s, (it - 1) & 1);
                 if (tail) {
                     ws_copy_tail<64, 32>(st + L::oO, do_, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
-                    ws_copy_tail<64, 32>(st + L::oR, R + (size_t)x * MAXBT * p.V, p.V, 64 * s, wi, lane);
+                    if constexpr (!RF) ws_copy_tail<64, 32>(st + L::oR, R + (size_t)x * MAXBT * p.V, p.V, 64 * s, wi, lane);
                     ws_copy_tail<64, 32>(st + L::oV, v, rsv, (size_t)hv * p.V + 64 * s, ci, lane);
                     ws_rows_done();
                 }
@@ -105,10 +164,10 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 else {
                     const unsigned sa = smem_u32(st);
                     bulk_fence(); /* the math warps' reads of this slab (released on empty[s]) before these writes */
-                    mbar_expect(f, tail ? L::SLAB_TMA - L::SLAB_ROWS : L::SLAB_TMA);
+                    mbar_expect(f, tail ? L::slab_tma(RF) - L::slab_rows(RF) : L::slab_tma(RF));
                     if (!tail) {
                         tma_box(sa + L::oO, &m.o, hv * p.V + 64 * s, ci.tok0, f);
-                        tma_box(sa + L::oR, &m.r, 64 * s, x * MAXBT, f);
+                        if constexpr (!RF) tma_box(sa + L::oR, &m.r, 64 * s, x * MAXBT, f);
                         tma_box(sa + L::oV, &m.v, hv * p.V + 64 * s, ci.tok0, f);
                     }
 #pragma unroll
@@ -167,6 +226,9 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     const uint32_t sbtlo = wg_lo<OpSt::LBO>(my + L::oSb), cqtlo = wg_lo<OpSt::LBO>(Cs);
     const uint32_t otlo = wg_lo<OpSt::LBO>(my + L::oO), pwtlo = wg_lo<OpSt::LBO>(Pw), pqtlo = wg_lo<OpSt::LBO>(Pq);
     const uint32_t alo = wg_lo<WgStrides<64, 64>::T_LBO>(Ats), rlo = wg_lo<WgStrides<64, 64>::T_LBO>(Rs);
+    /* RF: A in bf16 (K-major) and Y, then R, in this warpgroup's R box (MN-major: k = token); S_c's boxes as B of K S_c */
+    const uint32_t ablo = wg_lo<OpSk::LBO>(smc + L::oAb), yrlo = wg_lo<OpSt::LBO>(my + L::oR);
+    const uint32_t sctlo = wg_lo<OpSt::LBO>(my + L::oSc);
 
     ChunkInfo cn = c_last >= c_begin ? p.ctab[c_last] : ChunkInfo{};
     for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
@@ -196,10 +258,16 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         /* the last chunk's tensor stores of k̄, q̄ have read the S̄⁺ boxes written below */
         if (wt == 0) tma_store_drain();
         ws_sync(wbar, 128);
-        /* C_q's columns 32·w … (issued first: S̄⁺'s bf16 copy is written beside it) */
-        float cq[16];
+        /* C_q's columns 32·w … (issued first: S̄⁺'s bf16 copy is written beside it); RF: with it K S_c, the start of
+         * this chunk's R = A Y (MATH §2) for this warpgroup's columns */
+        float cq[16], y[32];
+        if constexpr (RF) {
+            mbar_wait(full0 + 8 * w, it & 1); /* this warpgroup's slab: Ō, V, S_c */
+            __syncwarp();
+        }
         wg_arrive();
         ws_mma<OpSk, OpSk, KD, 32>(cq, qlo, kjlo, false);
+        if constexpr (RF) ws_mma<OpSk, OpSt, KD>(y, klo, sctlo, false);
         wg_commit();
 #pragma unroll
         for (int fb = 0; fb < 2; fb++) {
@@ -217,12 +285,16 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             const float c1 = row && j + 1 <= i ? sc * cq[e + 1] * gexp(p, Gs[i] - Gs[j + 1]) : 0.f;
             *reinterpret_cast<T2 *>(Cs + sw128(i, j)) = __floats2bfloat162_rn(c0, c1);
         }
+        if constexpr (RF)
+            rv_bracket(p, y, reinterpret_cast<T *>(my + L::oR), reinterpret_cast<const T *>(my + L::oV), Gs, bs, n, i0);
         wg_proxy_fence();
-        ws_sync(BAR, WS_MATH); /* S̄⁺'s copy and C_q are in */
+        ws_sync(BAR, WS_MATH); /* S̄⁺'s copy, C_q (RF: and Y) are in */
         /* R̄ = diag(f) (K S̄⁺) + C_qᵀ Ō */
         float r[32];
-        mbar_wait(full0 + 8 * w, it & 1); /* this warpgroup's slab: Ō (and R, V, S_c) */
-        __syncwarp();
+        if constexpr (!RF) {
+            mbar_wait(full0 + 8 * w, it & 1); /* this warpgroup's slab: Ō (and R, V, S_c) */
+            __syncwarp();
+        }
         wg_arrive();
         ws_mma<OpSk, OpSt, KD>(r, klo, sbtlo, false);
         wg_commit();
@@ -275,7 +347,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         wg_tf32_product<64>(pp, alo, rlo);
         wg_commit();
         wg_wait();
-        mbar_arrive(a_empty); /* this thread's reads of Aᵀ are done */
+        if constexpr (!RF) mbar_arrive(a_empty); /* this thread's reads of Aᵀ are done */
         /* dv = β ⊙ P and ⟨P, v⟩ by row, from the registers (V read before the stores) */
         {
             const T *const Vs = reinterpret_cast<const T *>(my + L::oV);
@@ -315,20 +387,31 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
 #pragma unroll
             for (int e = 0; e < 32; e += 2) {
                 const int i = wg_row(e), j = wg_col(e);
-                const float y = e & 2 ? y1 : y0;
+                const float yv = e & 2 ? y1 : y0;
                 *reinterpret_cast<T2 *>(Pw + sw128(i, j)) = __floats2bfloat162_rn(pp[e], pp[e + 1]);
-                *reinterpret_cast<T2 *>(Pq + sw128(i, j)) = __floats2bfloat162_rn(y * pp[e], y * pp[e + 1]);
+                *reinterpret_cast<T2 *>(Pq + sw128(i, j)) = __floats2bfloat162_rn(yv * pp[e], yv * pp[e + 1]);
             }
         }
         wg_proxy_fence();
         ws_sync(wbar, 128);
-        /* S̄ += Kᵀ P' */
+        /* S̄ += Kᵀ P';  RF: R = A Y beside it (A in bf16, as the forward chain's), off the chain: its registers are free
+         * here */
         wg_arrive();
         ws_mma<OpSt, OpSt, MAXBT>(s[0], ktlo0, pqtlo, true);
         ws_mma<OpSt, OpSt, MAXBT>(s[1], ktlo1, pqtlo, true);
+        if constexpr (RF) ws_mma<OpSk, OpSt, MAXBT>(y, ablo, yrlo, false);
         wg_commit();
         wg_wait();
-        ws_sync(BAR, WS_MATH); /* P and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
+        if constexpr (RF) {
+            mbar_arrive(a_empty); /* this thread's reads of Aᵀ and A are done */
+            ws_sync(wbar, 128);   /* and every warp's reads of Y: R goes over it */
+            T *const Rb = reinterpret_cast<T *>(my + L::oR);
+#pragma unroll
+            for (int e = 0; e < 32; e += 2)
+                *reinterpret_cast<T2 *>(Rb + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(y[e], y[e + 1]);
+            wg_proxy_fence();
+        }
+        ws_sync(BAR, WS_MATH); /* P, R (RF) and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
 
         /* ==== the pullback: warpgroup w owns the features f0 … f0 + 63 ==== */
         mbar_wait(full0 + 8 * (1 - w), it & 1);
@@ -367,7 +450,9 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 lam += ws_slab_dot<WS_MATH>(reinterpret_cast<const T *>(slab(sl) + L::oSb), reinterpret_cast<const T *>(slab(sl) + L::oSc), tid);
         wg_wait();
         if (wt == 0) tma_store_drain(); /* dv's tensor store has read the V box */
-        mbar_arrive(empty0); /* this thread is done with both slabs' Ō, R, V, S_c */
+        /* this thread is done with both slabs' Ō, R, V, S_c (RF's R: the next chunk's chain rewrites it after block_sum2's
+         * barrier) */
+        mbar_arrive(empty0);
         mbar_arrive(empty0 + 8);
         ws_scale_rows(p, F, Bh, Qh, Gs, n, i0);
         ws_sync(BAR, WS_MATH); /* every Γ tile is in */
@@ -482,22 +567,28 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
                               void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s) {
     using T = __nv_bfloat16;
     if (p.K != 128 || p.Kp != 128 || p.V != 128 || p.G != 1 || p.win_len) return cudaErrorInvalidValue;
+    const bool rf = p.plan.seg; /* under segments R is formed here (R unused), else loaded */
     const TmaEncoder enc;
     RvMaps m{};
     const uint64_t rows = (uint64_t)p.NC * p.HV * MAXBT; /* R's rows */
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
         !ws_token_map(enc, &m.v, p, v, p.HV, p.V) || !ws_token_map(enc, &m.o, p, do_, p.HV, p.V) ||
-        !ws_slot_map(enc, &m.r, R, rows, p.V) || !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V))
+        (!rf && !ws_slot_map(enc, &m.r, R, rows, p.V)) || !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V))
         return cudaErrorInvalidValue;
     /* dv, k̄, q̄ of full chunks by tensor stores where dv, dk, dq take a map (16-B aligned); per-thread stores otherwise */
     const int stage = ws_token_map(enc, &m.dk, p, dk, p.H, p.K) && ws_token_map(enc, &m.dq, p, dq, p.H, p.K) &&
                       ws_token_map(enc, &m.dv, p, dv, p.HV, p.V);
-    constexpr size_t smem = RvLayout::TOTAL;
-    cudaError_t e = ensure_smem<reverse_ws_kernel>(smem);
-    if (e != cudaSuccess) return e;
-    reverse_ws_kernel<<<p.N * p.HV, WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A, (const T *)do_,
-                                                      R, dht, dh0, (T *)dq, (T *)dk, (T *)dv, (T *)dbeta, graw, dg, stage);
-    return cudaGetLastError();
+    auto go = [&](auto rfc) {
+        constexpr bool RF = decltype(rfc)::value;
+        constexpr size_t smem = RvLayout::TOTAL;
+        cudaError_t e = ensure_smem<reverse_ws_kernel<RF>>(smem);
+        if (e != cudaSuccess) return e;
+        reverse_ws_kernel<RF><<<p.N * p.HV, WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A,
+                                                              (const T *)do_, R, dht, dh0, (T *)dq, (T *)dk, (T *)dv,
+                                                              (T *)dbeta, graw, dg, stage);
+        return cudaGetLastError();
+    };
+    return rf ? go(std::true_type{}) : go(std::false_type{});
 }
 
 } // namespace rewy_cuda

@@ -47,9 +47,9 @@ typedef struct rewy_test_force {
     int rev_ws;      /* the reverse scan and the warp-specialized pullback as one fused kernel (reverse_ws.cu; where
                       * pb_ws runs, one key head per value head, no time windows; the default on the large grids): 0
                       * off, 1 on where it applies */
-    int seg;         /* policy R's sequence split (MATH §11d; segments.cu): n > 0 chunks a segment where it applies (the
-                      * fused reverse pass's shapes, policy R, no wgmma forward scan), 0 off; its time windows then run
-                      * at once as segments */
+    int seg;         /* policy R's sequence split (MATH §11d; segments.cu; by default where plan_segments's rule puts it):
+                      * n > 0 chunks a segment where it applies (the fused reverse pass's shapes, policy R, no wgmma
+                      * forward scan), 0 off; its time windows then run at once as segments */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {

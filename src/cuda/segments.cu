@@ -7,7 +7,8 @@
  *                the forward's checkpoint at its first chunk (Prob::ck, written where the segment is not empty)
  *   seg_combine  §11d step 2: S̄ at each segment's end, from the last: dht (zero without it), then
  *                S̄_end(w − 1) = S̄_start(w) = Tᵀ_w S̄_end(w) + X̄_w, where X̄_w is segment w's reverse walk from zero and
- *                Tᵀ_w its walk from the identity with Ō = 0 (launch_bwd_state_scan_wg's two grids) */
+ *                Tᵀ_w its walk from the identity with Ō = 0 (launch_bwd_state_scan_wg's two grids); S̄_end(w) over X̄_w,
+ *                which each thread reads just before at the same places (X̄_0 is not needed) */
 #include "kernels.cuh"
 
 namespace rewy_cuda {
@@ -37,7 +38,7 @@ constexpr int SK = 128, SCW = 32, SLDM = SK + 4;
 constexpr size_t SEG_COMBINE_SMEM = sizeof(float) * (SK * SLDM + SK * SCW);
 
 __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, const float *dht, const float *tt,
-                                                             const float *xbar, float *end) {
+                                                             float *xe) {
     extern __shared__ __align__(16) float sm[];
     float *const Ms = sm, *const Ss = sm + SK * SLDM;
     constexpr int NVT = SK / SCW;
@@ -48,41 +49,47 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
     auto col = [&](int e) { return st_idx(p, e / SCW, v0 + e % SCW); };
     for (int e = t; e < SK * SCW; e += SEG_NT) Ss[e] = dht ? dht[((size_t)sq * p.HV + hv) * KV + col(e)] : 0.f;
     __syncthreads();
-    for (int w = nwin - 1;; w--) {
+    for (int w = nwin - 1; w >= 0; w--) {
         const size_t b = ((size_t)(sq * nwin + w) * p.HV + hv) * KV;
-        for (int e = t; e < SK * SCW; e += SEG_NT) end[b + col(e)] = Ss[e];
-        if (w == 0) break;
-        for (int e = t; e < SK * SK; e += SEG_NT) {
-            const int kk = e / SK, m = e % SK;
-            Ms[kk * SLDM + m] = tt[b + st_idx(p, kk, m)];
-        }
-        __syncthreads();
         float acc[4][4] = {};
+        if (w > 0) { /* Tᵀ_w S̄_end(w), this thread's 4 × 4 tile */
+            for (int e = t; e < SK * SK; e += SEG_NT) {
+                const int kk = e / SK, m = e % SK;
+                Ms[kk * SLDM + m] = tt[b + st_idx(p, kk, m)];
+            }
+            __syncthreads();
 #pragma unroll 2
-        for (int m = 0; m < SK; m += 4) {
-            float4 a[4], s[4];
+            for (int m = 0; m < SK; m += 4) {
+                float4 a[4], s[4];
 #pragma unroll
-            for (int r = 0; r < 4; r++) a[r] = *reinterpret_cast<const float4 *>(Ms + (r0 + r) * SLDM + m);
+                for (int r = 0; r < 4; r++) a[r] = *reinterpret_cast<const float4 *>(Ms + (r0 + r) * SLDM + m);
 #pragma unroll
-            for (int u = 0; u < 4; u++) s[u] = *reinterpret_cast<const float4 *>(Ss + (m + u) * SCW + j0);
+                for (int u = 0; u < 4; u++) s[u] = *reinterpret_cast<const float4 *>(Ss + (m + u) * SCW + j0);
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const float ar[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
+                for (int r = 0; r < 4; r++) {
+                    const float ar[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
 #pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    acc[r][0] += ar[u] * s[u].x;
-                    acc[r][1] += ar[u] * s[u].y;
-                    acc[r][2] += ar[u] * s[u].z;
-                    acc[r][3] += ar[u] * s[u].w;
+                    for (int u = 0; u < 4; u++) {
+                        acc[r][0] += ar[u] * s[u].x;
+                        acc[r][1] += ar[u] * s[u].y;
+                        acc[r][2] += ar[u] * s[u].z;
+                        acc[r][3] += ar[u] * s[u].w;
+                    }
                 }
             }
+            __syncthreads(); /* every thread is done with this S̄ and Tᵀ */
         }
-        __syncthreads(); /* every thread is done with this S̄ and Tᵀ */
+        /* the tile's S̄_end(w) out over X̄_w, read first; S̄_end(w − 1) = Tᵀ_w S̄_end(w) + X̄_w in */
 #pragma unroll
         for (int r = 0; r < 4; r++)
 #pragma unroll
-            for (int c = 0; c < 4; c++)
-                Ss[(r0 + r) * SCW + j0 + c] = acc[r][c] + xbar[b + st_idx(p, r0 + r, v0 + j0 + c)];
+            for (int c = 0; c < 4; c++) {
+                const size_t at = b + st_idx(p, r0 + r, v0 + j0 + c);
+                float &sv = Ss[(r0 + r) * SCW + j0 + c];
+                const float x = w > 0 ? xe[at] : 0.f;
+                xe[at] = sv;
+                sv = acc[r][c] + x;
+            }
         __syncthreads();
     }
 }
@@ -100,12 +107,11 @@ cudaError_t launch_seg_starts(const Prob &p, int nwin, const float *h0, const fl
     return cudaGetLastError();
 }
 
-cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, const float *xbar, float *end,
-                               cudaStream_t s) {
+cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, float *xe, cudaStream_t s) {
     if (p.K != SK || p.V != SK) return cudaErrorInvalidValue;
     cudaError_t e = ensure_smem<seg_combine_kernel>(SEG_COMBINE_SMEM);
     if (e != cudaSuccess) return e;
-    seg_combine_kernel<<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, dht, tt, xbar, end);
+    seg_combine_kernel<<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, dht, tt, xe);
     return cudaGetLastError();
 }
 

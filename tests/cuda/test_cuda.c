@@ -272,6 +272,28 @@ static void test_forced_plan(test_counts *tc) {
             CHECK(tc, pb.win == wwant, "plan: GDN (%d,4096,%d) took windows of %d chunks, want %d (%d SMs)", big.B,
                   big.H, pb.win, wwant, pb.sms);
         }
+        /* the sequence split's rule (plan_segments), in place of those windows: ⌊SMs / (N·H)⌋ segments a sequence,
+         * at most one for every 16 chunks, where that is at least 4 (the fused pass's shapes from an sm_90a binary):
+         * GDN (1,8192,16) and (2,16384,8); and the workspace is every chunk's S_c and the two state regions (the
+         * windows' fallback inside them), with Tᵀ in dq (T·H·K bf16 ≥ its N·nwin·H·K·V fp32) */
+        const int lshapes[2][3] = {{1, 8192, 16}, {2, 16384, 8}};
+        for (int i = 0; i < 2; i++) {
+            rewy_config sc = c;
+            sc.K = sc.V = 128; sc.B = lshapes[i][0]; sc.T = lshapes[i][1]; sc.H = lshapes[i][2];
+            rewy_test_plan ps;
+            CHECK(tc, rewy_test_get_plan(&sc, &f, &ps) == REWY_OK, "plan: rewy_test_get_plan (segments) failed");
+            if (!ps.wgmma || !ps.pb_ws || ps.scan_wg || !ps.sms) continue; /* the fused pass's shapes only */
+            const int ncs = sc.T / 64, fill = ps.sms / (sc.B * sc.H), n = fill < ncs / 16 ? fill : ncs / 16;
+            const int want = n >= 4 ? (ncs + n - 1) / n : 0;
+            CHECK(tc, ps.seg == (want > 0) && ps.win == want && ps.rev_ws == ps.seg,
+                  "plan: GDN (%d,%d,%d) took segments %d of %d chunks (fused pass %d), want %d (%d SMs)", sc.B, sc.T,
+                  sc.H, ps.seg, ps.win, ps.rev_ws, want, ps.sms);
+            if (!ps.seg) continue;
+            const size_t kv = (size_t)sc.K * sc.V, nseg = (size_t)sc.B * ((ncs + want - 1) / want);
+            const size_t bound = (size_t)sc.B * ncs * sc.H * kv * 2 + nseg * sc.H * kv * 4 + 4096;
+            CHECK(tc, ps.bwd_bytes <= bound, "plan: GDN (%d,%d,%d) segments' workspace %zu B, want at most %zu", sc.B,
+                  sc.T, sc.H, ps.bwd_bytes, bound);
+        }
     }
     if (f.scan_bv == 16 || f.scan_bv == 32 || f.scan_bv == 64)
         CHECK(tc, p.scan_bv == f.scan_bv, "plan: REWY_CUDA_SCAN_BV=%d gave %d", f.scan_bv, p.scan_bv);
@@ -343,19 +365,22 @@ static void test_forced_plan(test_counts *tc) {
           "wgmma reverse scan %d)", p.rev_ws, p128.rev_ws, pk.rev_ws, f.rev_ws, pk.pb_ws, pk.win, pk.seg, pk.bwd_scan_wg);
     /* the sequence split (plan_segments): at K = V = 128 with that pullback (judged without pointers: pb_ws here),
      * policy R, one key head a value head and no wgmma forward scan, where told: n chunks a segment (the shape has 4
-     * chunks a sequence); then the time windows are the segments. Never by default yet, nor at K = V = 64 */
+     * chunks a sequence); then the time windows are the segments. Not by default at 4 chunks a sequence (the rule's
+     * own shapes: the defaults' checks above), nor at K = V = 64 */
     const int swant = f.seg > 0 && f.seg < 4 && pk.pb_ws && !pk.scan_wg ? f.seg : 0;
     CHECK(tc, !p.seg && !p128.seg && pk.seg == (swant > 0) && (!swant || pk.win == swant),
           "plan: REWY_CUDA_SEG=%d gave segments %d of %d chunks at K = V = 128 (%d / %d at 64 / V = 128), want %d",
           f.seg, pk.seg, pk.win, p.seg, p128.seg, swant);
-    if (pk.seg) { /* the workspace holds every chunk (and the segments' states), the saved buffer the checkpoints */
+    if (pk.seg) { /* the workspace holds every chunk's S_c and the segments' states, the saved buffer the checkpoints */
         rewy_test_force none = f;
         none.seg = 0; none.win = 0;
         rewy_test_plan pn;
-        CHECK(tc, rewy_test_get_plan(&c, &none, &pn) == REWY_OK && !pn.seg && !pn.win && pk.bwd_bytes > pn.bwd_bytes &&
+        const size_t kv = (size_t)c.K * c.V, nseg = (size_t)c.B * ((4 + pk.win - 1) / pk.win);
+        const size_t least = (size_t)c.B * 4 * c.H * kv * 2 + nseg * c.H * kv * 4;
+        CHECK(tc, rewy_test_get_plan(&c, &none, &pn) == REWY_OK && !pn.seg && !pn.win && pk.bwd_bytes >= least &&
                       pk.saved_bytes > pn.saved_bytes,
-              "plan: segments of %d chunks: bwd workspace %zu B against %zu without, saved %zu against %zu", pk.win,
-              pk.bwd_bytes, pn.bwd_bytes, pk.saved_bytes, pn.saved_bytes);
+              "plan: segments of %d chunks: bwd workspace %zu B (at least %zu), saved %zu against %zu without", pk.win,
+              pk.bwd_bytes, least, pk.saved_bytes, pn.saved_bytes);
         rewy_config ca = c;
         ca.policy = REWY_POLICY_A;
         rewy_test_plan pa;
