@@ -161,7 +161,8 @@ typedef struct rewy_bwd_params {
     /* incoming gradients */
     const void *do_;            /* [B,T,HV,V] dtype */
     const float *dht;           /* optional final-state gradient [N,HV,K,V] fp32 */
-    /* gradients out (each written whole; NULL only where the input is NULL) */
+    /* gradients out (each written whole; NULL only where the input is NULL; none may overlap an input: the CUDA
+     * backward may keep scratch in dq before it writes dq) */
     void *dq, *dk;              /* [B,T,H,K] dtype (summed over each value-head group) */
     void *dv;                   /* [B,T,HV,V] dtype */
     float *dg;                  /* like g, fp32, w.r.t. the per-token natural-log g */
