@@ -1,7 +1,8 @@
 #!/bin/bash
-# Session 42's device calls. Carry .carry/s42b.tar.xz: variant_time and librewy.so of build/d (main) and of build/s
-# (dev/seg-lean: segments by default where their rule fires, with their lean workspace and R formed in the fused pass;
-# R loaded elsewhere; the forward's kkt at four blocks an SM), with build/s's test_cuda. Modes, in the order given:
+# Session 42's device calls. Carry .carry/s42b.tar.xz: variant_time and librewy.so of build/d (session 41's main) and of
+# build/s (4715917, the code of dev/s42-next: main's segments by default, with their lean workspace and R formed in the
+# fused pass under segments only, plus the forward's kkt at four blocks an SM and the combine by 16 columns), with
+# build/s's test_cuda. Modes, in the order given:
 #   quick   test_cuda --quick of build/s at the defaults, and with segments of 2 chunks
 #   time    GPU-bound ms (fwd/bwd), main | seg-lean, through the C API (variant_time): the suite, GDN and DeltaNet
 #   api     bench/bench_api.py with rewy alone (its public Python functions), main's library then seg-lean's: GPU-bound
