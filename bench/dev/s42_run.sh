@@ -9,8 +9,8 @@
 #           ms, per-call medians and peak backward memory over the suite
 #   kern    each kernel's device time (ncu) of build/s at GDN (1,8192,16) (segments)
 #   oracle  test_cuda of build/s: the whole matrix at the defaults, then with segments of 2 chunks (--quick)
-#   san     racecheck and memcheck of build/s's test_cuda --v128, at the defaults and with segments of 2
-#   san2    racecheck with segments of 2 and with the warp-specialized forward (kkt without C_q), memcheck with segments
+#   san     racecheck and memcheck of build/s's test_cuda --v128, at the defaults and with segments of 2; racecheck
+#           with the warp-specialized forward (its kkt without C_q)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 B=build/s
 source bench/dev/device_helpers.sh
@@ -33,10 +33,9 @@ kern)
 oracle)
   TC_LIMIT=220 oracle -- ; TC_LIMIT=100 oracle REWY_CUDA_SEG=2 -- --quick ;;
 san)
-  SAN_LIMIT=200 san racecheck -- --v128; SAN_LIMIT=120 san memcheck -- --v128; SAN_LIMIT=200 san racecheck REWY_CUDA_SEG=2 -- --v128
-  SAN_LIMIT=120 san memcheck REWY_CUDA_SEG=2 -- --v128 ;;
-san2)
-  SAN_LIMIT=150 san racecheck REWY_CUDA_SEG=2 -- --v128; SAN_LIMIT=120 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
-  SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128 ;;
+  for env in "" REWY_CUDA_SEG=2; do
+    SAN_LIMIT=200 san racecheck $env -- --v128; SAN_LIMIT=120 san memcheck $env -- --v128
+  done
+  SAN_LIMIT=150 san racecheck REWY_CUDA_FWD_WS=1 -- --v128 ;;
 esac; done
 echo "done $(el)"

@@ -85,6 +85,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     int nwin;                                          /* time windows (Plan::win): how many (1: none) */
     size_t wck, wcarry;                                /* their checkpoints (saved), S̄ carry (bwd ws) */
     size_t sSc, sco, sB, sT;                           /* segments (Plan::seg; bwd ws): S_c, offsets, state regions */
+    bool sT_dq;                                        /* segments: Tᵀ in the caller's dq, not at sT (seg_tt_in_dq) */
     size_t saved_end;                                  /* the saved buffer's size: regions, record, checkpoints */
 };
 
@@ -335,7 +336,8 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
         L.sco = q; q += al(sizeof(int) * (segs + 1));
         L.sB = q; q += al(sst);
         L.sT = q;
-        if (!seg_tt_in_dq(c, sst)) q += al(sst);
+        L.sT_dq = seg_tt_in_dq(c, sst);
+        if (!L.sT_dq) q += al(sst);
         if (q > o) o = q;
     }
     L.bwd = o;
@@ -584,13 +586,11 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
      * pointers (Plan::rev_ws off), the windows below run one after the other instead. */
     if (pl.seg && pl.rev_ws) {
         /* B: the start states, X̄, S̄ at the segments' ends, at their starts, each over the one before (layout: plan);
-         * T: Tᵀ, from its 16-B boundary in dq where it fits (seg_tt_in_dq) */
+         * T: Tᵀ, from its 16-B boundary in dq where the layout put it there (L.sT_dq) */
         state_t *const ssc = at<state_t>(a->workspace, L.sSc);
         float *const sB = at<float>(a->workspace, L.sB);
-        const size_t seg_states = sizeof(float) * p.N * pl.nwin * p.HV * c->K * c->V;
-        float *const sT = seg_tt_in_dq(c, seg_states)
-                              ? reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(a->dq) + 15) & ~(uintptr_t)15)
-                              : at<float>(a->workspace, L.sT);
+        float *const sT = L.sT_dq ? reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(a->dq) + 15) & ~(uintptr_t)15)
+                                  : at<float>(a->workspace, L.sT);
         const Prob ps = segment_prob(p, at<int>(a->workspace, L.sco));
         REWY_TRY(Op::gates(p, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
         REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, at<int>(a->workspace, L.sco), s));

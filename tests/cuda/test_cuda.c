@@ -174,6 +174,13 @@ static void quick_matrix(case_list *l) {
 }
 
 /* ------------------------------------------------------------------ the forced choices reach the plan */
+/* The sequence split's own workspace (backend_common.cuh's layout): every chunk's S_c (bf16) and one fp32 state region,
+ * a state a segment and head (B sequences of ncs chunks, H heads, kv = K·V, segments of win chunks) */
+static size_t seg_ws_bytes(int B, int ncs, int H, size_t kv, int win) {
+    const size_t nseg = (size_t)B * ((ncs + win - 1) / win);
+    return (size_t)B * ncs * H * kv * 2 + nseg * H * kv * 4;
+}
+
 /* The REWY_CUDA_* variables of make test-cuda's loop (cuda_force.h) must change what the plan picks, else the loop
  * would test the defaults again: on the matrix's shapes (bf16 GDN, B = 2, H = 2, chunk 64; K = V = 64, and V = 128
  * for the 128-column chains) each forced choice is asserted where that shape allows it, and without any variable
@@ -289,8 +296,7 @@ static void test_forced_plan(test_counts *tc) {
                   "plan: GDN (%d,%d,%d) took segments %d of %d chunks (fused pass %d), want %d (%d SMs)", sc.B, sc.T,
                   sc.H, ps.seg, ps.win, ps.rev_ws, want, ps.sms);
             if (!ps.seg) continue;
-            const size_t kv = (size_t)sc.K * sc.V, nseg = (size_t)sc.B * ((ncs + want - 1) / want);
-            const size_t bound = (size_t)sc.B * ncs * sc.H * kv * 2 + nseg * sc.H * kv * 4 + 4096;
+            const size_t bound = seg_ws_bytes(sc.B, ncs, sc.H, (size_t)sc.K * sc.V, want) + 4096;
             CHECK(tc, ps.bwd_bytes <= bound, "plan: GDN (%d,%d,%d) segments' workspace %zu B, want at most %zu", sc.B,
                   sc.T, sc.H, ps.bwd_bytes, bound);
         }
@@ -375,8 +381,7 @@ static void test_forced_plan(test_counts *tc) {
         rewy_test_force none = f;
         none.seg = 0; none.win = 0;
         rewy_test_plan pn;
-        const size_t kv = (size_t)c.K * c.V, nseg = (size_t)c.B * ((4 + pk.win - 1) / pk.win);
-        const size_t least = (size_t)c.B * 4 * c.H * kv * 2 + nseg * c.H * kv * 4;
+        const size_t least = seg_ws_bytes(c.B, 4, c.H, (size_t)c.K * c.V, pk.win);
         CHECK(tc, rewy_test_get_plan(&c, &none, &pn) == REWY_OK && !pn.seg && !pn.win && pk.bwd_bytes >= least &&
                       pk.saved_bytes > pn.saved_bytes,
               "plan: segments of %d chunks: bwd workspace %zu B (at least %zu), saved %zu against %zu without", pk.win,
