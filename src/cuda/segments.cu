@@ -70,18 +70,44 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
             xe[seg(0) + col(e)] = x0;
         }
     }
+    /* the walk's steps: every one but the last applies its segment's map (bwd: w > 0; fwd: w < nwin − 1). The next map
+     * (64 floats a thread) and this step's X̄_w or X_w are loaded into registers before the product, so that their
+     * latency hides behind it; the map goes to shared memory once every thread is done with the one before. */
+    const int steps = nwin - (FWD ? 1 : 0);
+    auto wof = [&](int i) { return FWD ? 1 + i : nwin - 1 - i; };
+    constexpr int NPRE = SK * SK / SEG_NT;
+    float pre[NPRE];
+    /* element u of a thread's share: row t / SK + 2u, column t % SK of the map (st_idx with K = V = SK) */
+    constexpr int RSTEP = SEG_NT / SK;
+    const int mrow = t / SK, mcol = t % SK;
+    const int moff = p.svf ? mcol * SK + mrow : mrow * SK + mcol, mstep = p.svf ? RSTEP : RSTEP * SK;
+    auto fetch = [&](int w) {
+        const float *const src = tt + seg(w) + moff;
+#pragma unroll
+        for (int u = 0; u < NPRE; u++) pre[u] = src[u * mstep];
+    };
+    auto put = [&] {
+#pragma unroll
+        for (int u = 0; u < NPRE; u++) Ms[(mrow + RSTEP * u) * SLDM + mcol] = pre[u];
+    };
+    if (steps > 1) {
+        fetch(wof(0));
+        put();
+    }
     __syncthreads();
-    for (int i = 0; i < nwin - (FWD ? 1 : 0); i++) {
-        const int w = FWD ? 1 + i : nwin - 1 - i;
-        const bool map = FWD ? w < nwin - 1 : w > 0;
+    for (int i = 0; i < steps; i++) {
+        const int w = wof(i);
+        const bool map = i + 1 < steps, next = i + 2 < steps;
         const size_t b = seg(w);
-        float acc[4][4] = {};
+        float acc[4][4] = {}, x[4][4] = {};
+        if (map) {
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) x[r][c] = xe[b + st_idx(p, r0 + r, v0 + j0 + c)];
+        }
+        if (next) fetch(wof(i + 1));
         if (map) { /* the map of segment w times the state, this thread's 4 × 4 tile */
-            for (int e = t; e < SK * SK; e += SEG_NT) {
-                const int kk = e / SK, m = e % SK;
-                Ms[kk * SLDM + m] = tt[b + st_idx(p, kk, m)];
-            }
-            __syncthreads();
 #pragma unroll 2
             for (int m = 0; m < SK; m += 4) {
                 float4 a[4], s[4];
@@ -101,9 +127,9 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
                     }
                 }
             }
-            __syncthreads(); /* every thread is done with this state and map */
         }
-        /* the tile's state out over X̄_w or X_w, read first (and the forward's checkpoint); the next state in */
+        __syncthreads(); /* every thread is done with this state and map */
+        /* the tile's state out over X̄_w or X_w (and the forward's checkpoint); the next state in */
         float *const cw = FWD && ck ? ck + (size_t)win_start_checkpoint(w) * p.N * p.HV * KV + s0b : nullptr;
 #pragma unroll
         for (int r = 0; r < 4; r++)
@@ -111,11 +137,11 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
             for (int c = 0; c < 4; c++) {
                 const size_t at = st_idx(p, r0 + r, v0 + j0 + c);
                 float &sv = Ss[(r0 + r) * SCW + j0 + c];
-                const float x = map ? xe[b + at] : 0.f;
                 xe[b + at] = sv;
                 if (cw) cw[at] = sv;
-                sv = acc[r][c] + x;
+                sv = acc[r][c] + x[r][c];
             }
+        if (next) put();
         __syncthreads();
     }
 }
