@@ -85,6 +85,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     int nwin;                                          /* time windows (Plan::win): how many (1: none) */
     size_t wck, wcarry;                                /* their checkpoints (saved), S̄ carry (bwd ws) */
     size_t sSc, sco, sB, sT;                           /* segments (Plan::seg; bwd ws): S_c, offsets, state regions */
+    size_t fsco, fX, fT;                               /* and the forward's (fwd ws): offsets, state regions */
     bool sT_dq;                                        /* segments: Tᵀ in the caller's dq, not at sT (seg_tt_in_dq) */
     size_t saved_end;                                  /* the saved buffer's size: regions, record, checkpoints */
 };
@@ -180,6 +181,20 @@ inline int plan_segments(const rewy_config *c, const Prob &p, bool vec, int *nwi
     return n >= 4 ? windows_of(ncs, ceil_div(ncs, (int)n), nwin) : 0;
 }
 
+/* The forward's sequence split (MATH §11b; Plan::fwd_seg): wherever the backward's segments run (Plan::seg), the forward
+ * takes the same segments, if the warp-specialized chain (chain_ws.cu) can take the problem and its pointers (else it
+ * walks each sequence whole, leaving the checkpoints as it goes). 1. every segment's end state from its start (h0 for
+ * the first, zero for the others) and its map T, on the wgmma scan (state_scan_wg.cu); 2. the combine: each segment's
+ * start state, which is also the backward's checkpoint; 3. the chain over all segments at once from their starts, with
+ * the output. Where one block a sequence and head leaves most SMs idle, this trades the walk's length for about twice
+ * the chunk steps on many more blocks. force.fwd_ws = 0 or force.fwd_chain = 0: the whole walks (the tests' other
+ * forward under segments). */
+inline bool plan_fwd_segments(const rewy_config *c, const Prob &p, bool vec, const PlanPtrs &ptr) {
+    const Plan &pl = p.plan;
+    if (!pl.seg || pl.force.fwd_ws == 0 || pl.force.fwd_chain == 0) return false;
+    return chain_forward_ws_fits(p, c->dtype, vec, ptr.q, ptr.k, ptr.v, ptr.o);
+}
+
 /* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's (segments: the
  * windows' fallback's; the segments' own S_c holds every chunk's) */
 inline size_t bwd_slots(const Geometry &g, const Plan &pl) {
@@ -239,6 +254,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.pb_ws = pullback_ws(p, dt, vec, c->bwd_algo == REWY_BWD_WY, ptr.q, ptr.k, ptr.v, ptr.do_, ptr.dq, ptr.dk, ptr.dv);
     pl.win = plan_segments(c, p, vec, &pl.nwin);
     pl.seg = pl.win > 0;
+    pl.fwd_seg = plan_fwd_segments(c, p, vec, ptr);
     if (!pl.seg) pl.win = plan_windows(c, p, vec, &pl.nwin);
     pl.rev_ws = reverse_ws(p, pl.win);
     return pl;
@@ -311,6 +327,15 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.fRdy = L.fU + al(r.U); /* kkt's ready flags, one int per chunk and value head (state_scan_beside_kkt) */
     const size_t wu_end = L.fRdy + (L.has_wu ? al(sizeof(int) * chh) : 0);
     if (wu_end > o) o = wu_end;
+    /* segments (Plan::seg; the forward's, Plan::fwd_seg, whatever the pointers): their chunk offsets, int [N·nwin + 1];
+     * two fp32 [N·nwin·HV][K][V] state regions: X (each segment's end state from its local walk, then its start state
+     * (the combine, in place), then its end state (the chain, in place)) and T (the maps) */
+    if (pl.seg) {
+        const size_t sst = sizeof(float) * L.N * pl.nwin * L.HV * state;
+        L.fsco = o; o += al(sizeof(int) * ((size_t)L.N * pl.nwin + 1));
+        L.fX = o; o += al(sst);
+        L.fT = o; o += al(sst);
+    }
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
     const size_t seg_at = o; /* segments: their regions from here, over the fallback's below (one or the other runs) */
@@ -473,6 +498,27 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     ScanGates sg;
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
     rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
+    /* Segments (Plan::fwd_seg; MATH §11b): kkt (A in bf16 for the chain); every segment's end state and map T; the
+     * combine, which writes each segment's start state over its end state and into the checkpoints; the chain over all
+     * segments from their starts, with o, leaving each segment's end state in its place: the last segments' are ht. */
+    if (pl.fwd_seg && L.has_wu && !polA && !Op::vector_gates) {
+        WuOut wu;
+        wu.Ab = at<__nv_bfloat16>(a->workspace, L.fW);
+        int *const sco = at<int>(a->workspace, L.fsco);
+        float *const xs = at<float>(a->workspace, L.fX), *const t = at<float>(a->workspace, L.fT);
+        const Prob ps = segment_prob(p, sco);
+        REWY_TRY(Op::gates(p, a, L, Gc, A, nullptr, Gc, &sg, s, wu));
+        REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, sco, s));
+        REWY_TRY(launch_seg_walks(ps, pl.nwin, a->k, a->v, sg.GB, A, a->h0, xs, t, s));
+        REWY_TRY(launch_seg_combine_fwd(p, pl.nwin, a->h0, t, xs, L.nwin > 1 ? at<float>(a->saved, L.wck) : nullptr, s));
+        REWY_TRY(launch_chain_forward_ws(ps, a->q, a->k, a->v, sg.GB, wu.Ab, nullptr, xs, xs, nullptr, nullptr, a->o, s));
+        if (a->ht) { /* the last segment's end, segment sq·nwin + nwin − 1 of sequence sq */
+            const size_t row = sizeof(float) * p.HV * c->K * c->V;
+            REWY_TRY(cudaMemcpy2DAsync(a->ht, row, xs + (size_t)(pl.nwin - 1) * p.HV * c->K * c->V, row * pl.nwin, row,
+                                       p.N, cudaMemcpyDeviceToDevice, s));
+        }
+        return REWY_OK;
+    }
     /* the register chain with the output in its steps (the whole forward after kkt; its A-and-V form, with A in bf16
      * from kkt over W's region and v the input), or the scan computing o itself, on the two-product chain with W and U
      * from kkt where the shapes allow (scalar gates only: vector gates' operands come from the gates stage) */

@@ -641,10 +641,15 @@ chain_pair_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat
  * fewer blocks than SMs: (4,4096,16) 0.448 → 0.511 (64 blocks, each a walk of 64 chunks), (1,8192,16) 0.436 → 0.793
  * (16 blocks). force.fwd_ws = 1 takes it wherever it applies, 0 never; a forced forward chain (force.fwd_chain, the
  * tests of the register chain) keeps that chain. */
+bool chain_forward_ws_fits(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v,
+                           const void *o) {
+    if (!ws_shapes_ok(p, dt, vec, p.Kp == 64 ? WsLayout<64>::TOTAL : WsLayout<128>::TOTAL)) return false;
+    return !(((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)o) & 15);
+}
+
 bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v, const void *o,
                       int fwd_chain) {
-    if (!ws_shapes_ok(p, dt, vec, p.Kp == 64 ? WsLayout<64>::TOTAL : WsLayout<128>::TOTAL)) return false;
-    if (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)o) & 15) return false;
+    if (!chain_forward_ws_fits(p, dt, vec, q, k, v, o)) return false;
     const rewy_test_force &f = p.plan.force;
     if (f.fwd_ws != REWY_TEST_AUTO) return f.fwd_ws == 1 && f.fwd_chain != 0; /* a forced "no forward chain" wins */
     return f.fwd_chain == REWY_TEST_AUTO && fwd_chain == 128;

@@ -75,6 +75,8 @@ struct Plan {
     int nwin = 1;                  /* and how many over the longest sequence (1: none, also in a plan made as {}) */
     int seg;                       /* those windows run at once, as the segments of a sequence split (MATH §11d;
                                     * plan_segments, backend_common.cuh): the backward of every segment in one launch */
+    int fwd_seg;                   /* and the forward's (MATH §11b): local walks, combine, then the warp-specialized
+                                    * chain over every segment at once (plan_fwd_segments) */
 };
 
 struct Prob {

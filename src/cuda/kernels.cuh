@@ -72,6 +72,10 @@ bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v
 bool wgmma_binary_ok();
 cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                  const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s);
+/* the forward's segment walks (segments.cu's seg_walks; ps: segment_prob's, K = V): each segment's end state into xs
+ * (from h0 for the first segment of a sequence, zero for the others) and its map T into t, those seg_combine_fwd reads */
+cudaError_t launch_seg_walks(const Prob &ps, int nwin, const void *k, const void *v, const float *GB, const float *A,
+                             const float *h0, float *xs, float *t, cudaStream_t s);
 
 /* output.cu: O = Q_g S_c + C_q R per chunk, in parallel (after the scan stored S_c and R).
  * vo NULL: scalar gates (Q_g from q and GB); else Q_g from the vector-gate operands. */
@@ -125,6 +129,9 @@ cudaError_t launch_chain_forward(const Prob &p, int bvc, const void *q, const vo
  * it forms C_q itself from q and k (kkt skips it) and stores it to Cq where given (policy A saves it; NULL: not stored) */
 bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v,
                       const void *o, int fwd_chain); /* Plan::fwd_ws, given the register chain's width */
+/* whether that kernel can take the problem at all (shapes, device, pointers), whatever the plan's rule */
+bool chain_forward_ws_fits(const Prob &p, rewy_dtype dt, bool vec, const void *q, const void *k, const void *v,
+                           const void *o);
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                     const __nv_bfloat16 *Ab, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
                                     void *o, cudaStream_t s);
@@ -163,6 +170,10 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
 cudaError_t launch_seg_offsets(const Prob &p, int win, int nwin, int *sco, cudaStream_t s);
 cudaError_t launch_seg_starts(const Prob &p, int nwin, const float *h0, const float *ck, float *start, cudaStream_t s);
 cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, float *xe, cudaStream_t s);
+/* the forward's (MATH §11b; Plan::fwd_seg): each segment's start state over its end state X_w in xs (h0, zero without it,
+ * for the first), from X and the maps T of launch_seg_walks, and the checkpoints ck (NULL: none) */
+cudaError_t launch_seg_combine_fwd(const Prob &p, int nwin, const float *h0, const float *t, float *xs, float *ck,
+                                   cudaStream_t s);
 cudaError_t launch_pullback_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                const void *do_, const state_t *Sc, const state_t *Sbar, const rp_t *R, const rp_t *PR,
                                float *acc, void *dq, void *dk, void *dv, void *dbeta, const float *graw, float *dg,

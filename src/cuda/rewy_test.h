@@ -75,6 +75,7 @@ typedef struct rewy_test_plan {
     int pb_ws;      /* the scalar-gate ReWY pullback as the warp-specialized kernel (pullback_ws.cu) */
     int rev_ws;     /* the reverse scan and that pullback fused (reverse_ws.cu) */
     int seg;        /* the sequence split: the time windows (win chunks each) run at once as segments */
+    int fwd_seg;    /* and the forward's: local walks, combine, the warp-specialized chain over all segments */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */
 } rewy_test_plan;

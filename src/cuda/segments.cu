@@ -8,7 +8,13 @@
  *   seg_combine  §11d step 2: S̄ at each segment's end, from the last: dht (zero without it), then
  *                S̄_end(w − 1) = S̄_start(w) = Tᵀ_w S̄_end(w) + X̄_w, where X̄_w is segment w's reverse walk from zero and
  *                Tᵀ_w its walk from the identity with Ō = 0 (launch_bwd_state_scan_wg's two grids); S̄_end(w) over X̄_w,
- *                which each thread reads just before at the same places (X̄_0 is not needed) */
+ *                which each thread reads just before at the same places (X̄_0 is not needed)
+ * and the forward's (MATH §11b; Plan::fwd_seg):
+ *   seg_walks    (state_scan_wg.cu) step 1: each segment's end state X_w from its start (h0 for the first, else zero)
+ *                and its map T_w (the walk from S = I with V = 0), those the combine reads
+ *   seg_combine  (FWD) step 2: S at each segment's start, from the first: h0 (zero without it), then
+ *                S_start(w + 1) = T_w S_start(w) + X_w, where X_0 is the first segment's end itself; S_start(w) over
+ *                X_w, and into the checkpoints (Prob::ck, the backward's segment starts) */
 #include "kernels.cuh"
 
 namespace rewy_cuda {
@@ -31,33 +37,77 @@ __global__ void __launch_bounds__(SEG_NT) seg_starts_kernel(Prob p, int nwin, co
     }
 }
 
-/* One block per (sequence, value head, 32 value columns); K = V = 128. Tᵀ whole in shared memory (rows padded to 132
- * floats: 16-B rows, and the four row groups of a warp on two banks), S̄'s columns beside it; each thread a 4 × 4
- * tile of the product, in fp32 (§10: states in fp32). */
+/* One block per (sequence, value head, 32 value columns); K = V = 128. The map (Tᵀ or T) whole in shared memory (rows
+ * padded to 132 floats: 16-B rows, and the four row groups of a warp on two banks), the state's columns beside it; each
+ * thread a 4 × 4 tile of the product, in fp32 (§10: states in fp32). The two directions are one walk over the segments:
+ *   backward (FWD false): from S̄ = dht, w = nwin − 1 … 0:  S̄_end(w) out; S̄ ← Tᵀ_w S̄ + X̄_w (w > 0)
+ *   forward (FWD true):   from S = X_0, with h0 out at 0, w = 1 … nwin − 1:  S_start(w) out; S ← T_w S + X_w (w < nwin − 1)
+ * s0: dht, or the forward's h0; tt: the maps; xe: X̄ or X in, the states out; ck: the forward's checkpoints. */
 constexpr int SK = 128, SCW = 32, SLDM = SK + 4;
 constexpr size_t SEG_COMBINE_SMEM = sizeof(float) * (SK * SLDM + SK * SCW);
 
-__global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, const float *dht, const float *tt,
-                                                             float *xe) {
+template <bool FWD>
+__global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, const float *s0, const float *tt,
+                                                             float *xe, float *ck) {
     extern __shared__ __align__(16) float sm[];
     float *const Ms = sm, *const Ss = sm + SK * SLDM;
     constexpr int NVT = SK / SCW;
     const int t = threadIdx.x, sh = blockIdx.x / NVT, sq = sh / p.HV, hv = sh % p.HV, v0 = (blockIdx.x % NVT) * SCW;
     const int r0 = 4 * (t >> 3), j0 = 4 * (t & 7);
-    const size_t KV = (size_t)p.K * p.V;
-    /* element e of S̄'s columns in shared memory, at state offset col(e) (st_idx: either state layout) */
+    const size_t KV = (size_t)p.K * p.V, s0b = ((size_t)sq * p.HV + hv) * KV;
+    auto seg = [&](int w) { return ((size_t)(sq * nwin + w) * p.HV + hv) * KV; }; /* segment w's state */
+    /* element e of the state's columns in shared memory, at state offset col(e) (st_idx: either state layout) */
     auto col = [&](int e) { return st_idx(p, e / SCW, v0 + e % SCW); };
-    for (int e = t; e < SK * SCW; e += SEG_NT) Ss[e] = dht ? dht[((size_t)sq * p.HV + hv) * KV + col(e)] : 0.f;
+    for (int e = t; e < SK * SCW; e += SEG_NT) {
+        const float x0 = s0 ? s0[s0b + col(e)] : 0.f;
+        if (!FWD) {
+            Ss[e] = x0;
+        } else if (nwin > 1) { /* the first segment's end, and its start (h0) out in its place */
+            float &x = xe[seg(0) + col(e)];
+            Ss[e] = x;
+            x = x0;
+        } else {
+            xe[seg(0) + col(e)] = x0;
+        }
+    }
+    /* the walk's steps: every one but the last applies its segment's map (bwd: w > 0; fwd: w < nwin − 1). The next map
+     * (64 floats a thread) and this step's X̄_w or X_w are loaded into registers before the product, so that their
+     * latency hides behind it; the map goes to shared memory once every thread is done with the one before. */
+    const int steps = nwin - (FWD ? 1 : 0);
+    auto wof = [&](int i) { return FWD ? 1 + i : nwin - 1 - i; };
+    constexpr int NPRE = SK * SK / SEG_NT;
+    float pre[NPRE];
+    /* element u of a thread's share: row t / SK + 2u, column t % SK of the map (st_idx with K = V = SK) */
+    constexpr int RSTEP = SEG_NT / SK;
+    const int mrow = t / SK, mcol = t % SK;
+    const int moff = p.svf ? mcol * SK + mrow : mrow * SK + mcol, mstep = p.svf ? RSTEP : RSTEP * SK;
+    auto fetch = [&](int w) {
+        const float *const src = tt + seg(w) + moff;
+#pragma unroll
+        for (int u = 0; u < NPRE; u++) pre[u] = src[u * mstep];
+    };
+    auto put = [&] {
+#pragma unroll
+        for (int u = 0; u < NPRE; u++) Ms[(mrow + RSTEP * u) * SLDM + mcol] = pre[u];
+    };
+    if (steps > 1) {
+        fetch(wof(0));
+        put();
+    }
     __syncthreads();
-    for (int w = nwin - 1; w >= 0; w--) {
-        const size_t b = ((size_t)(sq * nwin + w) * p.HV + hv) * KV;
-        float acc[4][4] = {};
-        if (w > 0) { /* Tᵀ_w S̄_end(w), this thread's 4 × 4 tile */
-            for (int e = t; e < SK * SK; e += SEG_NT) {
-                const int kk = e / SK, m = e % SK;
-                Ms[kk * SLDM + m] = tt[b + st_idx(p, kk, m)];
-            }
-            __syncthreads();
+    for (int i = 0; i < steps; i++) {
+        const int w = wof(i);
+        const bool map = i + 1 < steps, next = i + 2 < steps;
+        const size_t b = seg(w);
+        float acc[4][4] = {}, x[4][4] = {};
+        if (map) {
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) x[r][c] = xe[b + st_idx(p, r0 + r, v0 + j0 + c)];
+        }
+        if (next) fetch(wof(i + 1));
+        if (map) { /* the map of segment w times the state, this thread's 4 × 4 tile */
 #pragma unroll 2
             for (int m = 0; m < SK; m += 4) {
                 float4 a[4], s[4];
@@ -77,19 +127,21 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
                     }
                 }
             }
-            __syncthreads(); /* every thread is done with this S̄ and Tᵀ */
         }
-        /* the tile's S̄_end(w) out over X̄_w, read first; S̄_end(w − 1) = Tᵀ_w S̄_end(w) + X̄_w in */
+        __syncthreads(); /* every thread is done with this state and map */
+        /* the tile's state out over X̄_w or X_w (and the forward's checkpoint); the next state in */
+        float *const cw = FWD && ck ? ck + (size_t)win_start_checkpoint(w) * p.N * p.HV * KV + s0b : nullptr;
 #pragma unroll
         for (int r = 0; r < 4; r++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
-                const size_t at = b + st_idx(p, r0 + r, v0 + j0 + c);
+                const size_t at = st_idx(p, r0 + r, v0 + j0 + c);
                 float &sv = Ss[(r0 + r) * SCW + j0 + c];
-                const float x = w > 0 ? xe[at] : 0.f;
-                xe[at] = sv;
-                sv = acc[r][c] + x;
+                xe[b + at] = sv;
+                if (cw) cw[at] = sv;
+                sv = acc[r][c] + x[r][c];
             }
+        if (next) put();
         __syncthreads();
     }
 }
@@ -109,9 +161,18 @@ cudaError_t launch_seg_starts(const Prob &p, int nwin, const float *h0, const fl
 
 cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, float *xe, cudaStream_t s) {
     if (p.K != SK || p.V != SK) return cudaErrorInvalidValue;
-    cudaError_t e = ensure_smem<seg_combine_kernel>(SEG_COMBINE_SMEM);
+    cudaError_t e = ensure_smem<seg_combine_kernel<false>>(SEG_COMBINE_SMEM);
     if (e != cudaSuccess) return e;
-    seg_combine_kernel<<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, dht, tt, xe);
+    seg_combine_kernel<false><<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, dht, tt, xe, nullptr);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_seg_combine_fwd(const Prob &p, int nwin, const float *h0, const float *t, float *xs, float *ck,
+                                   cudaStream_t s) {
+    if (p.K != SK || p.V != SK) return cudaErrorInvalidValue;
+    cudaError_t e = ensure_smem<seg_combine_kernel<true>>(SEG_COMBINE_SMEM);
+    if (e != cudaSuccess) return e;
+    seg_combine_kernel<true><<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, h0, t, xs, ck);
     return cudaGetLastError();
 }
 

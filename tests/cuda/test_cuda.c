@@ -292,9 +292,9 @@ static void test_forced_plan(test_counts *tc) {
             if (!ps.wgmma || !ps.pb_ws || ps.scan_wg || !ps.sms) continue; /* the fused pass's shapes only */
             const int ncs = sc.T / 64, fill = ps.sms / (sc.B * sc.H), n = fill < ncs / 16 ? fill : ncs / 16;
             const int want = n >= 4 ? (ncs + n - 1) / n : 0;
-            CHECK(tc, ps.seg == (want > 0) && ps.win == want && ps.rev_ws == ps.seg,
-                  "plan: GDN (%d,%d,%d) took segments %d of %d chunks (fused pass %d), want %d (%d SMs)", sc.B, sc.T,
-                  sc.H, ps.seg, ps.win, ps.rev_ws, want, ps.sms);
+            CHECK(tc, ps.seg == (want > 0) && ps.win == want && ps.rev_ws == ps.seg && ps.fwd_seg == ps.seg,
+                  "plan: GDN (%d,%d,%d) took segments %d of %d chunks (fused pass %d, forward %d), want %d (%d SMs)",
+                  sc.B, sc.T, sc.H, ps.seg, ps.win, ps.rev_ws, ps.fwd_seg, want, ps.sms);
             if (!ps.seg) continue;
             const size_t bound = seg_ws_bytes(sc.B, ncs, sc.H, (size_t)sc.K * sc.V, want) + 4096;
             CHECK(tc, ps.bwd_bytes <= bound, "plan: GDN (%d,%d,%d) segments' workspace %zu B, want at most %zu", sc.B,
@@ -377,6 +377,11 @@ static void test_forced_plan(test_counts *tc) {
     CHECK(tc, !p.seg && !p128.seg && pk.seg == (swant > 0) && (!swant || pk.win == swant),
           "plan: REWY_CUDA_SEG=%d gave segments %d of %d chunks at K = V = 128 (%d / %d at 64 / V = 128), want %d",
           f.seg, pk.seg, pk.win, p.seg, p128.seg, swant);
+    /* the forward's segments (plan_fwd_segments): with the backward's, where the warp-specialized chain fits and is not
+     * forced off (the chain's own plan check: the bf16 shapes at V = 128 from an sm_90a binary) */
+    CHECK(tc, !p.fwd_seg && !p128.fwd_seg && pk.fwd_seg == (pk.seg && f.fwd_ws != 0 && f.fwd_chain != 0 && pk.wgmma),
+          "plan: the forward's segments %d with segments %d (REWY_CUDA_FWD_WS %d, REWY_CUDA_FWD_CHAIN %d)", pk.fwd_seg,
+          pk.seg, f.fwd_ws, f.fwd_chain);
     if (pk.seg) { /* the workspace holds every chunk's S_c and the segments' states, the saved buffer the checkpoints */
         rewy_test_force none = f;
         none.seg = 0; none.win = 0;
