@@ -401,6 +401,14 @@ inline Prob window_prob(const Prob &p, const Layout &L, int w) {
     return q;
 }
 
+/* dst [N·HV][K][V] fp32 ← segment w's state of every sequence in the segments' state region src [N·nwin·HV][K][V]
+ * (segment sq·nwin + w of sequence sq: the forward's ht from the last, the backward's dh0 from the first) */
+inline cudaError_t copy_segment_states(float *dst, const float *src, const Prob &p, int nwin, int w, cudaStream_t s) {
+    const size_t row = sizeof(float) * p.HV * p.K * p.V;
+    return cudaMemcpy2DAsync(dst, row, src + (size_t)w * p.HV * p.K * p.V, row * nwin, row, p.N,
+                             cudaMemcpyDeviceToDevice, s);
+}
+
 /* p as the segments' sequences (Plan::seg; sco: their chunk offsets, launch_seg_offsets): segment x = sequence · nwin +
  * w, every chunk in its workspace slot. Their scans are the wgmma scans at 64-column tiles, two warpgroups a block (the
  * segments' grid is what fills the SMs; the fused pass's pointers, Plan::rev_ws, are theirs too). */
@@ -512,11 +520,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
         REWY_TRY(launch_seg_walks(ps, pl.nwin, a->k, a->v, sg.GB, A, a->h0, xs, t, s));
         REWY_TRY(launch_seg_combine_fwd(p, pl.nwin, a->h0, t, xs, L.nwin > 1 ? at<float>(a->saved, L.wck) : nullptr, s));
         REWY_TRY(launch_chain_forward_ws(ps, a->q, a->k, a->v, sg.GB, wu.Ab, nullptr, xs, xs, nullptr, nullptr, a->o, s));
-        if (a->ht) { /* the last segment's end, segment sq·nwin + nwin − 1 of sequence sq */
-            const size_t row = sizeof(float) * p.HV * c->K * c->V;
-            REWY_TRY(cudaMemcpy2DAsync(a->ht, row, xs + (size_t)(pl.nwin - 1) * p.HV * c->K * c->V, row * pl.nwin, row,
-                                       p.N, cudaMemcpyDeviceToDevice, s));
-        }
+        if (a->ht) REWY_TRY(copy_segment_states(a->ht, xs, p, pl.nwin, pl.nwin - 1, s)); /* the last segments' ends */
         return REWY_OK;
     }
     /* the register chain with the output in its steps (the whole forward after kkt; its A-and-V form, with A in bf16
@@ -646,10 +650,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         REWY_TRY(launch_seg_combine(p, pl.nwin, a->dht, sT, sB, s));
         REWY_TRY(launch_reverse_ws(ps, a->q, a->k, a->v, sg.GB, A, a->do_, ssc, nullptr, sB, a->dh0 ? sB : nullptr, a->dq,
                                    a->dk, a->dv, a->dbeta, a->g, p.gated ? a->dg : nullptr, s));
-        if (a->dh0) { /* the first segment's start gradient, segment sq·nwin of sequence sq */
-            const size_t row = sizeof(float) * p.HV * c->K * c->V;
-            REWY_TRY(cudaMemcpy2DAsync(a->dh0, row, sB, row * pl.nwin, row, p.N, cudaMemcpyDeviceToDevice, s));
-        }
+        if (a->dh0) REWY_TRY(copy_segment_states(a->dh0, sB, p, pl.nwin, 0, s)); /* the first segments' start gradients */
         return REWY_OK;
     }
     if (win && a->dht) REWY_TRY(cudaMemcpyAsync(carry, a->dht, sizeof(float) * ckn, cudaMemcpyDeviceToDevice, s));

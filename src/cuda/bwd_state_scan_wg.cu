@@ -67,12 +67,8 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
     /* S̄: feature 64·mb + wg_row(e), column wg_col(e); from dht */
     float s[MB][NA];
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    if (hom) {
-        wg_state_identity(s, v0);
-        for (int e = tid & 127; e < MAXBT * BVT / 8; e += 128) reinterpret_cast<uint4 *>(Os)[e] = make_uint4(0, 0, 0, 0);
-    } else {
-        wg_state_load(s, dht, p, sbase, v0);
-    }
+    if (hom) wg_homogeneous_start<BVT>(s, Os, v0);
+    else wg_state_load(s, dht, p, sbase, v0);
 
     const bool store = Sbar && wy; /* R̄ stored (WY); without S̄⁺ (the local walks) nothing is */
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;

@@ -32,12 +32,16 @@ __device__ __forceinline__ void wg_state_load(float (&s)[MB][NA], const float *s
             s[mb][e] = (src && kk < p.K && j < p.V) ? src[sbase + st_idx(p, kk, j)] : 0.f;
         }
 }
-/* s ← the identity (a K × K state, V = K: the segments' homogeneous walks) */
-template <int MB, int NA> __device__ __forceinline__ void wg_state_identity(float (&s)[MB][NA], int v0) {
+/* The start of the segments' homogeneous walks (MATH §11a, §11c): s ← the identity (a K × K state, V = K) and the
+ * warpgroup's input tile (V or Ō, [64][BVT] bf16, never copied in such a walk) zero, so that nothing flows in */
+template <int BVT, int MB, int NA>
+__device__ __forceinline__ void wg_homogeneous_start(float (&s)[MB][NA], wg_bf16 *tile, int v0) {
 #pragma unroll
     for (int mb = 0; mb < MB; mb++)
 #pragma unroll
         for (int e = 0; e < NA; e++) s[mb][e] = 64 * mb + wg_row(e) == v0 + wg_col(e) ? 1.f : 0.f;
+    for (int e = threadIdx.x & 127; e < MAXBT * BVT / 8; e += 128)
+        reinterpret_cast<uint4 *>(tile)[e] = make_uint4(0, 0, 0, 0);
 }
 template <int MB, int NA>
 __device__ __forceinline__ void wg_state_save(const float (&s)[MB][NA], float *dst, const Prob &p, size_t sbase, int v0) {

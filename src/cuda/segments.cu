@@ -60,14 +60,12 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
     auto col = [&](int e) { return st_idx(p, e / SCW, v0 + e % SCW); };
     for (int e = t; e < SK * SCW; e += SEG_NT) {
         const float x0 = s0 ? s0[s0b + col(e)] : 0.f;
-        if (!FWD) {
-            Ss[e] = x0;
-        } else if (nwin > 1) { /* the first segment's end, and its start (h0) out in its place */
+        if (FWD) { /* the first segment's end (where a later segment reads it), and its start (h0) out in its place */
             float &x = xe[seg(0) + col(e)];
-            Ss[e] = x;
+            if (nwin > 1) Ss[e] = x;
             x = x0;
         } else {
-            xe[seg(0) + col(e)] = x0;
+            Ss[e] = x0;
         }
     }
     /* the walk's steps: every one but the last applies its segment's map (bwd: w > 0; fwd: w < nwin − 1). The next map

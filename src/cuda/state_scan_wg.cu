@@ -82,8 +82,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
     float s[MB][NA];
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
     if (hom) {
-        wg_state_identity(s, v0);
-        for (int e = tid & 127; e < MAXBT * BVT / 8; e += 128) reinterpret_cast<uint4 *>(Vs)[e] = make_uint4(0, 0, 0, 0);
+        wg_homogeneous_start<BVT>(s, Vs, v0);
     } else if (nwin > 0) { /* the segment walks: the caller's h0 (sequence sq / nwin) for the first, zero for the others */
         wg_state_load(s, sq % nwin ? nullptr : h0, p, ((size_t)(sq / nwin) * p.HV + hv) * p.K * p.V, v0);
     } else {
