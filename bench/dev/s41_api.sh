@@ -7,7 +7,8 @@
 #     shape alone; FLA's Triton configs with their autotune results discarded, taken under load), then one pass on
 #     the idle GPU that autotunes FLA from the compile cache and keeps its choices. Caches in .fla-cache/ (ignored),
 #     which a warm machine keeps for the next call.
-#   run [OPS=gdn,deltanet] [SHAPES=...]: the benchmark; its table and acceptance lines come back in $OUT.
+#     WARM_PEERS=flashqla: FlashQLA's alone (no FLA, no autotune pass; then run with IMPLS=rewy,flashqla).
+#   run [OPS=gdn,deltanet] [SHAPES=...] [IMPLS=rewy,fla,flashqla]: the benchmark; its table and acceptance lines come back in $OUT.
 #   prof [PROF_SHAPES=8x2048x32,4x4096x16]: each kernel's device time (bench/dev/peer_profile.py, torch.profiler), rewy
 #     and FlashQLA, GDN, forward and backward; FlashQLA compiled first, a process a shape in parallel.
 #   oracle: test_cuda (from .carry/s41.tar.xz: build/d's test_cuda and variant_time for sm_90a, built here) at the
@@ -29,11 +30,12 @@ API="python3 bench/bench_api.py"
 for mode in "$@"; do case $mode in
 warm)
   mkdir -p $OUT/warm
-  for sh in ${SUITE//,/ }; do for peer in flashqla fla; do
+  for sh in ${SUITE//,/ }; do for peer in ${WARM_PEERS:-flashqla fla}; do
     TRITON_CACHE_AUTOTUNING=0 FLA_CACHE_RESULTS=0 timeout ${WARM_LIMIT:-330} $API --ops gdn,deltanet --shapes $sh \
       --impls rewy,$peer --reps 1 --calls 1 --batches 1 --warmup 1 > $OUT/warm/$peer-$sh.log 2>&1 &
   done; done
   wait; echo "compiled $(el)"; tail -n 3 $OUT/warm/*.log
+  [[ " ${WARM_PEERS:-fla} " == *" fla "* ]] || continue
   TRITON_CACHE_AUTOTUNING=1 timeout ${TUNE_LIMIT:-220} $API --ops gdn,deltanet --shapes $SUITE --impls rewy,fla,flashqla \
     --reps 1 --calls 1 --batches 1 --warmup 1 > $OUT/tune.log 2>&1
   echo "autotuned rc=$? $(el)"; tail -n 30 $OUT/tune.log
