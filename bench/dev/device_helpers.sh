@@ -15,6 +15,13 @@ device_build() {
   fi
   echo "built $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 }
+# unpack_bins CARRY: the binaries of $B from .carry/CARRY.tar.xz unless its test_cuda is there (a warm machine keeps
+# them), then the elapsed time and the card's name; VT is $B's variant_time
+unpack_bins() {
+  [ -x $B/tests/cuda/test_cuda ] || tar xJf .carry/$1.tar.xz
+  echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+  VT=$B/bench/dev/variant_time
+}
 # oracle ENV… [-- ARGS]: test_cuda of build $TB (default $B) with ENV (ARGS: --quick, --v128), its last line and failures
 oracle() {
   local a=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do a+=("$1"); shift; done; [ $# -gt 0 ] && shift

@@ -18,9 +18,7 @@
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 B=${B:-build/g}; F=${F:-build/f}
 source bench/dev/device_helpers.sh
-[ -x $B/tests/cuda/test_cuda ] || tar xJf .carry/${CARRY:-s43a}.tar.xz
-echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-VT=$B/bench/dev/variant_time
+unpack_bins ${CARRY:-s43a}
 for mode in "$@"; do case $mode in
 oracle)
   TC_LIMIT=150 oracle -- ; TC_LIMIT=100 oracle REWY_CUDA_SEG=2 -- --quick

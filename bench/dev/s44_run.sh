@@ -19,9 +19,7 @@
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 B=${B:-build/i}; F=${F:-build/g}
 source bench/dev/device_helpers.sh
-[ -x $B/tests/cuda/test_cuda ] || tar xJf .carry/${CARRY:-s44b}.tar.xz
-echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-VT=$B/bench/dev/variant_time
+unpack_bins ${CARRY:-s44b}
 for mode in "$@"; do case $mode in
 grid|grid4)
   for op in gdn delta; do
