@@ -157,21 +157,24 @@ cudaError_t launch_seg_starts(const Prob &p, int nwin, const float *h0, const fl
     return cudaGetLastError();
 }
 
-cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, float *xe, cudaStream_t s) {
+/* one block per (sequence, value head, 32 value columns), either direction */
+template <bool FWD>
+static cudaError_t launch_combine(const Prob &p, int nwin, const float *s0, const float *tt, float *xe, float *ck,
+                                  cudaStream_t s) {
     if (p.K != SK || p.V != SK) return cudaErrorInvalidValue;
-    cudaError_t e = ensure_smem<seg_combine_kernel<false>>(SEG_COMBINE_SMEM);
+    cudaError_t e = ensure_smem<seg_combine_kernel<FWD>>(SEG_COMBINE_SMEM);
     if (e != cudaSuccess) return e;
-    seg_combine_kernel<false><<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, dht, tt, xe, nullptr);
+    seg_combine_kernel<FWD><<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, s0, tt, xe, ck);
     return cudaGetLastError();
+}
+
+cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, float *xe, cudaStream_t s) {
+    return launch_combine<false>(p, nwin, dht, tt, xe, nullptr, s);
 }
 
 cudaError_t launch_seg_combine_fwd(const Prob &p, int nwin, const float *h0, const float *t, float *xs, float *ck,
                                    cudaStream_t s) {
-    if (p.K != SK || p.V != SK) return cudaErrorInvalidValue;
-    cudaError_t e = ensure_smem<seg_combine_kernel<true>>(SEG_COMBINE_SMEM);
-    if (e != cudaSuccess) return e;
-    seg_combine_kernel<true><<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, h0, t, xs, ck);
-    return cudaGetLastError();
+    return launch_combine<true>(p, nwin, h0, t, xs, ck, s);
 }
 
 } // namespace rewy_cuda
