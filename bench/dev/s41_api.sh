@@ -8,7 +8,7 @@
 #     the idle GPU that autotunes FLA from the compile cache and keeps its choices. Caches in .fla-cache/ (ignored),
 #     which a warm machine keeps for the next call.
 #     WARM_PEERS=flashqla: FlashQLA's alone (no FLA, no autotune pass; then run with IMPLS=rewy,flashqla).
-#   run [OPS=gdn,deltanet] [SHAPES=...] [IMPLS=rewy,fla,flashqla]: the benchmark; its table and acceptance lines come back in $OUT.
+#   run [OPS=gdn,deltanet] [SHAPES=...] [IMPLS=rewy,fla,flashqla]: the benchmark (REWY_LIB: another librewy.so); its table and acceptance lines come back in $OUT.
 #   prof [PROF_SHAPES=8x2048x32,4x4096x16]: each kernel's device time (bench/dev/peer_profile.py, torch.profiler), rewy
 #     and FlashQLA, GDN, forward and backward; FlashQLA compiled first, a process a shape in parallel.
 #   oracle: test_cuda (from .carry/s41.tar.xz: build/d's test_cuda and variant_time for sm_90a, built here) at the
@@ -19,11 +19,12 @@ B=build/d
 source bench/dev/device_helpers.sh
 SUITE=1x2048x4,1x8192x16,4x4096x16,8x2048x32,2x16384x8,16x1024x16
 mkdir -p build/cuda-on /tmp/fla .fla-cache/triton .fla-cache/tl
-[ -f build/cuda-on/librewy.so ] || xz -dc .carry/e2e/librewy.so.xz > build/cuda-on/librewy.so
-[ -d /tmp/fla/fla ] || tar xJf .carry/e2e/fla.tar.xz -C /tmp/fla
+LIB=${REWY_LIB:-$PWD/build/cuda-on/librewy.so} # REWY_LIB: a library already here (then .carry/e2e need not come)
+[ -f $LIB ] || xz -dc .carry/e2e/librewy.so.xz > $LIB
+[ -d /tmp/fla/fla ] || [ ! -f .carry/e2e/fla.tar.xz ] || tar xJf .carry/e2e/fla.tar.xz -C /tmp/fla
 [ -d /tmp/site ] || tar xJf .peers/peers-site.tar.xz -C /tmp
 echo "unpacked $(el); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); rewy $(git rev-parse --short HEAD 2>/dev/null)"
-export CUDA_HOME=/usr/local/cuda REWY_LIBRARY=$PWD/build/cuda-on/librewy.so PYTHONUNBUFFERED=1 \
+export CUDA_HOME=/usr/local/cuda REWY_LIBRARY=$LIB PYTHONUNBUFFERED=1 \
   FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=$PWD/.fla-cache/triton TILELANG_CACHE_DIR=$PWD/.fla-cache/tl \
   PYTHONPATH=$PWD/python:/tmp/fla:/tmp/site
 API="python3 bench/bench_api.py"

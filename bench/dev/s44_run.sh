@@ -6,10 +6,10 @@
 #   grid   GPU-bound ms (fwd/bwd) of $B at the large grids under forced plans: (4,4096,16) with its time windows (the
 #          default), segments of 32, 16 and 8 chunks, the fused reverse pass without windows; (8,2048,32) and
 #          (16,1024,16) at their defaults and with 2 segments; GDN and DeltaNet
-#   accept issue 24's benchmark (bench_api.py) of $B's library against FlashQLA alone (carry .peers too; FLA's numbers
-#          stand from session 41): FlashQLA compiled by a process a shape while test_cuda checks $B on the GPU (--quick with
-#          segments of 2 chunks, with and without the forward's; racecheck of --v128 with them), then grid4, then the
-#          benchmark
+#   accept issue 24's benchmark (s41_api.sh's warm and run) of $B's library against FlashQLA alone (carry .peers too;
+#          FLA's numbers stand from session 41): FlashQLA compiled by a process a shape while test_cuda checks $B on the GPU
+#          (--quick with segments of 2 chunks, with and without the forward's; racecheck of --v128 with them), then grid4,
+#          then the benchmark
 #   val    the saved maps' checks alone: test_cuda --quick with segments of 2 chunks, with and without the forward's,
 #          racecheck of --v128 with them; GPU-bound ms of $F and $B at the segments' shapes; then grid4
 #   tl     val's timings alone (no checks), then grid4
@@ -41,21 +41,13 @@ val|tl)
   done; done
   [ "${GRID:-1}" = 0 ] || bash $0 grid4 ;;
 accept)
-  mkdir -p $OUT/warm .fla-cache/tl; [ -d /tmp/site ] || tar xJf .peers/peers-site.tar.xz -C /tmp
-  SUITE=1x2048x4,1x8192x16,4x4096x16,8x2048x32,2x16384x8,16x1024x16
-  API="env CUDA_HOME=/usr/local/cuda REWY_LIBRARY=$PWD/$B/librewy.so PYTHONUNBUFFERED=1 TILELANG_CACHE_DIR=$PWD/.fla-cache/tl
-    PYTHONPATH=$PWD/python:/tmp/site python3 bench/bench_api.py"
-  for sh in ${SUITE//,/ }; do
-    timeout 300 $API --ops gdn,deltanet --shapes $sh --impls rewy,flashqla --reps 1 --calls 1 --batches 1 --warmup 1 \
-      > $OUT/warm/$sh.log 2>&1 &
-  done
   B=$B TC_LIMIT=90 bash -c 'source bench/dev/device_helpers.sh; t0='$t0'; oracle REWY_CUDA_SEG=2 -- --quick
-    oracle REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0 -- --quick; SAN_LIMIT=150 san racecheck REWY_CUDA_SEG=2 -- --v128'
-  wait; echo "FlashQLA compiled $(el)"; tail -qn 1 $OUT/warm/*.log
+    oracle REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0 -- --quick; SAN_LIMIT=150 san racecheck REWY_CUDA_SEG=2 -- --v128' \
+    > $OUT/checks.log 2>&1 &
+  export OUT REWY_LIB=$PWD/$B/librewy.so WARM_PEERS=flashqla IMPLS=rewy,flashqla WARM_LIMIT=300 API_LIMIT=${API_LIMIT:-200}
+  bash bench/dev/s41_api.sh warm; wait; cat $OUT/checks.log
   bash $0 grid4
-  timeout ${API_LIMIT:-200} $API --ops gdn,deltanet --shapes $SUITE --impls rewy,flashqla --json $OUT/bench_api.jsonl \
-    > $OUT/bench_api.log 2>&1
-  echo "bench_api rc=$? $(el)"; cat $OUT/bench_api.log ;;
+  bash bench/dev/s41_api.sh run ;;
 host)
   export REWY_LIBRARY=$PWD/$B/librewy.so PYTHONPATH=$PWD/python
   timeout 120 python3 bench/dev/host_profile.py 1x2048x4 2>&1 | head -60
