@@ -1,0 +1,24 @@
+#!/bin/bash
+# Session 45's device calls. Carry .carry/s45a.tar.xz (build/m: main's librewy.so, test_cuda, variant_time for sm_90a,
+# built here) and, for accept, .peers (FlashQLA without z3's unused data: 38 MB). Modes, in the order given:
+#   accept  test_cuda of main on the GPU (--quick at the defaults and with segments of 2 chunks; racecheck of --v128 with
+#           them) while FlashQLA compiles (a process a shape); then issue 24's benchmark (s41_api.sh run, rewy against
+#           FlashQLA; FLA's numbers stand from session 41), then grid4
+#   grid4   GPU-bound ms (fwd/bwd) at (4,4096,16) under forced plans: time windows (the default), segments of 32 and 16
+#           chunks, the fused reverse pass without windows; GDN and DeltaNet
+#   other modes: bench/dev/s44_run.sh's, with B = build/m
+set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
+B=${B:-build/m}
+source bench/dev/device_helpers.sh
+unpack_bins ${CARRY:-s45a}
+for mode in "$@"; do case $mode in
+accept)
+  B=$B TC_LIMIT=90 bash -c 'source bench/dev/device_helpers.sh; t0='$t0'; oracle -- --quick; oracle REWY_CUDA_SEG=2 -- --quick
+    SAN_LIMIT=150 san racecheck REWY_CUDA_SEG=2 -- --v128' > $OUT/checks.log 2>&1 &
+  export OUT REWY_LIB=$PWD/$B/librewy.so WARM_PEERS=flashqla IMPLS=rewy,flashqla WARM_LIMIT=280 API_LIMIT=${API_LIMIT:-200}
+  bash bench/dev/s41_api.sh warm; wait; cat $OUT/checks.log
+  bash bench/dev/s41_api.sh run
+  B=$B bash bench/dev/s44_run.sh grid4 ;;
+*) B=$B CARRY=${CARRY:-s45a} bash bench/dev/s44_run.sh $mode ;;
+esac; done
+echo "done $(el)"
