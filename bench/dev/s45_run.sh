@@ -6,6 +6,9 @@
 #           FlashQLA; FLA's numbers stand from session 41), then grid4
 #   grid4   GPU-bound ms (fwd/bwd) at (4,4096,16) under forced plans: time windows (the default), segments of 32 and 16
 #           chunks, the fused reverse pass without windows; GDN and DeltaNet
+#   prof    Nsight Compute's source counters of one launch of reverse_ws_kernel and chain_ws_kernel at GDN (8,2048,32)
+#           (variant_time's `once`): the raw per-line and per-SASS tables in $OUT, their summaries
+#           (bench/dev/ncu_line_summary.py, ncu_sass_summary.py) printed
 #   other modes: bench/dev/s44_run.sh's, with B = build/m
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 B=${B:-build/m}
@@ -19,6 +22,18 @@ accept)
   bash bench/dev/s41_api.sh warm; wait; cat $OUT/checks.log
   bash bench/dev/s41_api.sh run
   B=$B bash bench/dev/s44_run.sh grid4 ;;
+prof)
+  for k in reverse_ws chain_ws; do
+    timeout 150 ncu --clock-control none -k "regex:${k}_kernel" -c 1 --section SourceCounters --section WarpStateStats \
+      --section SchedulerStats --section SpeedOfLight -o /tmp/$k -f $VT gdn 8 2048 32 once > /dev/null 2>&1
+    echo "ncu $k rc=$? $(el)"
+    ncu -i /tmp/$k.ncu-rep --page source --csv --print-source cuda > $OUT/$k.cuda.csv 2>&1
+    ncu -i /tmp/$k.ncu-rep --page source --csv --print-source sass > $OUT/$k.sass.csv 2>&1
+    ncu -i /tmp/$k.ncu-rep > $OUT/$k.txt 2>&1
+    grep -E "Duration|Issued Warp|No Eligible|Registers Per|Stall" $OUT/$k.txt | head -10
+    python3 bench/dev/ncu_line_summary.py $OUT/$k.cuda.csv 40 2>&1 | cut -c1-170
+    python3 bench/dev/ncu_sass_summary.py $OUT/$k.sass.csv 15 2>&1 | head -30 | cut -c1-170
+  done ;;
 *) B=$B CARRY=${CARRY:-s45a} bash bench/dev/s44_run.sh $mode ;;
 esac; done
 echo "done $(el)"
