@@ -9,6 +9,11 @@
 #   prof    Nsight Compute's source counters of one launch of reverse_ws_kernel and chain_ws_kernel at GDN (8,2048,32)
 #           (variant_time's `once`): the raw per-line and per-SASS tables in $OUT, their summaries
 #           (bench/dev/ncu_line_summary.py, ncu_sass_summary.py) printed
+#   rec     (carry .carry/s45b.tar.xz, CARRY=s45b: build/n, the recompute form of chain_ws.cu, Plan::rec_ws) test_cuda
+#           --quick with REWY_CUDA_REC_WS=1 over the fused reverse pass (REWY_CUDA_REV_WS=1) and over segments of 2
+#           chunks; racecheck and memcheck of --v128 with it; GPU-bound ms (fwd/bwd) of the defaults against
+#           REWY_CUDA_REC_WS=1 at the fused pass's shapes; each kernel's time at GDN (8,2048,32) both ways; the whole
+#           matrix with it last
 #   other modes: bench/dev/s44_run.sh's, with B = build/m
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 B=${B:-build/m}
@@ -22,6 +27,15 @@ accept)
   bash bench/dev/s41_api.sh warm; wait; cat $OUT/checks.log
   bash bench/dev/s41_api.sh run
   B=$B bash bench/dev/s44_run.sh grid4 ;;
+rec)
+  R="REWY_CUDA_REC_WS=1 REWY_CUDA_REV_WS=1"
+  TC_LIMIT=100 oracle $R -- --quick; TC_LIMIT=100 oracle REWY_CUDA_REC_WS=1 REWY_CUDA_SEG=2 -- --quick
+  SAN_LIMIT=120 san racecheck $R -- --v128; SAN_LIMIT=90 san memcheck $R -- --v128
+  for op in gdn delta; do for sh in 8x2048x32 16x1024x16 1x8192x16 2x16384x8; do
+    echo "| $op | $sh | $(gb $VT $op ${sh//x/ }) | $(gb env REWY_CUDA_REC_WS=1 $VT $op ${sh//x/ }) |"
+  done; done
+  for e in "" REWY_CUDA_REC_WS=1; do echo "kernels [$e]"; kernel_table env $e $VT gdn 8 2048 32 | kernel_sums; done
+  TC_LIMIT=${FULL_LIMIT:-150} oracle $R -- ;;
 prof)
   for k in reverse_ws chain_ws; do
     timeout 150 ncu --clock-control none -k "regex:${k}_kernel" -c 1 --section SourceCounters --section WarpStateStats \

@@ -32,7 +32,15 @@
  * the 128-B swizzle, read both ways (K as K and as Kᵀ); the tiles the block writes (Y, R, R̃, S's copy) as wgmma.cuh's
  * two 64-column cm_mn halves, MN-major, and the forward's C_q cm_k<64>, K-major (the Op types below name each reading).
  * Two stages of the chunk tiles (K, Q, V, A, and the slot of the C_q the O warpgroup forms), G and β: 209 KB at
- * K = 128. */
+ * K = 128.
+ *
+ * The recompute form (REC; Plan::rec_ws): policy R's recompute before the fused reverse pass (reverse_ws.cu) as the same
+ * chain without the output, storing S_c and R. The backward holds the saved A in fp32 (the reverse pass's Aᵀ R̄ is a
+ * tf32 product); the forward's bf16 copy of it lived in the forward's workspace. So A comes by one bulk copy into Q's
+ * slot of the stage (no Q is needed), and the O warpgroup, which has no output to form, rounds it to the bf16 box of
+ * A Y while K S runs (BAR_A): the rounding kkt_inverse did for the forward, so the recomputed S_c and R are the forward
+ * chain's own. It takes the place of state_scan_wg.cu's recompute (two 64-column chains a block, tf32 A X, every copy
+ * by the math warps' cp.async). */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 #include "tma.cuh"
@@ -54,6 +62,9 @@ template <int KPC> struct WsLayout {
     static constexpr int oMB = oGB + 2 * GB_BYTES, TOTAL = oMB + 16;
     static constexpr unsigned BYTES = 2 * KT + 3 * HT + GB_BYTES; /* a stage's copies: K, Q, V, A, G and β */
     static constexpr unsigned ROW_BYTES = 2 * KT + 2 * HT;        /* of which K, Q, V (a tail chunk's by cp.async) */
+    /* the recompute form's: K, V, the fp32 A (in Q's slot), G and β; of which K, V */
+    static constexpr int A32 = MAXBT * MAXBT * 4;
+    static constexpr unsigned BYTES_REC = KT + 2 * HT + A32 + GB_BYTES, ROW_BYTES_REC = KT + 2 * HT;
     static_assert(STAGE % TMA_BOX == 0, "WsLayout: the copied boxes 1024-B aligned");
 };
 
@@ -253,18 +264,20 @@ __device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_b
 
 /* The O warpgroup issues Q S once K S is complete (BAR_K), so that the chain's K S has the tensor cores to itself:
  * issued together, the forward took 0.5–2 % longer (H200, session 34: GDN (8,2048,32) 0.649 against 0.655 ms). */
-template <int KPC>
+template <int KPC, bool REC = false>
 __global__ void __launch_bounds__(WsLayout<KPC>::NT, 1)
 chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                 const __nv_bfloat16 *v, const float *GB, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
-                __nv_bfloat16 *o) {
+                __nv_bfloat16 *o, const float *A32) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WsLayout<KPC>;
+    static_assert(!REC || L::A32 <= L::KT, "chain_ws: the recompute form's fp32 A in Q's slot");
     /* the named barriers (the file-top comment); SC + w: state warpgroup w's own */
     constexpr int WS_BAR_S = 1, WS_BAR_P = 2, WS_BAR_F = 3, WS_BAR_Y = 4, WS_BAR_K = 5, WS_BAR_SC = 6;
     constexpr int MB = L::MB, NT = L::NT, NL = 128 * MB; /* NL: the state warpgroups, which also issue the copies */
     constexpr int WS_BAR_CQ = WS_BAR_SC + MB;            /* the O warpgroup's own: its C_q tile is in */
+    constexpr int WS_BAR_A = WS_BAR_CQ + 1;              /* REC: the O warpgroup's bf16 A is in (O and R) */
     extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
     const int wg = threadIdx.x >> 7;
     const int nvt = p.V / 128, sh = blockIdx.x / nvt, sq = sh / p.HV, hv = sh % p.HV, h = hv / p.G;
@@ -288,6 +301,16 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
         const size_t cw = (size_t)c * p.HV + hv;
         const bool full = cj.n == MAXBT;
         bulk_fence(); /* the block's earlier reads of the stage come before these writes */
+        if constexpr (REC) {
+            mbar_expect(mbb, full ? L::BYTES_REC : L::BYTES_REC - L::ROW_BYTES_REC);
+            if (full) {
+                tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
+                tma_tile<128>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
+            }
+            bulk_g2s(st + L::oQ, A32 + cw * MAXBT * MAXBT, L::A32, mbb);
+            bulk_g2s(smem_u32(gates(b)), GB + cw * 2 * MAXBT, GB_BYTES, mbb);
+            return;
+        }
         mbar_expect(mbb, full ? L::BYTES : L::BYTES - L::ROW_BYTES);
         if (full) {
             tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
@@ -301,7 +324,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
         const ChunkInfo cj = p.ctab[c];
         if (cj.n == MAXBT) return;
         ws_copy_tail<KPC, NL>(stage(b) + L::oK, k, rsk, (size_t)h * p.K, cj);
-        ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q, rsk, (size_t)h * p.K, cj);
+        if constexpr (!REC) ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q, rsk, (size_t)h * p.K, cj);
         ws_copy_tail<128, NL>(stage(b) + L::oV, v, rsv, (size_t)hv * p.V + v0, cj);
         cp_async_commit();
     };
@@ -374,6 +397,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
                 }
             wg_proxy_fence();
             ws_sync(WS_BAR_Y, 128);
+            if constexpr (REC) ws_sync(WS_BAR_A, 256); /* the O warpgroup's bf16 A is in */
             /* R = A Y */
             ws_times<OpSk, OpN, 64>(x, st + L::oA, Yb);
             /* R (the B operand of C_q R) and R̃ = diag(f) R (of Kᵀ R̃; zero on rows from n on) */
@@ -383,6 +407,21 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             if (R) ws_store_rows(R + ((size_t)c * p.HV + hv) * MAXBT * p.V + v0, p.V, x, n); /* policy A's R */
             wg_proxy_fence();
             ws_arrive(WS_BAR_P, NT);
+        }
+    } else if constexpr (REC) {
+        /* ---- the recompute form's O warpgroup: no output; the stage's fp32 A (in Q's slot) rounded to the bf16 box of
+         * A Y while K S runs, then the meetings of the O warpgroup (K S done: S's copy is read) */
+        const int t = threadIdx.x - 128 * (MB + 1);
+        for (int it = 0; it < nch; it++) {
+            const int b = it & 1;
+            ws_sync(WS_BAR_S, NT);
+            ws_a_to_bf16<128, 4>(reinterpret_cast<T *>(stage(b) + L::oA), reinterpret_cast<const float *>(stage(b) + L::oQ),
+                                 t);
+            wg_proxy_fence();
+            ws_arrive(WS_BAR_A, 256);
+            ws_sync(WS_BAR_K, 256);
+            if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128);
+            ws_sync(WS_BAR_P, NT);
         }
     } else {
         /* ---- the O warpgroup: tokens wg_row(e), columns 64·hf + wg_col(e) */
@@ -422,6 +461,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
     }
 #else
     (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)Cq, (void)h0, (void)ht, (void)Sc, (void)R, (void)o;
+    (void)A32;
 #endif
 }
 
@@ -672,10 +712,37 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
         if (e != cudaSuccess) return e;
         chain_ws_kernel<KPC><<<p.N * p.HV * (p.V / 128), WsLayout<KPC>::NT, smem, s>>>(
             p, m, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, Cq, h0, ht, Sc, R,
-            (__nv_bfloat16 *)o);
+            (__nv_bfloat16 *)o, nullptr);
         return cudaGetLastError();
     };
     return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});
+}
+
+/* Whether policy R's recompute before the fused reverse pass runs as the recompute form (Plan::rec_ws): wherever that
+ * pass runs (its shapes: bf16, scalar gates, K = V = 128, an sm_90a binary) under policy R, with 16-B aligned k and v
+ * (their tensor maps) and the block's shared memory; force.rec_ws = 1 there. Not by default until measured against
+ * state_scan_wg.cu's recompute. */
+bool recompute_ws(const Prob &p, bool policy_r, const void *k, const void *v) {
+    const Plan &pl = p.plan;
+    if (!pl.rev_ws || !policy_r || pl.force.rec_ws != 1 || p.K != 128 || p.Kp != 128 || p.V != 128) return false;
+    return WsLayout<128>::TOTAL <= pl.smem_optin && !(((uintptr_t)k | (uintptr_t)v) & 15);
+}
+
+cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
+                                const float *h0, state_t *Sc, rp_t *R, cudaStream_t s) {
+    if (p.V != 128 || p.K != 128 || p.Kp != 128 || !Sc) return cudaErrorInvalidValue;
+    const TmaEncoder enc;
+    WsMaps m{};
+    if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.x, p, v, p.HV, p.V) ||
+        !ws_slot_map(enc, &m.sc, Sc, (uint64_t)p.NC * p.HV * p.K, 128))
+        return cudaErrorInvalidValue;
+    using L = WsLayout<128>;
+    cudaError_t e = ensure_smem<chain_ws_kernel<128, true>>(L::TOTAL);
+    if (e != cudaSuccess) return e;
+    chain_ws_kernel<128, true><<<p.N * p.HV, L::NT, L::TOTAL, s>>>(p, m, nullptr, (const __nv_bfloat16 *)k,
+                                                                   (const __nv_bfloat16 *)v, GB, nullptr, h0, nullptr, Sc,
+                                                                   R, nullptr, A);
+    return cudaGetLastError();
 }
 
 /* Whether policy R's two chains run as chain_pair_ws_kernel (Plan::chain_ws; the plan then takes the register chains'

@@ -61,30 +61,6 @@ struct RvMaps {
     CUtensorMap k, q, v, o, r, sc, dk, dq, dv; /* dk, dq [token][H·K], dv [token][HV·V]: the staged stores (`stage`) */
 };
 
-/* A of chunk x (fp32 [64][64], row-major) as bf16 into a 64 × 64 box, K-major with the 128-B swizzle: the A of R = A Y.
- * By the producer's lanes, a 16-byte chunk (8 columns of a row) each, two at a time (the producer keeps 40 registers);
- * a warp's loads take four rows whole. */
-__device__ __forceinline__ void rv_copy_a_bf16(__nv_bfloat16 *dst, const float *src, int lane) {
-#pragma unroll 1
-    for (int q0 = lane; q0 < MAXBT * 8; q0 += 64) {
-        float4 a[4];
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int q = q0 + 32 * u;
-            a[2 * u] = __ldg(reinterpret_cast<const float4 *>(src) + 2 * q);
-            a[2 * u + 1] = __ldg(reinterpret_cast<const float4 *>(src) + 2 * q + 1);
-        }
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int q = q0 + 32 * u, i = q >> 3, c8 = (q & 7) * 8;
-            const float4 lo = a[2 * u], hi = a[2 * u + 1];
-            const __nv_bfloat162 h[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
-                                         __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
-            *reinterpret_cast<uint4 *>(dst + sw128(i, c8)) = *reinterpret_cast<const uint4 *>(h);
-        }
-    }
-}
-
 /* The bracket of R = A Y for this thread's elements (MATH §2, the forward chain's A-and-V form): Y = diag(β)(V − γ ⊙ K S_c),
  * γ_i = e^{G_i}, from y = K S_c, into the warpgroup's R box (bf16, [token][column]); rows ≥ n zero (A is zero there, and
  * a zero row keeps a stray value out of the product). Vs: the warpgroup's V box. */
@@ -146,7 +122,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             const int x = c * p.HV + hv; /* the workspace index (chunk, value head) */
             if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
             wg_copy_at<32>(Ats, A, p, hv, c, lane);
-            if constexpr (RF) rv_copy_a_bf16(Abs, A + (size_t)x * MAXBT * MAXBT, lane);
+            if constexpr (RF) ws_a_to_bf16<32, 2>(Abs, A + (size_t)x * MAXBT * MAXBT, lane);
             ws_rows_done();
             mbar_arrive(a_full);
 #pragma unroll 1
