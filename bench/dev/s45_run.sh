@@ -16,7 +16,11 @@
 #           matrix with it last
 #   other modes: bench/dev/s44_run.sh's, with B = build/m
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
-B=${B:-build/m}
+# the log comes back in $OUT from a call that runs past its limit (once: the modes that call this script again)
+[ -n "${S45_TEE:-}" ] || { export S45_TEE=1; exec > >(tee -a $OUT/run.log) 2>&1; }
+# B: the build in the carried archive (s45a was repacked with build/n, main's recompute form, for the call a helper had
+# queued as `prof`: rec's checks and timings then run first)
+B=${B:-build/n}
 source bench/dev/device_helpers.sh
 unpack_bins ${CARRY:-s45a}
 for mode in "$@"; do case $mode in
@@ -30,14 +34,15 @@ accept)
 rec)
   R="REWY_CUDA_REC_WS=1 REWY_CUDA_REV_WS=1"
   TC_LIMIT=100 oracle $R -- --quick; TC_LIMIT=100 oracle REWY_CUDA_REC_WS=1 REWY_CUDA_SEG=2 -- --quick
-  SAN_LIMIT=120 san racecheck $R -- --v128; SAN_LIMIT=90 san memcheck $R -- --v128
+  SAN_LIMIT=100 san racecheck $R -- --v128; SAN_LIMIT=70 san memcheck $R -- --v128
   for op in gdn delta; do for sh in 8x2048x32 16x1024x16 1x8192x16 2x16384x8; do
     echo "| $op | $sh | $(gb $VT $op ${sh//x/ }) | $(gb env REWY_CUDA_REC_WS=1 $VT $op ${sh//x/ }) |"
   done; done
   for e in "" REWY_CUDA_REC_WS=1; do echo "kernels [$e]"; kernel_table env $e $VT gdn 8 2048 32 | kernel_sums; done
-  TC_LIMIT=${FULL_LIMIT:-150} oracle $R -- ;;
+  [ "${FULL_LIMIT:-0}" = 0 ] || TC_LIMIT=$FULL_LIMIT oracle $R -- ;;
 prof)
-  for k in reverse_ws chain_ws; do
+  bash $0 rec
+  for k in ${PROF_KERNELS:-reverse_ws}; do
     timeout 150 ncu --clock-control none -k "regex:${k}_kernel" -c 1 --section SourceCounters --section WarpStateStats \
       --section SchedulerStats --section SpeedOfLight -o /tmp/$k -f $VT gdn 8 2048 32 once > /dev/null 2>&1
     echo "ncu $k rc=$? $(el)"
