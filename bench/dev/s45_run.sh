@@ -9,7 +9,7 @@
 #   prof    Nsight Compute's source counters of one launch of reverse_ws_kernel and chain_ws_kernel at GDN (8,2048,32)
 #           (variant_time's `once`): the raw per-line and per-SASS tables in $OUT, their summaries
 #           (bench/dev/ncu_line_summary.py, ncu_sass_summary.py) printed
-#   rec     (carry .carry/s45b.tar.xz, CARRY=s45b: build/n, the recompute form of chain_ws.cu, Plan::rec_ws) test_cuda
+#   rec     (carry .carry/s45c.tar.xz, CARRY=s45c: build/n and build/o (its default on), the recompute form of chain_ws.cu, Plan::rec_ws) test_cuda
 #           --quick with REWY_CUDA_REC_WS=1 over the fused reverse pass (REWY_CUDA_REV_WS=1) and over segments of 2
 #           chunks; racecheck and memcheck of --v128 with it; GPU-bound ms (fwd/bwd) of the defaults against
 #           REWY_CUDA_REC_WS=1 at the fused pass's shapes; each kernel's time at GDN (8,2048,32) both ways; the whole
@@ -34,11 +34,13 @@ accept)
 rec)
   R="REWY_CUDA_REC_WS=1 REWY_CUDA_REV_WS=1"
   TC_LIMIT=100 oracle $R -- --quick; TC_LIMIT=100 oracle REWY_CUDA_REC_WS=1 REWY_CUDA_SEG=2 -- --quick
-  SAN_LIMIT=100 san racecheck $R -- --v128; SAN_LIMIT=70 san memcheck $R -- --v128
   for op in gdn delta; do for sh in 8x2048x32 16x1024x16 1x8192x16 2x16384x8; do
     echo "| $op | $sh | $(gb $VT $op ${sh//x/ }) | $(gb env REWY_CUDA_REC_WS=1 $VT $op ${sh//x/ }) |"
   done; done
   for e in "" REWY_CUDA_REC_WS=1; do echo "kernels [$e]"; kernel_table env $e $VT gdn 8 2048 32 | kernel_sums; done
+  SAN_LIMIT=100 san racecheck $R -- --v128; SAN_LIMIT=70 san memcheck $R -- --v128
+  # build/o (s45c): the same tree with the recompute form on by default where the fused pass runs under policy R
+  if [ -x build/o/tests/cuda/test_cuda ]; then TB=build/o TC_LIMIT=60 oracle -- --quick; TB=build/o TC_LIMIT=60 oracle REWY_CUDA_REV_WS=1 -- --quick; fi
   [ "${FULL_LIMIT:-0}" = 0 ] || TC_LIMIT=$FULL_LIMIT oracle $R -- ;;
 prof)
   bash $0 rec
