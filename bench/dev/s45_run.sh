@@ -13,7 +13,7 @@
 #           --quick with REWY_CUDA_REC_WS=1 over the fused reverse pass (REWY_CUDA_REV_WS=1) and over segments of 2
 #           chunks; racecheck and memcheck of --v128 with it; GPU-bound ms (fwd/bwd) of the defaults against
 #           REWY_CUDA_REC_WS=1 at the fused pass's shapes; each kernel's time at GDN (8,2048,32) both ways; the whole
-#           matrix with it last
+#           matrix with it last (FULL_LIMIT); REC_LEAN=1: no kernel times, no memcheck; REC_SHAPES: the timed shapes
 #   other modes: bench/dev/s44_run.sh's, with B = build/m
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 # the log comes back in $OUT from a call that runs past its limit (once: the modes that call this script again)
@@ -34,11 +34,12 @@ accept)
 rec)
   R="REWY_CUDA_REC_WS=1 REWY_CUDA_REV_WS=1"
   TC_LIMIT=100 oracle $R -- --quick; TC_LIMIT=100 oracle REWY_CUDA_REC_WS=1 REWY_CUDA_SEG=2 -- --quick
-  for op in gdn delta; do for sh in 8x2048x32 16x1024x16 1x8192x16 2x16384x8; do
+  for op in gdn delta; do for sh in ${REC_SHAPES:-8x2048x32 16x1024x16 1x8192x16 2x16384x8}; do
     echo "| $op | $sh | $(gb $VT $op ${sh//x/ }) | $(gb env REWY_CUDA_REC_WS=1 $VT $op ${sh//x/ }) |"
   done; done
-  for e in "" REWY_CUDA_REC_WS=1; do echo "kernels [$e]"; kernel_table env $e $VT gdn 8 2048 32 | kernel_sums; done
-  SAN_LIMIT=100 san racecheck $R -- --v128; SAN_LIMIT=70 san memcheck $R -- --v128
+  [ "${REC_LEAN:-0}" = 1 ] ||
+    for e in "" REWY_CUDA_REC_WS=1; do echo "kernels [$e]"; kernel_table env $e $VT gdn 8 2048 32 | kernel_sums; done
+  SAN_LIMIT=100 san racecheck $R -- --v128; [ "${REC_LEAN:-0}" = 1 ] || SAN_LIMIT=70 san memcheck $R -- --v128
   # build/o (s45c): the same tree with the recompute form on by default where the fused pass runs under policy R
   if [ -x build/o/tests/cuda/test_cuda ]; then TB=build/o TC_LIMIT=60 oracle -- --quick; TB=build/o TC_LIMIT=60 oracle REWY_CUDA_REV_WS=1 -- --quick; fi
   [ "${FULL_LIMIT:-0}" = 0 ] || TC_LIMIT=$FULL_LIMIT oracle $R -- ;;
