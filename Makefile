@@ -282,8 +282,7 @@ test-cuda:
 	@# pullback fused (reverse_ws.cu, the default on the large grids; REWY_CUDA_REV_WS=1: wherever it applies); policy
 	@# R's sequence split (segments.cu; REWY_CUDA_SEG=n chunks a segment at K = V = 128, the forward's too; with
 	@# REWY_CUDA_REV_WS=0 its windows one after the other, the path of pointers the fused pass cannot take; with
-	@# REWY_CUDA_FWD_WS=0 the forward's one walk, the path of pointers its chain cannot take); the recompute before
-	@# the fused pass as chain_ws.cu's recompute form (REWY_CUDA_REC_WS=1)
+	@# REWY_CUDA_FWD_WS=0 the forward's one walk, the path of pointers its chain cannot take)
 	@set -eo pipefail; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; \
 	  for e in REWY_CUDA_RECURRENT=1 REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" \
 	    "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1" "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" \
@@ -292,7 +291,7 @@ test-cuda:
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0" REWY_CUDA_PB_WS=0 "REWY_CUDA_WIN=3 REWY_CUDA_PB_WS=0" REWY_CUDA_REV_WS=1 "REWY_CUDA_REV_WS=1 REWY_CUDA_SCAN_WG=1" \
 	    REWY_CUDA_SEG=1 REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" \
-	    "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0" "REWY_CUDA_REV_WS=1 REWY_CUDA_REC_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REC_WS=1"; do \
+	    "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0"; do \
 	    echo "== $$t, $$e"; env $$e $$t | tail -1; done; \
 	  echo "== $$t --quick under compute-sanitizer memcheck, racecheck"; \
 	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \
@@ -316,8 +315,6 @@ test-cuda:
 	  REWY_CUDA_PB_WS=0 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --v128 | tail -2; \
 	  REWY_CUDA_REV_WS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --v128 | tail -2; \
 	  REWY_CUDA_REV_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --v128 | tail -2; \
-	  REWY_CUDA_REV_WS=1 REWY_CUDA_REC_WS=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --v128 | tail -2; \
-	  REWY_CUDA_REV_WS=1 REWY_CUDA_REC_WS=1 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --v128 | tail -2; \
 	  REWY_CUDA_SEG=2 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --v128 | tail -2; \
 	  REWY_CUDA_SEG=2 REWY_TEST_NO_GRAPH=1 compute-sanitizer --tool racecheck --error-exitcode 9 $$t --v128 | tail -2; \
 	  REWY_CUDA_CHAIN=1 compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \

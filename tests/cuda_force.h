@@ -34,7 +34,6 @@ static inline rewy_test_force env_force(void) {
     f.chain_ws = env_force_int("REWY_CUDA_CHAIN_WS");
     f.pb_ws = env_force_int("REWY_CUDA_PB_WS");
     f.rev_ws = env_force_int("REWY_CUDA_REV_WS");
-    f.rec_ws = env_force_int("REWY_CUDA_REC_WS");
     f.seg = env_force_int("REWY_CUDA_SEG");
     return f;
 }

@@ -257,7 +257,6 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.fwd_seg = plan_fwd_segments(c, p, vec, ptr);
     if (!pl.seg) pl.win = plan_windows(c, p, vec, &pl.nwin);
     pl.rev_ws = reverse_ws(p, pl.win);
-    pl.rec_ws = recompute_ws(p, c->policy == REWY_POLICY_R, ptr.k, ptr.v);
     return pl;
 }
 
@@ -646,8 +645,7 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         REWY_TRY(Op::gates(p, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
         REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, at<int>(a->workspace, L.sco), s));
         REWY_TRY(launch_seg_starts(p, pl.nwin, a->h0, ck, sB, s));
-        if (pl.rec_ws) REWY_TRY(launch_recompute_ws(ps, a->k, a->v, sg.GB, A, sB, ssc, nullptr, s));
-        else REWY_TRY(launch_state_scan(ps, c->dtype, a->k, a->v, sg.GB, A, nullptr, sB, nullptr, ssc, nullptr, s));
+        REWY_TRY(launch_recompute_ws(ps, a->k, a->v, sg.GB, A, sB, ssc, nullptr, s));
         REWY_TRY(launch_bwd_state_scan_wg(ps, a->q, a->k, sg.GB, A, a->do_, nullptr, sB, nullptr, nullptr, 0, s, sT));
         REWY_TRY(launch_seg_combine(p, pl.nwin, a->dht, sT, sB, s));
         REWY_TRY(launch_reverse_ws(ps, a->q, a->k, a->v, sg.GB, A, a->do_, ssc, nullptr, sB, a->dh0 ? sB : nullptr, a->dq,
@@ -663,10 +661,10 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         const float *h0 = k0 >= 0 ? ck + k0 * ckn : a->h0, *dht = win ? carry : a->dht;
         float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;
-        if (pl.rev_ws) { /* the recompute alone (no C_q: the fused pass forms it), then the fused pass (no windows) */
+        if (pl.rev_ws) { /* the recompute alone (no C_q: the fused pass forms it; chain_ws.cu's recompute form), then
+                          * the fused pass (no windows) */
             REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
-            if (pl.rec_ws) REWY_TRY(launch_recompute_ws(pw, a->k, a->v, sg.GB, A, h0, sc, r, s));
-            else REWY_TRY(launch_state_scan(pw, c->dtype, a->k, a->v, sg.GB, A, sg.vo(), h0, nullptr, sc, r, s));
+            REWY_TRY(launch_recompute_ws(pw, a->k, a->v, sg.GB, A, h0, sc, r, s));
             REWY_TRY(reverse(pw, sc, r));
             continue;
         }

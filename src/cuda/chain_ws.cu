@@ -34,7 +34,7 @@
  * Two stages of the chunk tiles (K, Q, V, A, and the slot of the C_q the O warpgroup forms), G and β: 209 KB at
  * K = 128.
  *
- * The recompute form (REC; Plan::rec_ws): policy R's recompute before the fused reverse pass (reverse_ws.cu) as the same
+ * The recompute form (REC): policy R's recompute before the fused reverse pass (reverse_ws.cu) as the same
  * chain without the output, storing S_c and R. The backward holds the saved A in fp32 (the reverse pass's Aᵀ R̄ is a
  * tf32 product); the forward's bf16 copy of it lived in the forward's workspace. So A comes by one bulk copy into Q's
  * slot of the stage (no Q is needed), and the O warpgroup, which has no output to form, rounds it to the bf16 box of
@@ -718,16 +718,11 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
     return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});
 }
 
-/* Whether policy R's recompute before the fused reverse pass runs as the recompute form (Plan::rec_ws): wherever that
- * pass runs (its shapes: bf16, scalar gates, K = V = 128, an sm_90a binary) under policy R, with 16-B aligned k and v
- * (their tensor maps) and the block's shared memory; force.rec_ws = 1 there. Not by default until measured against
- * state_scan_wg.cu's recompute. */
-bool recompute_ws(const Prob &p, bool policy_r, const void *k, const void *v) {
-    const Plan &pl = p.plan;
-    if (!pl.rev_ws || !policy_r || pl.force.rec_ws != 1 || p.K != 128 || p.Kp != 128 || p.V != 128) return false;
-    return WsLayout<128>::TOTAL <= pl.smem_optin && !(((uintptr_t)k | (uintptr_t)v) & 15);
-}
-
+/* The recompute form's launch: wherever the fused reverse pass runs under policy R (Plan::rev_ws: bf16, scalar gates,
+ * K = V = 128, 16-B aligned k and v, an sm_90a binary; its block's shared memory is larger than this one's). Measured
+ * against state_scan_wg.cu's recompute, which it replaced there (H100, session 45, GPU-bound backward): GDN (8,2048,32)
+ * 1.477 → 1.423 ms, (16,1024,16) 0.782 → 0.748, (1,8192,16) 0.765 → 0.697, (2,16384,8) 1.371 → 1.246; DeltaNet 4–9 %
+ * alike (docs/PERF.md). */
 cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                 const float *h0, state_t *Sc, rp_t *R, cudaStream_t s) {
     if (p.V != 128 || p.K != 128 || p.Kp != 128 || !Sc) return cudaErrorInvalidValue;

@@ -77,8 +77,6 @@ struct Plan {
                                     * plan_segments, backend_common.cuh): the backward of every segment in one launch */
     int fwd_seg;                   /* and the forward's (MATH §11b): local walks, combine, then the warp-specialized
                                     * chain over every segment at once (plan_fwd_segments) */
-    int rec_ws;                    /* policy R's recompute before the fused pass as chain_ws's recompute form
-                                    * (recompute_ws, chain_ws.cu) */
 };
 
 struct Prob {

@@ -135,10 +135,9 @@ bool chain_forward_ws_fits(const Prob &p, rewy_dtype dt, bool vec, const void *q
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                     const __nv_bfloat16 *Ab, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
                                     void *o, cudaStream_t s);
-/* chain_ws.cu: policy R's recompute before the fused reverse pass (Plan::rec_ws, after rev_ws; policy: whether the call is
- * policy R's) as that kernel's recompute form: S_c and R (NULL: not stored) of every chunk from h0, with the saved A in
- * fp32 rounded to bf16 in the block (the forward chain's A) and no output */
-bool recompute_ws(const Prob &p, bool policy_r, const void *k, const void *v);
+/* chain_ws.cu: policy R's recompute before the fused reverse pass (wherever Plan::rev_ws runs under policy R; its shapes
+ * and pointers are that kernel's too) as that kernel's recompute form: S_c and R (NULL: not stored) of every chunk from
+ * h0, with the saved A in fp32 rounded to bf16 in the block (the forward chain's A) and no output */
 cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                 const float *h0, state_t *Sc, rp_t *R, cudaStream_t s);
 /* chain_ws.cu: policy R's pair as that kernel's roles (Plan::chain_ws; launch_chain_pair hands over to it where q, k

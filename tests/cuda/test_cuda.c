@@ -369,12 +369,6 @@ static void test_forced_plan(test_counts *tc) {
                   pk.rev_ws == (fits && (f.rev_ws == 1 || (f.rev_ws != 0 && (pk.bwd_scan_wg || pk.seg)))),
           "plan: the fused reverse pass %d / %d / %d (REWY_CUDA_REV_WS %d, pullback_ws %d, windows %d, segments %d, "
           "wgmma reverse scan %d)", p.rev_ws, p128.rev_ws, pk.rev_ws, f.rev_ws, pk.pb_ws, pk.win, pk.seg, pk.bwd_scan_wg);
-    /* the recompute before it as the warp-specialized chain without output (chain_ws.cu's recompute form): where the
-     * fused pass runs under policy R and told (=1); never by default (not yet measured) nor at =0 */
-    CHECK(tc, !p.rec_ws && !p128.rec_ws &&
-                  pk.rec_ws == (pk.rev_ws && f.rec_ws == 1 && c.policy == REWY_POLICY_R),
-          "plan: the warp-specialized recompute %d / %d / %d (REWY_CUDA_REC_WS %d, fused reverse pass %d, policy %d)",
-          p.rec_ws, p128.rec_ws, pk.rec_ws, f.rec_ws, pk.rev_ws, (int)c.policy);
     /* the sequence split (plan_segments): at K = V = 128 with that pullback (judged without pointers: pb_ws here),
      * policy R, one key head a value head and no wgmma forward scan, where told: n chunks a segment (the shape has 4
      * chunks a sequence); then the time windows are the segments. Not by default at 4 chunks a sequence (the rule's
