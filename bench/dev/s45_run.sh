@@ -9,12 +9,14 @@
 #   prof    Nsight Compute's source counters of one launch of reverse_ws_kernel and chain_ws_kernel at GDN (8,2048,32)
 #           (variant_time's `once`): the raw per-line and per-SASS tables in $OUT, their summaries
 #           (bench/dev/ncu_line_summary.py, ncu_sass_summary.py) printed
-#   rec     (carry .carry/s45c.tar.xz, CARRY=s45c: build/n and build/o (its default on), the recompute form of chain_ws.cu, Plan::rec_ws) test_cuda
-#           --quick with REWY_CUDA_REC_WS=1 over the fused reverse pass (REWY_CUDA_REV_WS=1) and over segments of 2
-#           chunks; racecheck and memcheck of --v128 with it; GPU-bound ms (fwd/bwd) of the defaults against
-#           REWY_CUDA_REC_WS=1 at the fused pass's shapes; each kernel's time at GDN (8,2048,32) both ways; the whole
-#           matrix with it last (FULL_LIMIT); REC_LEAN=1: no kernel times, no memcheck; REC_SHAPES: the timed shapes
-#   other modes: bench/dev/s44_run.sh's, with B = build/m
+#   rec     (carry .carry/s45c.tar.xz, CARRY=s45c: build/n, chain_ws.cu's recompute form behind that build's test-only
+#           switch REWY_CUDA_REC_WS=1, and build/o with it on by default; the switch was removed once the form won)
+#           test_cuda --quick with the form over the fused reverse pass (REWY_CUDA_REV_WS=1) and over segments of 2
+#           chunks; GPU-bound ms (fwd/bwd) without and with it at the fused pass's shapes; each kernel's time at GDN
+#           (8,2048,32) both ways; racecheck and memcheck of --v128 with it; build/o's --quick at the defaults and with
+#           REWY_CUDA_REV_WS=1; the whole matrix last (FULL_LIMIT). REC_LEAN=1: no kernel times, no memcheck;
+#           REC_SHAPES: the timed shapes
+#   other modes: bench/dev/s44_run.sh's, with B
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 # the log comes back in $OUT from a call that runs past its limit (once: the modes that call this script again)
 [ -n "${S45_TEE:-}" ] || { export S45_TEE=1; exec > >(tee -a $OUT/run.log) 2>&1; }
