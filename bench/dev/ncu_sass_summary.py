@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """ncu_sass_summary.py CSV [TOP]: summarize an Nsight Compute per-SASS source table (ncu -i REP --page source
 --csv --print-source sass): executed instructions and stall samples per opcode, and the TOP instructions by
-stall samples with their addresses (to find in the SASS listing). Prints compact text for a device log."""
+stall samples with their addresses (to find in the SASS listing). Given the per-CUDA-line table instead
+(--print-source cuda, a library built with -lineinfo: no Address column), the TOP source lines by stall
+samples with their text. Prints compact text for a device log."""
 import csv, sys, collections
 
 path = sys.argv[1]
@@ -31,6 +33,13 @@ ops = collections.defaultdict(lambda: [0.0, 0.0, 0])
 body = [r for r in rows[hi + 1:] if isrc is not None and isrc < len(r)]
 tot_e = sum(num(r, iexe) for r in body) or 1
 tot_s = sum(num(r, istall) for r in body) or 1
+if iaddr is None:  # the per-line table
+    iline = find("Line", "#")
+    print(f"{len(body)} source lines, {tot_s:.0f} stall samples; top {top} (samples %, executed, line, text):")
+    for r in sorted(body, key=lambda r: -num(r, istall))[:top]:
+        ln = r[iline] if iline is not None and iline < len(r) else "?"
+        print(f"  {100*num(r, istall)/tot_s:5.2f}% {num(r, iexe):10.0f}  L{ln:>5}  {r[isrc].strip()[:100]}")
+    sys.exit(0)
 for r in body:
     op = r[isrc].strip().split(" ")[0] if r[isrc].strip() else "?"
     if op.startswith("@"):

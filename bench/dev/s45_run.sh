@@ -8,7 +8,7 @@
 #           chunks, the fused reverse pass without windows; GDN and DeltaNet
 #   prof    Nsight Compute's source counters of one launch of reverse_ws_kernel and chain_ws_kernel at GDN (8,2048,32)
 #           (variant_time's `once`): the raw per-line and per-SASS tables in $OUT, their summaries
-#           (bench/dev/ncu_line_summary.py, ncu_sass_summary.py) printed
+#           (bench/dev/ncu_sass_summary.py) printed
 #   rec     (carry .carry/s45c.tar.xz, CARRY=s45c: build/n, chain_ws.cu's recompute form behind that build's test-only
 #           switch REWY_CUDA_REC_WS=1, and build/o with it on by default; the switch was removed once the form won)
 #           test_cuda --quick with the form over the fused reverse pass (REWY_CUDA_REV_WS=1) and over segments of 2
@@ -55,7 +55,7 @@ prof)
     ncu -i /tmp/$k.ncu-rep --page source --csv --print-source sass > $OUT/$k.sass.csv 2>&1
     ncu -i /tmp/$k.ncu-rep > $OUT/$k.txt 2>&1
     grep -E "Duration|Issued Warp|No Eligible|Registers Per|Stall" $OUT/$k.txt | head -10
-    python3 bench/dev/ncu_line_summary.py $OUT/$k.cuda.csv 40 2>&1 | cut -c1-170
+    python3 bench/dev/ncu_sass_summary.py $OUT/$k.cuda.csv 40 2>&1 | cut -c1-170
     python3 bench/dev/ncu_sass_summary.py $OUT/$k.sass.csv 15 2>&1 | head -30 | cut -c1-170
   done ;;
 *) B=$B CARRY=${CARRY:-s45a} bash bench/dev/s44_run.sh $mode ;;
