@@ -301,23 +301,15 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
         const size_t cw = (size_t)c * p.HV + hv;
         const bool full = cj.n == MAXBT;
         bulk_fence(); /* the block's earlier reads of the stage come before these writes */
-        if constexpr (REC) {
-            mbar_expect(mbb, full ? L::BYTES_REC : L::BYTES_REC - L::ROW_BYTES_REC);
-            if (full) {
-                tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
-                tma_tile<128>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
-            }
-            bulk_g2s(st + L::oQ, A32 + cw * MAXBT * MAXBT, L::A32, mbb);
-            bulk_g2s(smem_u32(gates(b)), GB + cw * 2 * MAXBT, GB_BYTES, mbb);
-            return;
-        }
-        mbar_expect(mbb, full ? L::BYTES : L::BYTES - L::ROW_BYTES);
+        constexpr unsigned all = REC ? L::BYTES_REC : L::BYTES, rows = REC ? L::ROW_BYTES_REC : L::ROW_BYTES;
+        mbar_expect(mbb, full ? all : all - rows);
         if (full) {
             tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
-            tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
+            if constexpr (!REC) tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
             tma_tile<128>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
         }
-        tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
+        if constexpr (REC) bulk_g2s(st + L::oQ, A32 + cw * MAXBT * MAXBT, L::A32, mbb); /* the fp32 A, into Q's slot */
+        else tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
         bulk_g2s(smem_u32(gates(b)), GB + cw * 2 * MAXBT, GB_BYTES, mbb);
     };
     auto issue_tail = [&](int c, int b) {
