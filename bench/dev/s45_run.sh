@@ -6,8 +6,8 @@
 #           FlashQLA; FLA's numbers stand from session 41), then grid4
 #   grid4   GPU-bound ms (fwd/bwd) at (4,4096,16) under forced plans: time windows (the default), segments of 32 and 16
 #           chunks, the fused reverse pass without windows; GDN and DeltaNet
-#   prof    Nsight Compute's source counters of one launch of reverse_ws_kernel and chain_ws_kernel at GDN (8,2048,32)
-#           (variant_time's `once`): the raw per-line and per-SASS tables in $OUT, their summaries
+#   prof    Nsight Compute's source counters of one launch of each of PROF_KERNELS (default reverse_ws; chain_ws too)
+#           at GDN (8,2048,32) (variant_time's `once`; never ran: no device time was left): the raw per-line and per-SASS tables in $OUT, their summaries
 #           (bench/dev/ncu_sass_summary.py) printed
 #   rec     (carry .carry/s45c.tar.xz, CARRY=s45c: build/n, chain_ws.cu's recompute form behind that build's test-only
 #           switch REWY_CUDA_REC_WS=1, and build/o with it on by default; the switch was removed once the form won)
@@ -18,10 +18,8 @@
 #           REC_SHAPES: the timed shapes
 #   other modes: bench/dev/s44_run.sh's, with B
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
-# the log comes back in $OUT from a call that runs past its limit (once: the modes that call this script again)
-[ -n "${S45_TEE:-}" ] || { export S45_TEE=1; exec > >(tee -a $OUT/run.log) 2>&1; }
-# B: the build in the carried archive (s45a was repacked with build/n, main's recompute form, for the call a helper had
-# queued as `prof`: rec's checks and timings then run first)
+exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
+# B: the build in the carried archive (build/m in s45a for accept; build/n in s45c for rec and prof)
 B=${B:-build/n}
 source bench/dev/device_helpers.sh
 unpack_bins ${CARRY:-s45a}
@@ -46,7 +44,6 @@ rec)
   if [ -x build/o/tests/cuda/test_cuda ]; then TB=build/o TC_LIMIT=60 oracle -- --quick; TB=build/o TC_LIMIT=60 oracle REWY_CUDA_REV_WS=1 -- --quick; fi
   [ "${FULL_LIMIT:-0}" = 0 ] || TC_LIMIT=$FULL_LIMIT oracle $R -- ;;
 prof)
-  bash $0 rec
   for k in ${PROF_KERNELS:-reverse_ws}; do
     timeout 150 ncu --clock-control none -k "regex:${k}_kernel" -c 1 --section SourceCounters --section WarpStateStats \
       --section SchedulerStats --section SpeedOfLight -o /tmp/$k -f $VT gdn 8 2048 32 once > /dev/null 2>&1
