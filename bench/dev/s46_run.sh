@@ -1,41 +1,53 @@
 #!/bin/bash
 # Session 46's device calls. Builds for sm_90a made here and carried (librewy.so where named, test_cuda, variant_time):
-#   .carry/s46a.tar.xz  build/m: main 66fd20b (with librewy.so)
-#   .carry/s46b.tar.xz  build/g: gexp by ex2.approx.ftz, reverse_ws's branch-free C_q mask and dv stores;
-#                       build/d: g and reverse_ws's P = Aᵀ R̄ in bf16 (with librewy.so)
-#   .carry/s46c.tar.xz  build/e: d and reverse_ws's L2 prefetch of the next chunk's tiles
-#   .carry/s46d.tar.xz  build/f: e and the fragments by stmatrix/ldmatrix in reverse_ws and pullback_ws;
-#                       build/h: f and chain_ws's by stmatrix (with h's reverse_ws.o, chain_ws.o, kkt_inverse.o)
+#   .carry/s46a.tar.xz  build/m: main 66fd20b
+#   .carry/s46b.tar.xz  build/d: gexp by ex2.approx.ftz, reverse_ws's branch-free C_q mask and dv stores, and its
+#                       P = Aᵀ R̄ in bf16
+#   .carry/s46c.tar.xz  build/e: d and reverse_ws's L2 prefetch of the next chunk's tiles; build/f: e and the
+#                       fragments by stmatrix/ldmatrix in reverse_ws and pullback_ws; build/h: f and chain_ws's
+#                       by stmatrix
 # (each unpacked if carried and not yet there). Modes, in the order given:
-#   time   GPU-bound ms (fwd/bwd, variant_time) of each of TB (default "m g d e") at the large grids and the segments'
-#          shapes (SHAPES), GDN and DeltaNet; each kernel's time at GDN (8,2048,32) for each of KB (default "m d e")
-#   check  test_cuda --quick of $B (default d) at the defaults, with segments of 2 chunks (reverse_ws's RF form) and with
+#   time   GPU-bound ms (fwd/bwd, variant_time) of each of TB (default "m d e f h") at the large grids and the segments'
+#          shapes (SHAPES), GDN and DeltaNet; each kernel's time at GDN (8,2048,32) for each of KB (default "m e h")
+#   check  test_cuda --quick of $B (default h) at the defaults, with segments of 2 chunks (reverse_ws's RF form) and with
 #          the fused pass forced wherever it applies
 #   san    racecheck and memcheck of $B's --v128, with and without segments of 2 chunks
+#   final  the one call left: test_cuda --quick of $B with the forward chain and the fused pass forced; TB's GPU-bound
+#          times (default m, d, $B) and KB's kernels (m, $B); --quick with segments of 2 chunks; racecheck of --v128
+#          with both forced; --quick at the defaults (pullback_ws); memcheck of --v128 with segments
 #   prof   Nsight Compute's per-SASS source counters of one launch of each of PROF_KERNELS (default reverse_ws, chain_ws,
 #          kkt_fast) in $B at GDN (8,2048,32): the tables in $OUT, for ncu_sass_summary.py --lines against the objects
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
-for c in a:m b:d c:e d:h; do
+for c in a:m b:d c:h; do
   [ -f .carry/s46${c%:*}.tar.xz ] && [ ! -x build/${c#*:}/tests/cuda/test_cuda ] && tar xJf .carry/s46${c%:*}.tar.xz
 done
 echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-B=${B:-build/d}
+B=${B:-build/h}
 vt() { echo build/$1/bench/dev/variant_time; }
-for mode in "$@"; do case $mode in
-time)
-  echo "| op | shape | ${TB:-m g d e} (fwd/bwd ms each) |"
+time_table() {
+  echo "| op | shape | ${TB:-m d e f h} (fwd/bwd ms each) |"
   for op in gdn delta; do for sh in ${SHAPES:-8x2048x32 16x1024x16 1x8192x16 2x16384x8 4x4096x16}; do
-    r="| $op | $sh |"; for b in ${TB:-m g d e}; do r="$r $(gb $(vt $b) $op ${sh//x/ }) |"; done; echo "$r"
+    r="| $op | $sh |"; for b in ${TB:-m d e f h}; do r="$r $(gb $(vt $b) $op ${sh//x/ }) |"; done; echo "$r"
   done; done
-  for b in ${KB:-m d e}; do echo "kernels [$b]"; kernel_table $(vt $b) gdn 8 2048 32 | kernel_sums; done ;;
+  for b in ${KB:-m e h}; do echo "kernels [$b]"; kernel_table $(vt $b) gdn 8 2048 32 | kernel_sums; done
+}
+for mode in "$@"; do case $mode in
+time) time_table ;;
 check)
   TC_LIMIT=90 oracle -- --quick; TC_LIMIT=90 oracle REWY_CUDA_SEG=2 -- --quick
   TC_LIMIT=90 oracle REWY_CUDA_REV_WS=1 -- --quick ;;
 san)
   SAN_LIMIT=140 san racecheck -- --v128; SAN_LIMIT=140 san racecheck REWY_CUDA_SEG=2 -- --v128
   SAN_LIMIT=100 san memcheck REWY_CUDA_REV_WS=1 -- --v128; SAN_LIMIT=100 san memcheck REWY_CUDA_SEG=2 -- --v128 ;;
+final)
+  TC_LIMIT=100 oracle REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --quick
+  TB=${TB:-m d ${B#build/}} KB=${KB:-m ${B#build/}} time_table
+  TC_LIMIT=90 oracle REWY_CUDA_SEG=2 -- --quick
+  SAN_LIMIT=100 san racecheck REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --v128
+  TC_LIMIT=80 oracle -- --quick
+  SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128 ;;
 prof)
   for k in ${PROF_KERNELS:-reverse_ws chain_ws kkt_fast}; do
     timeout 150 ncu --clock-control none -k "regex:${k}_kernel" -c 1 --section SourceCounters --section WarpStateStats \
