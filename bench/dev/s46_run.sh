@@ -15,6 +15,8 @@
 #   final  the one call left: test_cuda --quick of $B with the forward chain and the fused pass forced; TB's GPU-bound
 #          times (default m, d, $B) and KB's kernels (m, $B); --quick with segments of 2 chunks; racecheck of --v128
 #          with both forced; --quick at the defaults (pullback_ws); memcheck of --v128 with segments
+#   lean   final's for less device time: the forced --quick, m against $B at four shapes and $B's kernels, --quick
+#          with segments, the racecheck
 #   prof   Nsight Compute's per-SASS source counters of one launch of each of PROF_KERNELS (default reverse_ws, chain_ws,
 #          kkt_fast) in $B at GDN (8,2048,32): the tables in $OUT, for ncu_sass_summary.py --lines against the objects
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
@@ -48,6 +50,11 @@ final)
   SAN_LIMIT=100 san racecheck REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --v128
   TC_LIMIT=80 oracle -- --quick
   SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128 ;;
+lean)
+  TC_LIMIT=90 oracle REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --quick
+  TB="m ${B#build/}" KB=${B#build/} SHAPES=${SHAPES:-8x2048x32 16x1024x16 1x8192x16 4x4096x16} time_table
+  TC_LIMIT=80 oracle REWY_CUDA_SEG=2 -- --quick
+  SAN_LIMIT=80 san racecheck REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --v128 ;;
 prof)
   for k in ${PROF_KERNELS:-reverse_ws chain_ws kkt_fast}; do
     timeout 150 ncu --clock-control none -k "regex:${k}_kernel" -c 1 --section SourceCounters --section WarpStateStats \
