@@ -1,5 +1,11 @@
 #!/bin/bash
-# Session 46's device calls. Builds for sm_90a made here and carried (librewy.so where named, test_cuda, variant_time):
+# Session 46's device calls. The kernel changes are bench/dev/s46_kernels.patch (against 66fd20b's src; branch
+# dev/s46-kernels): d = its gexp, C_q-mask, dv-store and bf16-product parts, e = d and the L2 prefetch, f = e and the
+# stmatrix/ldmatrix fragments of reverse_ws and pullback_ws, h = the whole patch. None has run on a GPU yet: `final`
+# (or `lean`) is the check before it lands. To rebuild a carry: `git apply bench/dev/s46_kernels.patch`, then
+# make -j CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=build/h lib build/h/tests/cuda/test_cuda
+# build/h/bench/dev/variant_time, and pack build/h's two binaries as .carry/s46c.tar.xz (build/m from main likewise).
+# Builds for sm_90a made here and carried (test_cuda, variant_time):
 #   .carry/s46a.tar.xz  build/m: main 66fd20b
 #   .carry/s46b.tar.xz  build/d: gexp by ex2.approx.ftz, reverse_ws's branch-free C_q mask and dv stores, and its
 #                       P = Aᵀ R̄ in bf16

@@ -15,7 +15,7 @@
  * warpgroups; one key head per value head (G = 1). Per chunk c the math warpgroups run the chain, then the pullback:
  *   the chain, warpgroup w holding S̄'s value columns 64·w … (all K features: 64 registers a thread):
  *     S̄⁺ → bf16 boxes;   C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i−G_j}) (columns 32·w …);   RF: K S_c → Y (its columns, in its R box);
- *     R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_i = e^{G_n−G_i});   P = Aᵀ R̄ (bf16: A as the forward chain's);   dv = β ⊙ P, ⟨P, v⟩ by row;
+ *     R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_i = e^{G_n−G_i});   P = Aᵀ R̄ (tf32);   dv = β ⊙ P, ⟨P, v⟩ by row;
  *     S̄ ← e^{G_n} S̄⁺ + Q_gᵀ Ō − Eᵀ P  (Q_gᵀ Ō = Qᵀ (scale·e^{G} ⊙ Ō), Eᵀ P = Kᵀ (β e^{G} ⊙ P));   RF: beside it R = A Y;
  *   the pullback, warpgroup w owning the K-wide results' features 64·w … (pullback_ws.cu's header names its terms):
  *     X = D = P Rᵀ (w = 0) or H_q = Ō Rᵀ (w = 1), then the Γ tiles; F = R S̄⁺ᵀ, Bh = P S_cᵀ, Qh = Ō S_cᵀ over V; the
@@ -25,14 +25,13 @@
  *
  * Shared memory (one chunk in flight, 227 KB): the two V slabs (columns 64·s …) as pullback_ws lays out a stage: the
  * P box (first Ō_g = scale·e^{G} ⊙ Ō, the operand of Q_gᵀ Ō, then P), Ō, R (RF: first Y), V, S̄⁺ (two boxes: features
- * 0–63, 64–127), S_c (two boxes); K and Q; a scratch of four boxes (R̄ in bf16 by warpgroup, then −β e^{G} ⊙ P by
- * warpgroup, then the Γ tiles); C_q; A in bf16; the gates of chunks it & 1. The producer refills each
- * input once its last reader of the chunk has released it: A after P (RF: after R; a_empty), a slab's Ō,
+ * 0–63, 64–127), S_c (two boxes); K and Q; a scratch of four boxes (R̄ in tf32 by warpgroup, then −β e^{G} ⊙ P by
+ * warpgroup, then the Γ tiles); C_q; Aᵀ in tf32; RF: A in bf16; the gates of chunks it & 1. The producer refills each
+ * input once its last reader of the chunk has released it: Aᵀ (RF: and A) after P (RF: after R; a_empty), a slab's Ō,
  * R (not RF), V, S_c after the pullback's V-long products (empty[s]), K, Q and the gates after the K-side products
  * (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by a bulk copy; a sequence's tail chunk's token
- * rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; the saved fp32 A rounded to bf16 by their loads and
- * stores (kkt_inverse's rounding for the forward chain, whose A this pass's gradient then is; the transposed tf32 Aᵀ it
- * replaced took the producer 4,096 four-byte copies a chunk, session 46). Outputs: dv, k̄ and q̄
+ * rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; Aᵀ (transposed, 4-byte pieces) by the producer
+ * lanes' cp.async, as bwd_state_scan_wg.cu takes it, and RF's A in bf16 by their loads and stores. Outputs: dv, k̄ and q̄
  * of a full chunk by tensor stores from boxes staged over the warpgroup's V box and S̄⁺ boxes (each drained before the
  * box is released or written again), a tail chunk's by per-thread stores; dβ, dg and dh0 by per-thread stores. */
 #include "kernels.cuh"
@@ -43,14 +42,14 @@ namespace rewy_cuda {
 struct RvLayout : WsSlab {
     static constexpr int SLAB = BYTES; /* the two slabs (ws.cuh's), then: */
     static constexpr int oK = 2 * SLAB, oQ = oK + 2 * B;   /* [64 tokens][128 features], two boxes */
-    static constexpr int oX = oQ + 2 * B;                  /* scratch: R̄ (bf16, a box a warpgroup), P', Γ, Γ_β, Γ_H' */
+    static constexpr int oX = oQ + 2 * B;                  /* scratch: R̄ (tf32, 16 KB a warpgroup), P', Γ, Γ_β, Γ_H' */
     static constexpr int oCq = oX + 4 * B;                 /* C_q [i][j], one box */
-    static constexpr int oAb = oCq + B; /* A in bf16, [i][j], one box: K-major the A of R = A Y (RF), MN-major Aᵀ of Aᵀ R̄ */
-    static constexpr int oAf = oAb + B;                    /* the saved fp32 A as copied, [i][j] (the producer's) */
-    static constexpr int oGB = oAf + MAXBT * MAXBT * 4;    /* the gates of chunks it & 1: G, then β */
+    static constexpr int oA = oCq + B;                     /* Aᵀ, tf32 cm_t<64> */
+    static constexpr int oAb = oA + MAXBT * MAXBT * 4;     /* A in bf16, [i][j] K-major, one box (R = A Y) */
+    static constexpr int oGB = oAb + B;                    /* the gates of chunks it & 1: G, then β */
     static constexpr int oRed = oGB + 2 * GB_BYTES; /* β̄, Ḡ row terms [2][64] each, ⟨P, v⟩ [2][64], sums [16] */
-    static constexpr int oMB = oRed + (6 * MAXBT + 16) * 4; /* full[2], empty[2], kq full, kq empty, a full, a empty, a copy */
-    static constexpr int TOTAL = oMB + 9 * 8;
+    static constexpr int oMB = oRed + (6 * MAXBT + 16) * 4; /* full[2], empty[2], kq full, kq empty, a full, a empty */
+    static constexpr int TOTAL = oMB + 8 * 8;
     /* a slab's copies, Ō, V, S_c ×2 and (not RF) R; of which token rows (a tail's) */
     static constexpr unsigned slab_tma(bool rf) { return rf ? 4 * B : 5 * B; }
     static constexpr unsigned slab_rows(bool rf) { return rf ? 2 * B : 3 * B; }
@@ -71,16 +70,17 @@ __device__ __forceinline__ void rv_bracket(const Prob &p, const float (&y)[32], 
     float c0 = 0.f, c1 = 0.f, b0 = 0.f, b1 = 0.f; /* γ and β of rows i0, i0 + 8 (0 past the chunk's rows) */
     if (i0 < n) c0 = gexp(p, Gs[i0]), b0 = bs[i0];
     if (i0 + 8 < n) c1 = gexp(p, Gs[i0 + 8]), b1 = bs[i0 + 8];
-    T2 vv[16]; /* V at this thread's places */
-    wg_box_load(vv, Vs);
+    T2 vv[16]; /* V at this thread's places, read before the stores */
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) vv[e / 2] = *reinterpret_cast<const T2 *>(Vs + sw128(wg_row(e), wg_col(e)));
 #pragma unroll
     for (int e = 0; e < 32; e += 2) {
         const bool hi = e & 2;
         const float g = hi ? c1 : c0, b = hi ? b1 : b0;
         const float2 v = __bfloat1622float2(vv[e / 2]);
-        vv[e / 2] = __floats2bfloat162_rn(b * (v.x - g * y[e]), b * (v.y - g * y[e + 1]));
+        *reinterpret_cast<T2 *>(Rb + sw128(wg_row(e), wg_col(e))) =
+            __floats2bfloat162_rn(b * (v.x - g * y[e]), b * (v.y - g * y[e + 1]));
     }
-    wg_box_store(Rb, vv);
 }
 
 /* RF: R formed here from S_c (under segments), else loaded from R */
@@ -99,20 +99,20 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     const int tid = threadIdx.x;
     const unsigned mb = smem_u32(smc + L::oMB);
     const unsigned full0 = mb, empty0 = mb + 16, kq_full = mb + 32, kq_empty = mb + 40, a_full = mb + 48,
-                   a_empty = mb + 56, a_copy = mb + 64; /* full[s]: full0 + 8·s … */
+                   a_empty = mb + 56; /* full[s]: full0 + 8·s … */
     auto slab = [&](int s) { return smc + s * L::SLAB; };
     auto gates = [&](int it) { return reinterpret_cast<float *>(smc + L::oGB + (it & 1) * GB_BYTES); };
+    float *const Ats = reinterpret_cast<float *>(smc + L::oA);
     __nv_bfloat16 *const Abs = reinterpret_cast<__nv_bfloat16 *>(smc + L::oAb);
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
 
     const int sq = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, h = hv; /* G = 1 */
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
-    ws_mbar_init(mb, {32, 32, WS_MATH, WS_MATH, 32, WS_MATH, 32, WS_MATH, 1}); /* full[2], empty[2], kq, a: full, empty; a copy */
+    ws_mbar_init(mb, {32, 32, WS_MATH, WS_MATH, 32, WS_MATH, 32, WS_MATH}); /* full[2], empty[2], kq, a: full, empty */
 
     if (tid >= WS_MATH) {
         if (!ws_producer_copies()) return;
-        /* ---- the producer warp, in the order the math releases the chunk before: A (its bulk copy), the slabs, K and Q;
-         * then A's rounding (its copy's latency behind the tensor copies' issue; P, its first reader, is mid-chain) */
+        /* ---- the producer warp, in the order the math releases the chunk before: Aᵀ, the slabs, K and Q */
         const int lane = tid & 31;
         for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
             const ChunkInfo ci = p.ctab[c];
@@ -121,11 +121,10 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             wi.tok0 = 0;
             const int x = c * p.HV + hv; /* the workspace index (chunk, value head) */
             if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
-            if (lane == 0) {
-                bulk_fence(); /* this warp's reads of the fp32 A (the last chunk's rounding) before the copy's writes */
-                mbar_expect(a_copy, MAXBT * MAXBT * 4);
-                bulk_g2s(smem_u32(smc + L::oAf), A + (size_t)x * MAXBT * MAXBT, MAXBT * MAXBT * 4, a_copy);
-            }
+            wg_copy_at<32>(Ats, A, p, hv, c, lane);
+            if constexpr (RF) ws_a_to_bf16<32, 2>(Abs, A + (size_t)x * MAXBT * MAXBT, lane);
+            ws_rows_done();
+            mbar_arrive(a_full);
 #pragma unroll 1
             for (int s = 0; s < 2; s++) {
                 char *const st = slab(s);
@@ -166,29 +165,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                     tma_tile<KD>(smem_u32(smc + L::oQ), &m.q, h * KD, ci.tok0, kq_full);
                 }
                 bulk_g2s(smem_u32(gates(it)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, kq_full);
-                /* the next chunk's tiles into L2 (full: only a sequence's last chunk is partial): its copies above are
-                 * issued only when this chunk's readers release the buffers, near its end, and the next chunk's chain
-                 * starts by waiting on them */
-                if (c > c_begin) {
-                    const int t1 = p.ctab[c - 1].tok0, x1 = x - p.HV;
-#pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        tma_prefetch_box(&m.k, h * KD + 64 * j, t1);
-                        tma_prefetch_box(&m.q, h * KD + 64 * j, t1);
-                        tma_prefetch_box(&m.o, hv * p.V + 64 * j, t1);
-                        tma_prefetch_box(&m.v, hv * p.V + 64 * j, t1);
-                        if constexpr (!RF) tma_prefetch_box(&m.r, 64 * j, x1 * MAXBT);
-                        tma_prefetch_box(&m.sc, 64 * j, x1 * KD);
-                        tma_prefetch_box(&m.sc, 64 * j, x1 * KD + 64);
-                    }
-                    bulk_prefetch_l2(A + (size_t)x1 * MAXBT * MAXBT, MAXBT * MAXBT * 4);
-                    bulk_prefetch_l2(GB + (size_t)x1 * 2 * MAXBT, GB_BYTES);
-                }
             }
-            mbar_wait(a_copy, it & 1);
-            ws_a_to_bf16<32, 2>(Abs, reinterpret_cast<const float *>(smc + L::oAf), lane);
-            ws_rows_done();
-            mbar_arrive(a_full);
         }
         return;
     }
@@ -199,7 +176,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     char *const my = slab(w); /* this warpgroup's value columns in the chain */
     T *const Gm = reinterpret_cast<T *>(smc + L::oX), *const Gb = Gm + 64 * 64, *const Hm = Gb + 64 * 64;
     T *const Cs = reinterpret_cast<T *>(smc + L::oCq);
-    T *const Rs = reinterpret_cast<T *>(smc + L::oX + w * 2 * L::B);         /* this warpgroup's R̄ (bf16) */
+    float *const Rs = reinterpret_cast<float *>(smc + L::oX + w * 2 * L::B); /* this warpgroup's R̄ (tf32) */
     T *const Pq = reinterpret_cast<T *>(smc + L::oX + w * 2 * L::B);         /* then its P' = −β e^{G} ⊙ P */
     T *const Pw = reinterpret_cast<T *>(my + L::oP);                         /* Ō_g, then P, of its columns */
     const T *const Ks = reinterpret_cast<const T *>(smc + L::oK), *const Qs = reinterpret_cast<const T *>(smc + L::oQ);
@@ -224,7 +201,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     const uint32_t kxlo = w ? ktlo1 : ktlo0, qxlo = w ? qtlo1 : qtlo0;
     const uint32_t sbtlo = wg_lo<OpSt::LBO>(my + L::oSb), cqtlo = wg_lo<OpSt::LBO>(Cs);
     const uint32_t otlo = wg_lo<OpSt::LBO>(my + L::oO), pwtlo = wg_lo<OpSt::LBO>(Pw), pqtlo = wg_lo<OpSt::LBO>(Pq);
-    const uint32_t attlo = wg_lo<OpSt::LBO>(Abs), rtlo = wg_lo<OpSt::LBO>(Rs); /* Aᵀ and R̄ of Aᵀ R̄, both MN-major */
+    const uint32_t alo = wg_lo<WgStrides<64, 64>::T_LBO>(Ats), rlo = wg_lo<WgStrides<64, 64>::T_LBO>(Rs);
     /* RF: A in bf16 (K-major) and Y, then R, in this warpgroup's R box (MN-major: k = token); S_c's boxes as B of K S_c */
     const uint32_t ablo = wg_lo<OpSk::LBO>(smc + L::oAb), yrlo = wg_lo<OpSt::LBO>(my + L::oR);
     const uint32_t sctlo = wg_lo<OpSt::LBO>(my + L::oSc);
@@ -238,6 +215,11 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
          * per-thread 4-byte stores held the registers behind them); a tail chunk's (whose box would reach the next
          * sequence's rows) by per-thread stores */
         const bool stg = stage && n == MAXBT;
+        /* the staged boxes' element offsets, sw128(wg_row(e), wg_col(e)) for an even e: from x = wg_row(0) % 8 read anew
+         * each chunk (volatile), so that the compiler cannot keep every offset in registers across the chunks */
+        int x;
+        asm volatile("mov.b32 %0, %1;" : "=r"(x) : "r"(i0 & 7));
+        auto box = [&](int e) { return (i0 + ((e & 2) << 2)) * 64 + (((e >> 2) ^ x) << 3) + 2 * (lane & 3); };
         const float *const Gs = gates(it), *const bs = Gs + MAXBT;
         float gr0 = 0.f, gr1 = 0.f; /* the raw gates of rows 2·lane, 2·lane + 1 for the suffix sum, loaded early */
         const size_t th = (size_t)(tok0 + 2 * lane) * p.HV + hv;
@@ -265,27 +247,19 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         wg_commit();
 #pragma unroll
         for (int fb = 0; fb < 2; fb++) {
-            T2 v[16];
-            wg_pack(v, s[fb]);
-            wg_box_store(my + L::oSb + fb * L::B, v);
+            T *const Sb = reinterpret_cast<T *>(my + L::oSb + fb * L::B);
+#pragma unroll
+            for (int e = 0; e < 32; e += 2)
+                *reinterpret_cast<T2 *>(Sb + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(s[fb][e], s[fb][e + 1]);
         }
         wg_wait();
-        {
-            /* the gates read once, before the stores (which the compiler cannot move reads past); every element takes its
-             * exponential, of 0 where masked, and the mask selects: no branch an element */
-            const float gr[2] = {Gs[i0], Gs[i0 + 8]};
-            float gc[8];
 #pragma unroll
-            for (int b = 0; b < 8; b++) gc[b] = Gs[32 * w + wg_col(2 * (b & ~1) + (b & 1))];
-            T2 v[8];
-#pragma unroll
-            for (int e = 0; e < 16; e += 2) {
-                const int i = wg_row(e), j = 32 * w + wg_col(e), hi = (e >> 1) & 1;
-                const bool k0 = i < n && j <= i, k1 = i < n && j + 1 <= i;
-                const float x0 = gexp(p, k0 ? gr[hi] - gc[e / 4 * 2] : 0.f), x1 = gexp(p, k1 ? gr[hi] - gc[e / 4 * 2 + 1] : 0.f);
-                v[e / 2] = __floats2bfloat162_rn(k0 ? sc * cq[e] * x0 : 0.f, k1 ? sc * cq[e + 1] * x1 : 0.f);
-            }
-            wg_box_store<4>(Cs, v, 4 * w); /* this warpgroup's columns 32·w … */
+        for (int e = 0; e < 16; e += 2) {
+            const int i = wg_row(e), j = 32 * w + wg_col(e);
+            const bool row = i < n;
+            const float c0 = row && j <= i ? sc * cq[e] * gexp(p, Gs[i] - Gs[j]) : 0.f;
+            const float c1 = row && j + 1 <= i ? sc * cq[e + 1] * gexp(p, Gs[i] - Gs[j + 1]) : 0.f;
+            *reinterpret_cast<T2 *>(Cs + sw128(i, j)) = __floats2bfloat162_rn(c0, c1);
         }
         if constexpr (RF)
             rv_bracket(p, y, reinterpret_cast<T *>(my + L::oR), reinterpret_cast<const T *>(my + L::oV), Gs, bs, n, i0);
@@ -315,11 +289,12 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
 #pragma unroll
             for (int e = 0; e < 32; e++) s[fb][e] *= gn;
         wg_wait();
-        /* R̄ in bf16 (B of Aᵀ R̄); Ō_g = scale·e^{G} ⊙ Ō into the P box (element pairs of the box: row = offset / 64) */
-        {
-            T2 v[16];
-            wg_pack(v, r);
-            wg_box_store(Rs, v);
+        /* R̄ as tf32 (B of Aᵀ R̄); Ō_g = scale·e^{G} ⊙ Ō into the P box (element pairs of the box: row = offset / 64) */
+#pragma unroll
+        for (int e = 0; e < 32; e += 2) {
+            const int i = wg_row(e), j = wg_col(e);
+            Rs[cm_t<MAXBT>(j, i)] = __uint_as_float(to_tf32(r[e]));
+            Rs[cm_t<MAXBT>(j + 1, i)] = __uint_as_float(to_tf32(r[e + 1]));
         }
         {
             const T *const Os = reinterpret_cast<const T *>(my + L::oO);
@@ -345,7 +320,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         wg_commit();
         float pp[32];
         wg_arrive();
-        ws_mma<OpSt, OpSt, MAXBT>(pp, attlo, rtlo, false);
+        wg_tf32_product<64>(pp, alo, rlo);
         wg_commit();
         wg_wait();
         if constexpr (!RF) mbar_arrive(a_empty); /* this thread's reads of Aᵀ are done */
@@ -353,27 +328,23 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         {
             const T *const Vs = reinterpret_cast<const T *>(my + L::oV);
             T2 vv[16];
-            wg_box_load(vv, Vs);
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) vv[e / 2] = *reinterpret_cast<const T2 *>(Vs + sw128(wg_row(e), wg_col(e)));
             const float b0 = bs[i0], b1 = bs[i0 + 8];
             float pv[2] = {0.f, 0.f};
+            T *const Dv = const_cast<T *>(Vs); /* dv staged over V (this warpgroup its only reader, done above) */
 #pragma unroll
-            for (int e = 0; e < 32; e += 2) { /* dv over V's registers (one branch on stg below, not one an element) */
-                const int hi = (e >> 1) & 1;
+            for (int e = 0; e < 32; e += 2) {
+                const int i = wg_row(e), hi = (e >> 1) & 1;
                 const float2 vf = __bfloat1622float2(vv[e / 2]);
                 pv[hi] += pp[e] * vf.x + pp[e + 1] * vf.y;
                 const float bb = hi ? b1 : b0;
-                vv[e / 2] = __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
+                const T2 d = __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
+                if (stg) *reinterpret_cast<T2 *>(Dv + box(e)) = d;
+                else if (i < n)
+                    *reinterpret_cast<T2 *>(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + 64 * w + wg_col(e)) = d;
             }
-            if (stg) { /* dv staged over V (this warpgroup its only reader, done above) */
-                wg_box_store(my + L::oV, vv);
-                wg_proxy_fence();
-            } else {
-#pragma unroll
-                for (int e = 0; e < 32; e += 2)
-                    if (wg_row(e) < n)
-                        *reinterpret_cast<T2 *>(dv + (size_t)(tok0 + wg_row(e)) * rsv + (size_t)hv * p.V + 64 * w + wg_col(e)) =
-                            vv[e / 2];
-            }
+            if (stg) wg_proxy_fence();
             pv[0] = sum4(pv[0]);
             pv[1] = sum4(pv[1]);
             if ((lane & 3) == 0) {
@@ -389,11 +360,13 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         /* P' = −β e^{G} ⊙ P (B of Kᵀ P'), over R̄; P in bf16 over Ō_g (the pullback's) */
         {
             const float y0 = -bs[i0] * gexp(p, Gs[i0]), y1 = -bs[i0 + 8] * gexp(p, Gs[i0 + 8]);
-            T2 v[16];
-            wg_pack(v, pp);
-            wg_box_store(Pw, v);
-            wg_pack(v, pp, y0, y1);
-            wg_box_store(Pq, v);
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const int i = wg_row(e), j = wg_col(e);
+                const float yv = e & 2 ? y1 : y0;
+                *reinterpret_cast<T2 *>(Pw + sw128(i, j)) = __floats2bfloat162_rn(pp[e], pp[e + 1]);
+                *reinterpret_cast<T2 *>(Pq + sw128(i, j)) = __floats2bfloat162_rn(yv * pp[e], yv * pp[e + 1]);
+            }
         }
         wg_proxy_fence();
         ws_sync(wbar, 128);
@@ -408,9 +381,10 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         if constexpr (RF) {
             mbar_arrive(a_empty); /* this thread's reads of Aᵀ and A are done */
             ws_sync(wbar, 128);   /* and every warp's reads of Y: R goes over it */
-            T2 v[16];
-            wg_pack(v, y);
-            wg_box_store(my + L::oR, v);
+            T *const Rb = reinterpret_cast<T *>(my + L::oR);
+#pragma unroll
+            for (int e = 0; e < 32; e += 2)
+                *reinterpret_cast<T2 *>(Rb + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(y[e], y[e + 1]);
             wg_proxy_fence();
         }
         ws_sync(BAR, WS_MATH); /* P, R (RF) and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
@@ -464,7 +438,11 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         const float b0 = bs[i0], b1 = bs[i0 + 8];
         float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f};
         T2 kr[16], qr[16]; /* K and Q at this thread's places, read before the stores below */
-        ws_kq_frags(kr, qr, Ks, Qs, w, gated);
+#pragma unroll
+        for (int e = 0; e < 32; e += 2) {
+            kr[e / 2] = *reinterpret_cast<const T2 *>(Ks + sw128(wg_row(e), f0 + wg_col(e)));
+            qr[e / 2] = gated ? *reinterpret_cast<const T2 *>(Qs + sw128(wg_row(e), f0 + wg_col(e))) : kr[e / 2];
+        }
         mbar_arrive(kq_empty); /* this thread's last reads of K, Q (and the gates it reads after are the other buffer's
                                 * next: the producer refills this one only after the next chunk's kq_empty) */
 #pragma unroll
@@ -482,10 +460,12 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         }
         T *const Dk = reinterpret_cast<T *>(my + L::oSb), *const Dq = Dk + 64 * 64; /* the staging boxes */
         if (stg) { /* over this warpgroup's S̄⁺ boxes: every read of them ended before the Γ barrier */
-            wg_pack(kr, Bh);
-            wg_box_store(Dk, kr);
-            wg_pack(kr, Qh);
-            wg_box_store(Dq, kr);
+#pragma unroll
+            for (int e = 0; e < 32; e += 2) {
+                const int o = box(e);
+                *reinterpret_cast<T2 *>(Dk + o) = __floats2bfloat162_rn(Bh[e], Bh[e + 1]);
+                *reinterpret_cast<T2 *>(Dq + o) = __floats2bfloat162_rn(Qh[e], Qh[e + 1]);
+            }
         } else {
 #pragma unroll
             for (int e = 0; e < 32; e += 2) {

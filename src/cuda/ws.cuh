@@ -59,64 +59,6 @@ using OpSt = WsOp<1, TMA_BOX, 1024 | WG_SW128, 2048>;
 using OpN = WsOp<1, 1024, 128, 2048>; /* a cm_mn<64> half read as B (k = its rows): S's copy, Y, R, R̃, −R̄ */
 using OpK = WsOp<0, 128, 1024, 256>;  /* the forward block's C_q, cm_k<64> read K-major: the A of C_q R */
 
-/* A warpgroup's accumulator fragment (wg_row, wg_col: warp q rows 16q … 16q + 15) in bf16 pairs, v[e / 2] = elements e,
- * e + 1, to and from a tile of 64 columns: the fragment's 8 × 8 pieces are stmatrix/ldmatrix's, so a warp moves four of
- * them an instruction, each lane naming one piece's 16-byte row. NB: the fragment's 8-column blocks, from block b0 of
- * the tile (even). Two layouts of a [row][64 columns] bf16 tile:
- *   SW = true:  a box with the 128-B swizzle (tma.cuh's sw128: 128-B rows, the 16-B chunk b of row r at b ^ (r % 8));
- *   SW = false: core matrices, cm_k<64>(row, column) = cm_mn<64>(column, row) (wgmma.cuh: 8 × 8 pieces of 128 B).
- * In place of a store (or load) a pair with its address arithmetic: 16 and their offsets became four instructions and
- * an add or XOR each (session 46's profile: the fused reverse pass spent about a third of its instructions moving
- * fragments to and from shared memory). */
-template <bool SW> struct WgFragLanes {
-    unsigned base; /* this lane's row of the tile: its byte address (SW = false: with its block parity) */
-    int y;         /* SW: the lane's block parity with its row's swizzle phase, block b at 16-B chunk b ^ y */
-    __device__ __forceinline__ WgFragLanes(const void *tile) {
-        const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
-        const int row = 16 * ((threadIdx.x >> 5) & 3) + r + 8 * (m & 1);
-        if constexpr (SW) {
-            base = smem_u32(tile) + row * 128;
-            y = (m >> 1) ^ r;
-        } else {
-            base = smem_u32(tile) + (row >> 3) * 1024 + (m >> 1) * 128 + r * 16;
-            y = 0;
-        }
-    }
-    __device__ __forceinline__ unsigned at(int b) const { return SW ? base + ((b ^ y) << 4) : base + b * 128; } /* b even */
-};
-template <int NB = 8, bool SW = true>
-__device__ __forceinline__ void wg_box_store(void *tile, const __nv_bfloat162 (&v)[NB * 2], int b0 = 0) {
-    const WgFragLanes<SW> l(tile);
-#pragma unroll
-    for (int k = 0; k < NB / 2; k++) {
-        const uint32_t *u = reinterpret_cast<const uint32_t *>(v + 4 * k);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(l.at(b0 + 2 * k)),
-                     "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3]) : "memory");
-    }
-}
-template <int NB = 8, bool SW = true>
-__device__ __forceinline__ void wg_box_load(__nv_bfloat162 (&v)[NB * 2], const void *tile, int b0 = 0) {
-    const WgFragLanes<SW> l(tile);
-#pragma unroll
-    for (int k = 0; k < NB / 2; k++) {
-        uint32_t *u = reinterpret_cast<uint32_t *>(v + 4 * k);
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3]) : "r"(l.at(b0 + 2 * k)) : "memory");
-    }
-}
-/* x's elements in bf16 pairs (rounded to nearest), as given or scaled by the factor of their row half (e & 2: rows + 8) */
-template <int N> __device__ __forceinline__ void wg_pack(__nv_bfloat162 (&v)[N / 2], const float (&x)[N]) {
-#pragma unroll
-    for (int e = 0; e < N; e += 2) v[e / 2] = __floats2bfloat162_rn(x[e], x[e + 1]);
-}
-template <int N> __device__ __forceinline__ void wg_pack(__nv_bfloat162 (&v)[N / 2], const float (&x)[N], float f0, float f1) {
-#pragma unroll
-    for (int e = 0; e < N; e += 2) {
-        const float f = e & 2 ? f1 : f0;
-        v[e / 2] = __floats2bfloat162_rn(f * x[e], f * x[e + 1]);
-    }
-}
-
 /* x (+)= A B over KD / 16 k steps, N columns, issue only: alo = wg_lo<LA::LBO>(A's tile), blo = wg_lo<LB::LBO>(B's) */
 template <class LA, class LB, int KD, int N = 64>
 __device__ __forceinline__ void ws_mma(float (&x)[N / 2], uint32_t alo, uint32_t blo, bool acc) {
@@ -143,22 +85,20 @@ __device__ __forceinline__ void ws_gamma_tiles(const Prob &p, const float (&X)[3
     float gc[16]; /* gc[2b + a]: column 8b + 2(t % 4) + a, i.e. wg_col(e) of e = 4b + a */
 #pragma unroll
     for (int b = 0; b < 16; b++) gc[b] = Gs[wg_col(2 * (b & ~1) + (b & 1))];
-    float x[32]; /* the masked, decayed tile */
 #pragma unroll
     for (int e = 0; e < 32; e += 2) {
         const int i = wg_row(e), j = wg_col(e);
         const float gi = e & 2 ? g1 : g0;
         const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
-        const float y0 = gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f), y1 = gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f);
-        x[e] = k0 ? sgn * X[e] * y0 : 0.f;
-        x[e + 1] = k1 ? sgn * X[e + 1] * y1 : 0.f;
-    }
-    T2 v[16];
-    wg_pack(v, x);
-    wg_box_store(w == 0 ? Gm : Hm, v);
-    if (w == 0) {
-        wg_pack(v, x, b0, b1);
-        wg_box_store(Gb, v);
+        const float x0 = k0 ? sgn * X[e] * gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f) : 0.f;
+        const float x1 = k1 ? sgn * X[e + 1] * gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f) : 0.f;
+        if (w == 0) {
+            const float bi = e & 2 ? b1 : b0;
+            *reinterpret_cast<T2 *>(Gm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
+            *reinterpret_cast<T2 *>(Gb + sw128(i, j)) = __floats2bfloat162_rn(bi * x0, bi * x1);
+        } else {
+            *reinterpret_cast<T2 *>(Hm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
+        }
     }
     wg_proxy_fence(); /* for the K-side products */
 }
@@ -179,23 +119,12 @@ __device__ __forceinline__ void ws_scale_rows(const Prob &p, float (&F)[32], flo
 /* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ over this thread's elements (Ks: the K tile, f0 = 64·w) */
 __device__ __forceinline__ float ws_endpoint(const float (&F)[32], const __nv_bfloat16 *Ks, int f0) {
     float endp = 0.f;
-    __nv_bfloat162 kv[16];
-    wg_box_load(kv, Ks + f0 * 64); /* feature box f0 / 64 */
 #pragma unroll
     for (int e = 0; e < 32; e += 2) {
-        const float2 kk = __bfloat1622float2(kv[e / 2]);
+        const float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Ks + sw128(wg_row(e), f0 + wg_col(e))));
         endp += kk.x * F[e] + kk.y * F[e + 1];
     }
     return endp;
-}
-/* K and Q at this thread's places of feature box w (the k̄, q̄ epilogue's; Q's only where gated, else K's) */
-__device__ __forceinline__ void ws_kq_frags(__nv_bfloat162 (&kr)[16], __nv_bfloat162 (&qr)[16], const __nv_bfloat16 *Ks,
-                                            const __nv_bfloat16 *Qs, int w, bool gated) {
-    wg_box_load(kr, Ks + w * 64 * 64);
-    if (gated) wg_box_load(qr, Qs + w * 64 * 64);
-    else
-#pragma unroll
-        for (int e = 0; e < 16; e++) qr[e] = kr[e];
 }
 /* the K-side products (issued and waited for): B̂ += Γ K, Ŷ += Γ_βᵀ K + Γ_H'ᵀ Q, Q̂ += Γ_H' K (kxlo, qxlo: K and Q read MN-major from
  * this warpgroup's features) */
