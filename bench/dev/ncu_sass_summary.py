@@ -3,7 +3,8 @@
 --csv --print-source sass): executed instructions and stall samples per opcode, and the TOP instructions by
 stall samples with their addresses (to find in the SASS listing). Given the per-CUDA-line table instead
 (--print-source cuda, a library built with -lineinfo: no Address column), the TOP source lines by stall
-samples with their text. Prints compact text for a device log.
+samples with their text (in session 46 that view gave the fused kernels' lines no samples: --lines below is the
+route that works). Prints compact text for a device log.
 
 ncu_sass_summary.py CSV TOP --lines LISTING KERNEL: the per-SASS table joined with the kernel's line table, from
 LISTING = `nvdisasm -g -c` of the object's cubin (`cuobjdump -xelf all X.o`, here: the device need not have the

@@ -18,8 +18,9 @@
 #   check  test_cuda --quick of $B (default h) at the defaults, with segments of 2 chunks (reverse_ws's RF form) and with
 #          the fused pass forced wherever it applies
 #   san    racecheck and memcheck of $B's --v128, with and without segments of 2 chunks
-#   final  the one call left: test_cuda --quick of $B with the forward chain and the fused pass forced; TB's GPU-bound
-#          times (default m, d, $B) and KB's kernels (m, $B); --quick with segments of 2 chunks; racecheck of --v128
+#   final  the check before the patch lands: test_cuda --quick of $B with the forward chain and the fused pass forced;
+#          TB's GPU-bound times (default m and $B; "m d e f h" where this session's carries are there) and KB's kernels
+#          (m, $B); --quick with segments of 2 chunks; racecheck of --v128
 #          with both forced; --quick at the defaults (pullback_ws); memcheck of --v128 with segments
 #   lean   final's for less device time: the forced --quick, m against $B at four shapes and $B's kernels, --quick
 #          with segments, the racecheck
@@ -51,7 +52,7 @@ san)
   SAN_LIMIT=100 san memcheck REWY_CUDA_REV_WS=1 -- --v128; SAN_LIMIT=100 san memcheck REWY_CUDA_SEG=2 -- --v128 ;;
 final)
   TC_LIMIT=100 oracle REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --quick
-  TB=${TB:-m d ${B#build/}} KB=${KB:-m ${B#build/}} time_table
+  TB=${TB:-m ${B#build/}} KB=${KB:-m ${B#build/}} time_table
   TC_LIMIT=90 oracle REWY_CUDA_SEG=2 -- --quick
   SAN_LIMIT=100 san racecheck REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --v128
   TC_LIMIT=80 oracle -- --quick
