@@ -1,8 +1,9 @@
 #!/bin/bash
-# Session 46's device calls. The kernel changes are bench/dev/s46_kernels.patch (against 66fd20b's src; branch
-# dev/s46-kernels): d = its gexp, C_q-mask, dv-store and bf16-product parts, e = d and the L2 prefetch, f = e and the
-# stmatrix/ldmatrix fragments of reverse_ws and pullback_ws, h = the whole patch. None has run on a GPU yet: `final`
-# (or `lean`) is the check before it lands. To rebuild a carry: `git apply bench/dev/s46_kernels.patch`, then
+# Session 46's device calls. The kernel changes are bench/dev/s46_kernels.patch, six commits on 66fd20b's src (`git am`;
+# also the branch dev/s46-kernels): d = patches 1–2 (gexp by ex2.approx.ftz, branch-free C_q mask and dv stores, the
+# bf16 P = Aᵀ R̄), e = d and 3 (the L2 prefetch), f = e and 4 (stmatrix/ldmatrix fragments in reverse_ws, pullback_ws),
+# h = f and 5 (chain_ws's); 6 (pullback_ws's K, Q fragments by ldmatrix) is in no carried build. None has run on a GPU
+# yet: `final` (or `lean`) is the check before it lands. To rebuild a carry: `git am bench/dev/s46_kernels.patch`, then
 # make -j CUDA=1 BLAS=0 NVARCH="-gencode arch=compute_90a,code=sm_90a" BUILD=build/h lib build/h/tests/cuda/test_cuda
 # build/h/bench/dev/variant_time, and pack build/h's two binaries as .carry/s46c.tar.xz (build/m from main likewise).
 # Builds for sm_90a made here and carried (test_cuda, variant_time):
