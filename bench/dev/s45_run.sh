@@ -7,8 +7,8 @@
 #   grid4   GPU-bound ms (fwd/bwd) at (4,4096,16) under forced plans: time windows (the default), segments of 32 and 16
 #           chunks, the fused reverse pass without windows; GDN and DeltaNet
 #   prof    Nsight Compute's source counters of one launch of each of PROF_KERNELS (default reverse_ws; chain_ws too)
-#           at GDN (8,2048,32) (variant_time's `once`; never ran: no device time was left): the raw per-line and per-SASS tables in $OUT, their summaries
-#           (bench/dev/ncu_sass_summary.py) printed
+#           at GDN (8,2048,32) (variant_time's `once`; device_helpers.sh's source_counters): the per-SASS tables in $OUT
+#           (KERNEL.csv), their summaries (bench/dev/ncu_sass_summary.py) printed
 #   rec     (carry .carry/s45c.tar.xz, CARRY=s45c: build/n, chain_ws.cu's recompute form behind that build's test-only
 #           switch REWY_CUDA_REC_WS=1, and build/o with it on by default; the switch was removed once the form won)
 #           test_cuda --quick with the form over the fused reverse pass (REWY_CUDA_REV_WS=1) and over segments of 2
@@ -45,15 +45,8 @@ rec)
   [ "${FULL_LIMIT:-0}" = 0 ] || TC_LIMIT=$FULL_LIMIT oracle $R -- ;;
 prof)
   for k in ${PROF_KERNELS:-reverse_ws}; do
-    timeout 150 ncu --clock-control none -k "regex:${k}_kernel" -c 1 --section SourceCounters --section WarpStateStats \
-      --section SchedulerStats --section SpeedOfLight -o /tmp/$k -f $VT gdn 8 2048 32 once > /dev/null 2>&1
-    echo "ncu $k rc=$? $(el)"
-    ncu -i /tmp/$k.ncu-rep --page source --csv --print-source cuda > $OUT/$k.cuda.csv 2>&1
-    ncu -i /tmp/$k.ncu-rep --page source --csv --print-source sass > $OUT/$k.sass.csv 2>&1
-    ncu -i /tmp/$k.ncu-rep > $OUT/$k.txt 2>&1
-    grep -E "Duration|Issued Warp|No Eligible|Registers Per|Stall" $OUT/$k.txt | head -10
-    python3 bench/dev/ncu_sass_summary.py $OUT/$k.cuda.csv 40 2>&1 | cut -c1-170
-    python3 bench/dev/ncu_sass_summary.py $OUT/$k.sass.csv 15 2>&1 | head -30 | cut -c1-170
+    source_counters "${k}_kernel" $k -- $VT gdn 8 2048 32 once
+    python3 bench/dev/ncu_sass_summary.py $OUT/$k.csv 15 2>&1 | head -30 | cut -c1-170
   done ;;
 *) B=$B CARRY=${CARRY:-s45a} bash bench/dev/s44_run.sh $mode ;;
 esac; done

@@ -16,17 +16,15 @@
 # (each unpacked if carried and not yet there). Modes, in the order given:
 #   time   GPU-bound ms (fwd/bwd, variant_time) of each of TB (default "m d e f h") at the large grids and the segments'
 #          shapes (SHAPES), GDN and DeltaNet; each kernel's time at GDN (8,2048,32) for each of KB (default "m e h")
-#   check  test_cuda --quick of $B (default h) at the defaults, with segments of 2 chunks (reverse_ws's RF form) and with
-#          the fused pass forced wherever it applies
-#   san    racecheck and memcheck of $B's --v128, with and without segments of 2 chunks
-#   final  the check before the patch lands: test_cuda --quick of $B with the forward chain and the fused pass forced;
-#          TB's GPU-bound times (default m and $B; "m d e f h" where this session's carries are there) and KB's kernels
-#          (m, $B); --quick with segments of 2 chunks; racecheck of --v128
-#          with both forced; --quick at the defaults (pullback_ws); memcheck of --v128 with segments
+#   final  the check before the patch lands ($B: build/h unless given): test_cuda --quick of $B with the forward chain
+#          and the fused pass forced; TB's GPU-bound times (default m and $B; "m d e f h" where this session's carries
+#          are there) and KB's kernels (m, $B); --quick with segments of 2 chunks; racecheck of --v128 with both
+#          forced; --quick at the defaults (pullback_ws); memcheck of --v128 with segments
 #   lean   final's for less device time: the forced --quick, m against $B at four shapes and $B's kernels, --quick
 #          with segments, the racecheck
 #   prof   Nsight Compute's per-SASS source counters of one launch of each of PROF_KERNELS (default reverse_ws, chain_ws,
-#          kkt_fast) in $B at GDN (8,2048,32): the tables in $OUT, for ncu_sass_summary.py --lines against the objects
+#          kkt_fast) in $B at GDN (8,2048,32) (device_helpers.sh's source_counters): KERNEL.csv in $OUT, for
+#          ncu_sass_summary.py --lines against the objects
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
@@ -45,32 +43,16 @@ time_table() {
 }
 for mode in "$@"; do case $mode in
 time) time_table ;;
-check)
-  TC_LIMIT=90 oracle -- --quick; TC_LIMIT=90 oracle REWY_CUDA_SEG=2 -- --quick
-  TC_LIMIT=90 oracle REWY_CUDA_REV_WS=1 -- --quick ;;
-san)
-  SAN_LIMIT=140 san racecheck -- --v128; SAN_LIMIT=140 san racecheck REWY_CUDA_SEG=2 -- --v128
-  SAN_LIMIT=100 san memcheck REWY_CUDA_REV_WS=1 -- --v128; SAN_LIMIT=100 san memcheck REWY_CUDA_SEG=2 -- --v128 ;;
-final)
+final|lean) # lean: the first four steps, m against $B at four shapes and $B's kernels
   TC_LIMIT=100 oracle REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --quick
-  TB=${TB:-m ${B#build/}} KB=${KB:-m ${B#build/}} time_table
+  if [ $mode = lean ]; then TB="m ${B#build/}" KB=${B#build/} SHAPES=${SHAPES:-8x2048x32 16x1024x16 1x8192x16 4x4096x16} time_table
+  else TB=${TB:-m ${B#build/}} KB=${KB:-m ${B#build/}} time_table; fi
   TC_LIMIT=90 oracle REWY_CUDA_SEG=2 -- --quick
   SAN_LIMIT=100 san racecheck REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --v128
+  [ $mode = lean ] && continue
   TC_LIMIT=80 oracle -- --quick
   SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128 ;;
-lean)
-  TC_LIMIT=90 oracle REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --quick
-  TB="m ${B#build/}" KB=${B#build/} SHAPES=${SHAPES:-8x2048x32 16x1024x16 1x8192x16 4x4096x16} time_table
-  TC_LIMIT=80 oracle REWY_CUDA_SEG=2 -- --quick
-  SAN_LIMIT=80 san racecheck REWY_CUDA_FWD_WS=1 REWY_CUDA_REV_WS=1 -- --v128 ;;
 prof)
-  for k in ${PROF_KERNELS:-reverse_ws chain_ws kkt_fast}; do
-    timeout 150 ncu --clock-control none -k "regex:${k}_kernel" -c 1 --section SourceCounters --section WarpStateStats \
-      --section SchedulerStats --section SpeedOfLight --section Occupancy -o /tmp/$k -f $B/bench/dev/variant_time gdn 8 2048 32 once > /dev/null 2>&1
-    echo "ncu $k rc=$? $(el)"
-    ncu -i /tmp/$k.ncu-rep --page source --csv --print-source sass > $OUT/$k.sass.csv 2>&1
-    ncu -i /tmp/$k.ncu-rep > $OUT/$k.txt 2>&1
-    grep -E "Duration|Issued Warp|No Eligible|Registers Per|Achieved Occupancy|DRAM Throughput" $OUT/$k.txt | head -8
-  done ;;
+  for k in ${PROF_KERNELS:-reverse_ws chain_ws kkt_fast}; do source_counters "${k}_kernel" $k -- $B/bench/dev/variant_time gdn 8 2048 32 once; done ;;
 esac; done
 echo "done $(el)"
