@@ -325,9 +325,17 @@ __device__ __forceinline__ __nv_bfloat16 *scan_lo(__nv_bfloat16 *lo) { return SC
 template <int NS> constexpr int SCAN_KI = NS <= 2 ? 2 : 1;
 /* e^x of a scalar-gate decay exponent (G sums, differences): DeltaNet (p.gated = 0, G = 0) takes the exact 1
  * without the exponential, a uniform branch (its scans and kkt spent 4–8 % of their instructions on e^0).
- * __expf (ex2.approx of x·log2 e): relative error about |x|·2⁻²⁴ + 2⁻²², under 4e-6 for x ≥ −30 (the gate floor),
- * far inside MATH §10; the chains' steps are shorter by its ~10 instructions (docs/DESIGN.md, session 23). */
-__device__ __forceinline__ float gexp(const Prob &p, float x) { return p.gated ? __expf(x) : 1.f; }
+ * ex2.approx.ftz of x·log2 e: relative error about |x|·2⁻²⁴ + 2⁻²², under 4e-6 for x ≥ −30 (the gate floor), far inside
+ * MATH §10; the chains' steps are shorter by the ~10 instructions of expf (docs/DESIGN.md, session 23). The ftz form takes
+ * two instructions where __expf's takes five (a range test and two fix-up products for a result under 2⁻¹²⁶, which
+ * flushes to 0 here: a decay that small is 0 to every sum it enters); at GDN (8,2048,32) the fused reverse pass spent 8 %
+ * of its instructions on gexp (session 46's profile). */
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float gexp(const Prob &p, float x) { return p.gated ? ex2_ftz(x * 1.4426950408889634f) : 1.f; }
 /* acc += this warp's 16 × 8·NS tile of A·B, A and B bf16 in shared memory, Kd % 16 == 0:
  *   A(i, k): AT = false: A[i*lda + k] (k contiguous); AT = true: A[k*lda + i] (stored transposed, ldmatrix.trans)
  *   B(k, j): BK = false: Bh[j*ldb + k] (k contiguous); BK = true: Bh[k*ldb + j] (ldmatrix.trans);

@@ -253,13 +253,21 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 *reinterpret_cast<T2 *>(Sb + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(s[fb][e], s[fb][e + 1]);
         }
         wg_wait();
+        {
+            /* the gates read once, before the stores (which the compiler cannot move reads past); every element takes its
+             * exponential, of 0 where masked, and the mask selects: no branch an element */
+            const float gr[2] = {Gs[i0], Gs[i0 + 8]};
+            float gc[8];
 #pragma unroll
-        for (int e = 0; e < 16; e += 2) {
-            const int i = wg_row(e), j = 32 * w + wg_col(e);
-            const bool row = i < n;
-            const float c0 = row && j <= i ? sc * cq[e] * gexp(p, Gs[i] - Gs[j]) : 0.f;
-            const float c1 = row && j + 1 <= i ? sc * cq[e + 1] * gexp(p, Gs[i] - Gs[j + 1]) : 0.f;
-            *reinterpret_cast<T2 *>(Cs + sw128(i, j)) = __floats2bfloat162_rn(c0, c1);
+            for (int b = 0; b < 8; b++) gc[b] = Gs[32 * w + wg_col(2 * (b & ~1) + (b & 1))];
+#pragma unroll
+            for (int e = 0; e < 16; e += 2) {
+                const int i = wg_row(e), j = 32 * w + wg_col(e), hi = (e >> 1) & 1;
+                const bool k0 = i < n && j <= i, k1 = i < n && j + 1 <= i;
+                const float x0 = gexp(p, k0 ? gr[hi] - gc[e / 4 * 2] : 0.f), x1 = gexp(p, k1 ? gr[hi] - gc[e / 4 * 2 + 1] : 0.f);
+                *reinterpret_cast<T2 *>(Cs + sw128(i, j)) =
+                    __floats2bfloat162_rn(k0 ? sc * cq[e] * x0 : 0.f, k1 ? sc * cq[e + 1] * x1 : 0.f);
+            }
         }
         if constexpr (RF)
             rv_bracket(p, y, reinterpret_cast<T *>(my + L::oR), reinterpret_cast<const T *>(my + L::oV), Gs, bs, n, i0);
@@ -334,17 +342,24 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             float pv[2] = {0.f, 0.f};
             T *const Dv = const_cast<T *>(Vs); /* dv staged over V (this warpgroup its only reader, done above) */
 #pragma unroll
-            for (int e = 0; e < 32; e += 2) {
-                const int i = wg_row(e), hi = (e >> 1) & 1;
+            for (int e = 0; e < 32; e += 2) { /* dv over V's registers (one branch on stg below, not one an element) */
+                const int hi = (e >> 1) & 1;
                 const float2 vf = __bfloat1622float2(vv[e / 2]);
                 pv[hi] += pp[e] * vf.x + pp[e + 1] * vf.y;
                 const float bb = hi ? b1 : b0;
-                const T2 d = __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
-                if (stg) *reinterpret_cast<T2 *>(Dv + box(e)) = d;
-                else if (i < n)
-                    *reinterpret_cast<T2 *>(dv + (size_t)(tok0 + i) * rsv + (size_t)hv * p.V + 64 * w + wg_col(e)) = d;
+                vv[e / 2] = __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
             }
-            if (stg) wg_proxy_fence();
+            if (stg) {
+#pragma unroll
+                for (int e = 0; e < 32; e += 2) *reinterpret_cast<T2 *>(Dv + box(e)) = vv[e / 2];
+                wg_proxy_fence();
+            } else {
+#pragma unroll
+                for (int e = 0; e < 32; e += 2)
+                    if (wg_row(e) < n)
+                        *reinterpret_cast<T2 *>(dv + (size_t)(tok0 + wg_row(e)) * rsv + (size_t)hv * p.V + 64 * w + wg_col(e)) =
+                            vv[e / 2];
+            }
             pv[0] = sum4(pv[0]);
             pv[1] = sum4(pv[1]);
             if ((lane & 3) == 0) {

@@ -90,8 +90,8 @@ __device__ __forceinline__ void ws_gamma_tiles(const Prob &p, const float (&X)[3
         const int i = wg_row(e), j = wg_col(e);
         const float gi = e & 2 ? g1 : g0;
         const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
-        const float x0 = k0 ? sgn * X[e] * gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f) : 0.f;
-        const float x1 = k1 ? sgn * X[e + 1] * gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f) : 0.f;
+        const float y0 = gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f), y1 = gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f);
+        const float x0 = k0 ? sgn * X[e] * y0 : 0.f, x1 = k1 ? sgn * X[e + 1] * y1 : 0.f;
         if (w == 0) {
             const float bi = e & 2 ? b1 : b0;
             *reinterpret_cast<T2 *>(Gm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
