@@ -15,7 +15,7 @@
  * warpgroups; one key head per value head (G = 1). Per chunk c the math warpgroups run the chain, then the pullback:
  *   the chain, warpgroup w holding S̄'s value columns 64·w … (all K features: 64 registers a thread):
  *     S̄⁺ → bf16 boxes;   C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i−G_j}) (columns 32·w …);   RF: K S_c → Y (its columns, in its R box);
- *     R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_i = e^{G_n−G_i});   P = Aᵀ R̄ (tf32);   dv = β ⊙ P, ⟨P, v⟩ by row;
+ *     R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_i = e^{G_n−G_i});   P = Aᵀ R̄ (bf16: A as the forward chain's);   dv = β ⊙ P, ⟨P, v⟩ by row;
  *     S̄ ← e^{G_n} S̄⁺ + Q_gᵀ Ō − Eᵀ P  (Q_gᵀ Ō = Qᵀ (scale·e^{G} ⊙ Ō), Eᵀ P = Kᵀ (β e^{G} ⊙ P));   RF: beside it R = A Y;
  *   the pullback, warpgroup w owning the K-wide results' features 64·w … (pullback_ws.cu's header names its terms):
  *     X = D = P Rᵀ (w = 0) or H_q = Ō Rᵀ (w = 1), then the Γ tiles; F = R S̄⁺ᵀ, Bh = P S_cᵀ, Qh = Ō S_cᵀ over V; the
@@ -25,13 +25,14 @@
  *
  * Shared memory (one chunk in flight, 227 KB): the two V slabs (columns 64·s …) as pullback_ws lays out a stage: the
  * P box (first Ō_g = scale·e^{G} ⊙ Ō, the operand of Q_gᵀ Ō, then P), Ō, R (RF: first Y), V, S̄⁺ (two boxes: features
- * 0–63, 64–127), S_c (two boxes); K and Q; a scratch of four boxes (R̄ in tf32 by warpgroup, then −β e^{G} ⊙ P by
- * warpgroup, then the Γ tiles); C_q; Aᵀ in tf32; RF: A in bf16; the gates of chunks it & 1. The producer refills each
- * input once its last reader of the chunk has released it: Aᵀ (RF: and A) after P (RF: after R; a_empty), a slab's Ō,
+ * 0–63, 64–127), S_c (two boxes); K and Q; a scratch of four boxes (R̄ in bf16 by warpgroup, then −β e^{G} ⊙ P by
+ * warpgroup, then the Γ tiles); C_q; A in bf16; the gates of chunks it & 1. The producer refills each
+ * input once its last reader of the chunk has released it: A after P (RF: after R; a_empty), a slab's Ō,
  * R (not RF), V, S_c after the pullback's V-long products (empty[s]), K, Q and the gates after the K-side products
  * (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by a bulk copy; a sequence's tail chunk's token
- * rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; Aᵀ (transposed, 4-byte pieces) by the producer
- * lanes' cp.async, as bwd_state_scan_wg.cu takes it, and RF's A in bf16 by their loads and stores. Outputs: dv, k̄ and q̄
+ * rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; the saved fp32 A rounded to bf16 by their loads and
+ * stores (kkt_inverse's rounding for the forward chain, whose A this pass's gradient then is; the transposed tf32 Aᵀ it
+ * replaced took the producer 4,096 four-byte copies a chunk, session 46). Outputs: dv, k̄ and q̄
  * of a full chunk by tensor stores from boxes staged over the warpgroup's V box and S̄⁺ boxes (each drained before the
  * box is released or written again), a tail chunk's by per-thread stores; dβ, dg and dh0 by per-thread stores. */
 #include "kernels.cuh"
@@ -42,14 +43,14 @@ namespace rewy_cuda {
 struct RvLayout : WsSlab {
     static constexpr int SLAB = BYTES; /* the two slabs (ws.cuh's), then: */
     static constexpr int oK = 2 * SLAB, oQ = oK + 2 * B;   /* [64 tokens][128 features], two boxes */
-    static constexpr int oX = oQ + 2 * B;                  /* scratch: R̄ (tf32, 16 KB a warpgroup), P', Γ, Γ_β, Γ_H' */
+    static constexpr int oX = oQ + 2 * B;                  /* scratch: R̄ (bf16, a box a warpgroup), P', Γ, Γ_β, Γ_H' */
     static constexpr int oCq = oX + 4 * B;                 /* C_q [i][j], one box */
-    static constexpr int oA = oCq + B;                     /* Aᵀ, tf32 cm_t<64> */
-    static constexpr int oAb = oA + MAXBT * MAXBT * 4;     /* A in bf16, [i][j] K-major, one box (R = A Y) */
-    static constexpr int oGB = oAb + B;                    /* the gates of chunks it & 1: G, then β */
+    static constexpr int oAb = oCq + B; /* A in bf16, [i][j], one box: K-major the A of R = A Y (RF), MN-major Aᵀ of Aᵀ R̄ */
+    static constexpr int oAf = oAb + B;                    /* the saved fp32 A as copied, [i][j] (the producer's) */
+    static constexpr int oGB = oAf + MAXBT * MAXBT * 4;    /* the gates of chunks it & 1: G, then β */
     static constexpr int oRed = oGB + 2 * GB_BYTES; /* β̄, Ḡ row terms [2][64] each, ⟨P, v⟩ [2][64], sums [16] */
-    static constexpr int oMB = oRed + (6 * MAXBT + 16) * 4; /* full[2], empty[2], kq full, kq empty, a full, a empty */
-    static constexpr int TOTAL = oMB + 8 * 8;
+    static constexpr int oMB = oRed + (6 * MAXBT + 16) * 4; /* full[2], empty[2], kq full, kq empty, a full, a empty, a copy */
+    static constexpr int TOTAL = oMB + 9 * 8;
     /* a slab's copies, Ō, V, S_c ×2 and (not RF) R; of which token rows (a tail's) */
     static constexpr unsigned slab_tma(bool rf) { return rf ? 4 * B : 5 * B; }
     static constexpr unsigned slab_rows(bool rf) { return rf ? 2 * B : 3 * B; }
@@ -99,20 +100,20 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     const int tid = threadIdx.x;
     const unsigned mb = smem_u32(smc + L::oMB);
     const unsigned full0 = mb, empty0 = mb + 16, kq_full = mb + 32, kq_empty = mb + 40, a_full = mb + 48,
-                   a_empty = mb + 56; /* full[s]: full0 + 8·s … */
+                   a_empty = mb + 56, a_copy = mb + 64; /* full[s]: full0 + 8·s … */
     auto slab = [&](int s) { return smc + s * L::SLAB; };
     auto gates = [&](int it) { return reinterpret_cast<float *>(smc + L::oGB + (it & 1) * GB_BYTES); };
-    float *const Ats = reinterpret_cast<float *>(smc + L::oA);
     __nv_bfloat16 *const Abs = reinterpret_cast<__nv_bfloat16 *>(smc + L::oAb);
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
 
     const int sq = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, h = hv; /* G = 1 */
     const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
-    ws_mbar_init(mb, {32, 32, WS_MATH, WS_MATH, 32, WS_MATH, 32, WS_MATH}); /* full[2], empty[2], kq, a: full, empty */
+    ws_mbar_init(mb, {32, 32, WS_MATH, WS_MATH, 32, WS_MATH, 32, WS_MATH, 1}); /* full[2], empty[2], kq, a: full, empty; a copy */
 
     if (tid >= WS_MATH) {
         if (!ws_producer_copies()) return;
-        /* ---- the producer warp, in the order the math releases the chunk before: Aᵀ, the slabs, K and Q */
+        /* ---- the producer warp, in the order the math releases the chunk before: A (its bulk copy), the slabs, K and Q;
+         * then A's rounding (its copy's latency behind the tensor copies' issue; P, its first reader, is mid-chain) */
         const int lane = tid & 31;
         for (int c = c_last, it = 0; c >= c_begin; c--, it++) {
             const ChunkInfo ci = p.ctab[c];
@@ -121,10 +122,11 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             wi.tok0 = 0;
             const int x = c * p.HV + hv; /* the workspace index (chunk, value head) */
             if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
-            wg_copy_at<32>(Ats, A, p, hv, c, lane);
-            if constexpr (RF) ws_a_to_bf16<32, 2>(Abs, A + (size_t)x * MAXBT * MAXBT, lane);
-            ws_rows_done();
-            mbar_arrive(a_full);
+            if (lane == 0) {
+                bulk_fence(); /* this warp's reads of the fp32 A (the last chunk's rounding) before the copy's writes */
+                mbar_expect(a_copy, MAXBT * MAXBT * 4);
+                bulk_g2s(smem_u32(smc + L::oAf), A + (size_t)x * MAXBT * MAXBT, MAXBT * MAXBT * 4, a_copy);
+            }
 #pragma unroll 1
             for (int s = 0; s < 2; s++) {
                 char *const st = slab(s);
@@ -166,6 +168,10 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 }
                 bulk_g2s(smem_u32(gates(it)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, kq_full);
             }
+            mbar_wait(a_copy, it & 1);
+            ws_a_to_bf16<32, 2>(Abs, reinterpret_cast<const float *>(smc + L::oAf), lane);
+            ws_rows_done();
+            mbar_arrive(a_full);
         }
         return;
     }
@@ -176,7 +182,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     char *const my = slab(w); /* this warpgroup's value columns in the chain */
     T *const Gm = reinterpret_cast<T *>(smc + L::oX), *const Gb = Gm + 64 * 64, *const Hm = Gb + 64 * 64;
     T *const Cs = reinterpret_cast<T *>(smc + L::oCq);
-    float *const Rs = reinterpret_cast<float *>(smc + L::oX + w * 2 * L::B); /* this warpgroup's R̄ (tf32) */
+    T *const Rs = reinterpret_cast<T *>(smc + L::oX + w * 2 * L::B);         /* this warpgroup's R̄ (bf16) */
     T *const Pq = reinterpret_cast<T *>(smc + L::oX + w * 2 * L::B);         /* then its P' = −β e^{G} ⊙ P */
     T *const Pw = reinterpret_cast<T *>(my + L::oP);                         /* Ō_g, then P, of its columns */
     const T *const Ks = reinterpret_cast<const T *>(smc + L::oK), *const Qs = reinterpret_cast<const T *>(smc + L::oQ);
@@ -201,7 +207,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     const uint32_t kxlo = w ? ktlo1 : ktlo0, qxlo = w ? qtlo1 : qtlo0;
     const uint32_t sbtlo = wg_lo<OpSt::LBO>(my + L::oSb), cqtlo = wg_lo<OpSt::LBO>(Cs);
     const uint32_t otlo = wg_lo<OpSt::LBO>(my + L::oO), pwtlo = wg_lo<OpSt::LBO>(Pw), pqtlo = wg_lo<OpSt::LBO>(Pq);
-    const uint32_t alo = wg_lo<WgStrides<64, 64>::T_LBO>(Ats), rlo = wg_lo<WgStrides<64, 64>::T_LBO>(Rs);
+    const uint32_t attlo = wg_lo<OpSt::LBO>(Abs), rtlo = wg_lo<OpSt::LBO>(Rs); /* Aᵀ and R̄ of Aᵀ R̄, both MN-major */
     /* RF: A in bf16 (K-major) and Y, then R, in this warpgroup's R box (MN-major: k = token); S_c's boxes as B of K S_c */
     const uint32_t ablo = wg_lo<OpSk::LBO>(smc + L::oAb), yrlo = wg_lo<OpSt::LBO>(my + L::oR);
     const uint32_t sctlo = wg_lo<OpSt::LBO>(my + L::oSc);
@@ -297,13 +303,10 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
 #pragma unroll
             for (int e = 0; e < 32; e++) s[fb][e] *= gn;
         wg_wait();
-        /* R̄ as tf32 (B of Aᵀ R̄); Ō_g = scale·e^{G} ⊙ Ō into the P box (element pairs of the box: row = offset / 64) */
+        /* R̄ in bf16 (B of Aᵀ R̄); Ō_g = scale·e^{G} ⊙ Ō into the P box (element pairs of the box: row = offset / 64) */
 #pragma unroll
-        for (int e = 0; e < 32; e += 2) {
-            const int i = wg_row(e), j = wg_col(e);
-            Rs[cm_t<MAXBT>(j, i)] = __uint_as_float(to_tf32(r[e]));
-            Rs[cm_t<MAXBT>(j + 1, i)] = __uint_as_float(to_tf32(r[e + 1]));
-        }
+        for (int e = 0; e < 32; e += 2)
+            *reinterpret_cast<T2 *>(Rs + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(r[e], r[e + 1]);
         {
             const T *const Os = reinterpret_cast<const T *>(my + L::oO);
             T2 ov[16];
@@ -328,7 +331,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         wg_commit();
         float pp[32];
         wg_arrive();
-        wg_tf32_product<64>(pp, alo, rlo);
+        ws_mma<OpSt, OpSt, MAXBT>(pp, attlo, rtlo, false);
         wg_commit();
         wg_wait();
         if constexpr (!RF) mbar_arrive(a_empty); /* this thread's reads of Aᵀ are done */
