@@ -167,6 +167,24 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                     tma_tile<KD>(smem_u32(smc + L::oQ), &m.q, h * KD, ci.tok0, kq_full);
                 }
                 bulk_g2s(smem_u32(gates(it)), GB + ((size_t)c * p.HV + hv) * 2 * MAXBT, GB_BYTES, kq_full);
+                /* the next chunk's tiles into L2 (full: only a sequence's last chunk is partial): its copies above are
+                 * issued only when this chunk's readers release the buffers, near its end, and the next chunk's chain
+                 * starts by waiting on them */
+                if (c > c_begin) {
+                    const int t1 = p.ctab[c - 1].tok0, x1 = x - p.HV;
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        tma_prefetch_box(&m.k, h * KD + 64 * j, t1);
+                        tma_prefetch_box(&m.q, h * KD + 64 * j, t1);
+                        tma_prefetch_box(&m.o, hv * p.V + 64 * j, t1);
+                        tma_prefetch_box(&m.v, hv * p.V + 64 * j, t1);
+                        if constexpr (!RF) tma_prefetch_box(&m.r, 64 * j, x1 * MAXBT);
+                        tma_prefetch_box(&m.sc, 64 * j, x1 * KD);
+                        tma_prefetch_box(&m.sc, 64 * j, x1 * KD + 64);
+                    }
+                    bulk_prefetch_l2(A + (size_t)x1 * MAXBT * MAXBT, MAXBT * MAXBT * 4);
+                    bulk_prefetch_l2(GB + (size_t)x1 * 2 * MAXBT, GB_BYTES);
+                }
             }
             mbar_wait(a_copy, it & 1);
             ws_a_to_bf16<32, 2>(Abs, reinterpret_cast<const float *>(smc + L::oAf), lane);

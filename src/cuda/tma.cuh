@@ -35,6 +35,14 @@ __device__ __forceinline__ void tma_box(unsigned dst, const CUtensorMap *m, int 
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(dst), "l"(m), "r"(c), "r"(r), "r"(mb) : "memory");
 }
+/* the box of map m at (column c, row r) into the L2 cache, no completion (a hint: the box's later copy finds it there) */
+__device__ __forceinline__ void tma_prefetch_box(const CUtensorMap *m, int c, int r) {
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(m), "r"(c), "r"(r) : "memory");
+}
+/* bytes (a multiple of 16) at src (16-B aligned) into the L2 cache, likewise */
+__device__ __forceinline__ void bulk_prefetch_l2(const void *src, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
 /* the boxes of a tile of C columns from column c on, 8 KB apart */
 template <int C> __device__ __forceinline__ void tma_tile(unsigned dst, const CUtensorMap *m, int c, int r, unsigned mb) {
 #pragma unroll
