@@ -71,17 +71,16 @@ __device__ __forceinline__ void rv_bracket(const Prob &p, const float (&y)[32], 
     float c0 = 0.f, c1 = 0.f, b0 = 0.f, b1 = 0.f; /* γ and β of rows i0, i0 + 8 (0 past the chunk's rows) */
     if (i0 < n) c0 = gexp(p, Gs[i0]), b0 = bs[i0];
     if (i0 + 8 < n) c1 = gexp(p, Gs[i0 + 8]), b1 = bs[i0 + 8];
-    T2 vv[16]; /* V at this thread's places, read before the stores */
-#pragma unroll
-    for (int e = 0; e < 32; e += 2) vv[e / 2] = *reinterpret_cast<const T2 *>(Vs + sw128(wg_row(e), wg_col(e)));
+    T2 vv[16]; /* V at this thread's places */
+    wg_box_load(vv, Vs);
 #pragma unroll
     for (int e = 0; e < 32; e += 2) {
         const bool hi = e & 2;
         const float g = hi ? c1 : c0, b = hi ? b1 : b0;
         const float2 v = __bfloat1622float2(vv[e / 2]);
-        *reinterpret_cast<T2 *>(Rb + sw128(wg_row(e), wg_col(e))) =
-            __floats2bfloat162_rn(b * (v.x - g * y[e]), b * (v.y - g * y[e + 1]));
+        vv[e / 2] = __floats2bfloat162_rn(b * (v.x - g * y[e]), b * (v.y - g * y[e + 1]));
     }
+    wg_box_store(Rb, vv);
 }
 
 /* RF: R formed here from S_c (under segments), else loaded from R */
@@ -239,11 +238,6 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
          * per-thread 4-byte stores held the registers behind them); a tail chunk's (whose box would reach the next
          * sequence's rows) by per-thread stores */
         const bool stg = stage && n == MAXBT;
-        /* the staged boxes' element offsets, sw128(wg_row(e), wg_col(e)) for an even e: from x = wg_row(0) % 8 read anew
-         * each chunk (volatile), so that the compiler cannot keep every offset in registers across the chunks */
-        int x;
-        asm volatile("mov.b32 %0, %1;" : "=r"(x) : "r"(i0 & 7));
-        auto box = [&](int e) { return (i0 + ((e & 2) << 2)) * 64 + (((e >> 2) ^ x) << 3) + 2 * (lane & 3); };
         const float *const Gs = gates(it), *const bs = Gs + MAXBT;
         float gr0 = 0.f, gr1 = 0.f; /* the raw gates of rows 2·lane, 2·lane + 1 for the suffix sum, loaded early */
         const size_t th = (size_t)(tok0 + 2 * lane) * p.HV + hv;
@@ -271,10 +265,9 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         wg_commit();
 #pragma unroll
         for (int fb = 0; fb < 2; fb++) {
-            T *const Sb = reinterpret_cast<T *>(my + L::oSb + fb * L::B);
-#pragma unroll
-            for (int e = 0; e < 32; e += 2)
-                *reinterpret_cast<T2 *>(Sb + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(s[fb][e], s[fb][e + 1]);
+            T2 v[16];
+            wg_pack(v, s[fb]);
+            wg_box_store(my + L::oSb + fb * L::B, v);
         }
         wg_wait();
         {
@@ -284,14 +277,15 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             float gc[8];
 #pragma unroll
             for (int b = 0; b < 8; b++) gc[b] = Gs[32 * w + wg_col(2 * (b & ~1) + (b & 1))];
+            T2 v[8];
 #pragma unroll
             for (int e = 0; e < 16; e += 2) {
                 const int i = wg_row(e), j = 32 * w + wg_col(e), hi = (e >> 1) & 1;
                 const bool k0 = i < n && j <= i, k1 = i < n && j + 1 <= i;
                 const float x0 = gexp(p, k0 ? gr[hi] - gc[e / 4 * 2] : 0.f), x1 = gexp(p, k1 ? gr[hi] - gc[e / 4 * 2 + 1] : 0.f);
-                *reinterpret_cast<T2 *>(Cs + sw128(i, j)) =
-                    __floats2bfloat162_rn(k0 ? sc * cq[e] * x0 : 0.f, k1 ? sc * cq[e + 1] * x1 : 0.f);
+                v[e / 2] = __floats2bfloat162_rn(k0 ? sc * cq[e] * x0 : 0.f, k1 ? sc * cq[e + 1] * x1 : 0.f);
             }
+            wg_box_store<4>(Cs, v, 4 * w); /* this warpgroup's columns 32·w … */
         }
         if constexpr (RF)
             rv_bracket(p, y, reinterpret_cast<T *>(my + L::oR), reinterpret_cast<const T *>(my + L::oV), Gs, bs, n, i0);
@@ -322,9 +316,11 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             for (int e = 0; e < 32; e++) s[fb][e] *= gn;
         wg_wait();
         /* R̄ in bf16 (B of Aᵀ R̄); Ō_g = scale·e^{G} ⊙ Ō into the P box (element pairs of the box: row = offset / 64) */
-#pragma unroll
-        for (int e = 0; e < 32; e += 2)
-            *reinterpret_cast<T2 *>(Rs + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(r[e], r[e + 1]);
+        {
+            T2 v[16];
+            wg_pack(v, r);
+            wg_box_store(Rs, v);
+        }
         {
             const T *const Os = reinterpret_cast<const T *>(my + L::oO);
             T2 ov[16];
@@ -357,11 +353,9 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         {
             const T *const Vs = reinterpret_cast<const T *>(my + L::oV);
             T2 vv[16];
-#pragma unroll
-            for (int e = 0; e < 32; e += 2) vv[e / 2] = *reinterpret_cast<const T2 *>(Vs + sw128(wg_row(e), wg_col(e)));
+            wg_box_load(vv, Vs);
             const float b0 = bs[i0], b1 = bs[i0 + 8];
             float pv[2] = {0.f, 0.f};
-            T *const Dv = const_cast<T *>(Vs); /* dv staged over V (this warpgroup its only reader, done above) */
 #pragma unroll
             for (int e = 0; e < 32; e += 2) { /* dv over V's registers (one branch on stg below, not one an element) */
                 const int hi = (e >> 1) & 1;
@@ -370,9 +364,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 const float bb = hi ? b1 : b0;
                 vv[e / 2] = __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
             }
-            if (stg) {
-#pragma unroll
-                for (int e = 0; e < 32; e += 2) *reinterpret_cast<T2 *>(Dv + box(e)) = vv[e / 2];
+            if (stg) { /* dv staged over V (this warpgroup its only reader, done above) */
+                wg_box_store(my + L::oV, vv);
                 wg_proxy_fence();
             } else {
 #pragma unroll
@@ -396,13 +389,11 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         /* P' = −β e^{G} ⊙ P (B of Kᵀ P'), over R̄; P in bf16 over Ō_g (the pullback's) */
         {
             const float y0 = -bs[i0] * gexp(p, Gs[i0]), y1 = -bs[i0 + 8] * gexp(p, Gs[i0 + 8]);
-#pragma unroll
-            for (int e = 0; e < 32; e += 2) {
-                const int i = wg_row(e), j = wg_col(e);
-                const float yv = e & 2 ? y1 : y0;
-                *reinterpret_cast<T2 *>(Pw + sw128(i, j)) = __floats2bfloat162_rn(pp[e], pp[e + 1]);
-                *reinterpret_cast<T2 *>(Pq + sw128(i, j)) = __floats2bfloat162_rn(yv * pp[e], yv * pp[e + 1]);
-            }
+            T2 v[16];
+            wg_pack(v, pp);
+            wg_box_store(Pw, v);
+            wg_pack(v, pp, y0, y1);
+            wg_box_store(Pq, v);
         }
         wg_proxy_fence();
         ws_sync(wbar, 128);
@@ -417,10 +408,9 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         if constexpr (RF) {
             mbar_arrive(a_empty); /* this thread's reads of Aᵀ and A are done */
             ws_sync(wbar, 128);   /* and every warp's reads of Y: R goes over it */
-            T *const Rb = reinterpret_cast<T *>(my + L::oR);
-#pragma unroll
-            for (int e = 0; e < 32; e += 2)
-                *reinterpret_cast<T2 *>(Rb + sw128(wg_row(e), wg_col(e))) = __floats2bfloat162_rn(y[e], y[e + 1]);
+            T2 v[16];
+            wg_pack(v, y);
+            wg_box_store(my + L::oR, v);
             wg_proxy_fence();
         }
         ws_sync(BAR, WS_MATH); /* P, R (RF) and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
@@ -473,12 +463,12 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         /* k̄ = β B̂ + Ŷ, q̄ = Q̂ and the row terms of β̄, Ḡ */
         const float b0 = bs[i0], b1 = bs[i0 + 8];
         float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f};
-        T2 kr[16], qr[16]; /* K and Q at this thread's places, read before the stores below */
+        T2 kr[16], qr[16]; /* K and Q at this thread's places (feature box w), read before the stores below */
+        wg_box_load(kr, Ks + w * 64 * 64);
+        if (gated) wg_box_load(qr, Qs + w * 64 * 64);
+        else
 #pragma unroll
-        for (int e = 0; e < 32; e += 2) {
-            kr[e / 2] = *reinterpret_cast<const T2 *>(Ks + sw128(wg_row(e), f0 + wg_col(e)));
-            qr[e / 2] = gated ? *reinterpret_cast<const T2 *>(Qs + sw128(wg_row(e), f0 + wg_col(e))) : kr[e / 2];
-        }
+            for (int e = 0; e < 16; e++) qr[e] = kr[e];
         mbar_arrive(kq_empty); /* this thread's last reads of K, Q (and the gates it reads after are the other buffer's
                                 * next: the producer refills this one only after the next chunk's kq_empty) */
 #pragma unroll
@@ -496,12 +486,10 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         }
         T *const Dk = reinterpret_cast<T *>(my + L::oSb), *const Dq = Dk + 64 * 64; /* the staging boxes */
         if (stg) { /* over this warpgroup's S̄⁺ boxes: every read of them ended before the Γ barrier */
-#pragma unroll
-            for (int e = 0; e < 32; e += 2) {
-                const int o = box(e);
-                *reinterpret_cast<T2 *>(Dk + o) = __floats2bfloat162_rn(Bh[e], Bh[e + 1]);
-                *reinterpret_cast<T2 *>(Dq + o) = __floats2bfloat162_rn(Qh[e], Qh[e + 1]);
-            }
+            wg_pack(kr, Bh);
+            wg_box_store(Dk, kr);
+            wg_pack(kr, Qh);
+            wg_box_store(Dq, kr);
         } else {
 #pragma unroll
             for (int e = 0; e < 32; e += 2) {

@@ -59,6 +59,55 @@ using OpSt = WsOp<1, TMA_BOX, 1024 | WG_SW128, 2048>;
 using OpN = WsOp<1, 1024, 128, 2048>; /* a cm_mn<64> half read as B (k = its rows): S's copy, Y, R, R̃, −R̄ */
 using OpK = WsOp<0, 128, 1024, 256>;  /* the forward block's C_q, cm_k<64> read K-major: the A of C_q R */
 
+/* A warpgroup's accumulator fragment (wg_row, wg_col: warp q rows 16q … 16q + 15) in bf16 pairs, v[e / 2] = elements e,
+ * e + 1, to and from a box of 64 columns with the 128-B swizzle (sw128: 128-B rows, 1024-B aligned): the fragment's 8 ×
+ * 8 pieces are stmatrix/ldmatrix's, so a warp moves four of them an instruction, each lane naming one piece's row.
+ * NB: the fragment's 8-column blocks, from block b0 of the box (even). In place of a store a pair with its swizzled
+ * offset: 16 stores and their address arithmetic became four instructions and one XOR each (session 46's profile:
+ * the fused reverse pass spent about a third of its instructions moving fragments). */
+struct WgBoxLanes {
+    unsigned base; /* this lane's row of the box: its byte address */
+    int y;         /* the lane's block parity with its row's swizzle phase: block b goes to 16-B chunk b ^ y */
+    __device__ __forceinline__ WgBoxLanes(const void *box) {
+        const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
+        base = smem_u32(box) + (16 * ((threadIdx.x >> 5) & 3) + r + 8 * (m & 1)) * 128;
+        y = (m >> 1) ^ r;
+    }
+    __device__ __forceinline__ unsigned at(int b) const { return base + ((b ^ y) << 4); } /* b even */
+};
+template <int NB = 8>
+__device__ __forceinline__ void wg_box_store(void *box, const __nv_bfloat162 (&v)[NB * 2], int b0 = 0) {
+    const WgBoxLanes l(box);
+#pragma unroll
+    for (int k = 0; k < NB / 2; k++) {
+        const uint32_t *u = reinterpret_cast<const uint32_t *>(v + 4 * k);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(l.at(b0 + 2 * k)),
+                     "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3]) : "memory");
+    }
+}
+template <int NB = 8>
+__device__ __forceinline__ void wg_box_load(__nv_bfloat162 (&v)[NB * 2], const void *box, int b0 = 0) {
+    const WgBoxLanes l(box);
+#pragma unroll
+    for (int k = 0; k < NB / 2; k++) {
+        uint32_t *u = reinterpret_cast<uint32_t *>(v + 4 * k);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(u[0]), "=r"(u[1]), "=r"(u[2]), "=r"(u[3]) : "r"(l.at(b0 + 2 * k)) : "memory");
+    }
+}
+/* x's elements in bf16 pairs (rounded to nearest), as given or scaled by the factor of their row half (e & 2: rows + 8) */
+template <int N> __device__ __forceinline__ void wg_pack(__nv_bfloat162 (&v)[N / 2], const float (&x)[N]) {
+#pragma unroll
+    for (int e = 0; e < N; e += 2) v[e / 2] = __floats2bfloat162_rn(x[e], x[e + 1]);
+}
+template <int N> __device__ __forceinline__ void wg_pack(__nv_bfloat162 (&v)[N / 2], const float (&x)[N], float f0, float f1) {
+#pragma unroll
+    for (int e = 0; e < N; e += 2) {
+        const float f = e & 2 ? f1 : f0;
+        v[e / 2] = __floats2bfloat162_rn(f * x[e], f * x[e + 1]);
+    }
+}
+
 /* x (+)= A B over KD / 16 k steps, N columns, issue only: alo = wg_lo<LA::LBO>(A's tile), blo = wg_lo<LB::LBO>(B's) */
 template <class LA, class LB, int KD, int N = 64>
 __device__ __forceinline__ void ws_mma(float (&x)[N / 2], uint32_t alo, uint32_t blo, bool acc) {
@@ -85,20 +134,22 @@ __device__ __forceinline__ void ws_gamma_tiles(const Prob &p, const float (&X)[3
     float gc[16]; /* gc[2b + a]: column 8b + 2(t % 4) + a, i.e. wg_col(e) of e = 4b + a */
 #pragma unroll
     for (int b = 0; b < 16; b++) gc[b] = Gs[wg_col(2 * (b & ~1) + (b & 1))];
+    float x[32]; /* the masked, decayed tile */
 #pragma unroll
     for (int e = 0; e < 32; e += 2) {
         const int i = wg_row(e), j = wg_col(e);
         const float gi = e & 2 ? g1 : g0;
         const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
         const float y0 = gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f), y1 = gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f);
-        const float x0 = k0 ? sgn * X[e] * y0 : 0.f, x1 = k1 ? sgn * X[e + 1] * y1 : 0.f;
-        if (w == 0) {
-            const float bi = e & 2 ? b1 : b0;
-            *reinterpret_cast<T2 *>(Gm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
-            *reinterpret_cast<T2 *>(Gb + sw128(i, j)) = __floats2bfloat162_rn(bi * x0, bi * x1);
-        } else {
-            *reinterpret_cast<T2 *>(Hm + sw128(i, j)) = __floats2bfloat162_rn(x0, x1);
-        }
+        x[e] = k0 ? sgn * X[e] * y0 : 0.f;
+        x[e + 1] = k1 ? sgn * X[e + 1] * y1 : 0.f;
+    }
+    T2 v[16];
+    wg_pack(v, x);
+    wg_box_store(w == 0 ? Gm : Hm, v);
+    if (w == 0) {
+        wg_pack(v, x, b0, b1);
+        wg_box_store(Gb, v);
     }
     wg_proxy_fence(); /* for the K-side products */
 }
@@ -119,9 +170,11 @@ __device__ __forceinline__ void ws_scale_rows(const Prob &p, float (&F)[32], flo
 /* Ḡ_n's endpoint term Σ_i ⟨k_i, F̂_i⟩ over this thread's elements (Ks: the K tile, f0 = 64·w) */
 __device__ __forceinline__ float ws_endpoint(const float (&F)[32], const __nv_bfloat16 *Ks, int f0) {
     float endp = 0.f;
+    __nv_bfloat162 kv[16];
+    wg_box_load(kv, Ks + f0 * 64); /* feature box f0 / 64 */
 #pragma unroll
     for (int e = 0; e < 32; e += 2) {
-        const float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Ks + sw128(wg_row(e), f0 + wg_col(e))));
+        const float2 kk = __bfloat1622float2(kv[e / 2]);
         endp += kk.x * F[e] + kk.y * F[e + 1];
     }
     return endp;
