@@ -140,11 +140,11 @@ template <int KPC> struct WsState {
      * half), fenced for the async proxy (the products and the tensor stores of save) */
     __device__ __forceinline__ void spill(__nv_bfloat16 *Sb) const {
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-            for (int e = 0; e < 32; e += 2)
-                *reinterpret_cast<__nv_bfloat162 *>(Sb + hf * KPC * 64 + wg * 64 * 64 + sw128(wg_row(e), wg_col(e))) =
-                    __floats2bfloat162_rn(s[hf][e], s[hf][e + 1]);
+        for (int hf = 0; hf < 2; hf++) {
+            __nv_bfloat162 v[16];
+            wg_pack(v, s[hf]);
+            wg_box_store(Sb + hf * KPC * 64 + wg * 64 * 64, v);
+        }
         wg_proxy_fence();
     }
     /* its rows of the copy to a saved chunk state (S_c, S̄⁺: [K][V] bf16, V = 128; m maps every slot's, row: this one's
@@ -197,13 +197,11 @@ __device__ __forceinline__ void ws_stage_wait(unsigned mb, int b, int it) {
 /* to the two cm_mn<64> halves at dst (a B operand [token][column]) in bf16, row i0 times f0 and row i0 + 8 times f1 */
 __device__ __forceinline__ void ws_put_rows(__nv_bfloat16 *dst, const float (&x)[2][32], float f0, float f1) {
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-        for (int e = 0; e < 32; e += 2) {
-            const float f = e & 2 ? f1 : f0;
-            *reinterpret_cast<__nv_bfloat162 *>(dst + hf * 64 * 64 + cm_mn<64>(wg_col(e), wg_row(e))) =
-                __floats2bfloat162_rn(f * x[hf][e], f * x[hf][e + 1]);
-        }
+    for (int hf = 0; hf < 2; hf++) {
+        __nv_bfloat162 v[16];
+        wg_pack(v, x[hf], f0, f1);
+        wg_box_store<8, false>(dst + hf * 64 * 64, v);
+    }
 }
 /* the thread's bf16 pairs of a copied [64][128] tile (the stage's V or U), at the accumulator's places: f[hf][e / 2]
  * holds the columns of x[hf][e], x[hf][e + 1] */
@@ -251,6 +249,7 @@ __device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_b
     /* every element takes its exponential, of 0 where masked (so none overflows), and the mask selects: with the
      * exponential behind a branch per element this epilogue took 40 % of the forward block's O warpgroup (session 35) */
     const float gi0 = Gs[wg_row(0)], gi1 = Gs[wg_row(2)];
+    __nv_bfloat162 v[16];
 #pragma unroll
     for (int e = 0; e < 32; e += 2) {
         const int i = wg_row(e), j = wg_col(e);
@@ -258,8 +257,9 @@ __device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_b
         const bool k0 = i < n && j <= i, k1 = i < n && j + 1 <= i;
         const float x0 = p.scale * cq[e] * gexp(p, k0 ? gi - Gs[j] : 0.f);
         const float x1 = p.scale * cq[e + 1] * gexp(p, k1 ? gi - Gs[j + 1] : 0.f);
-        *reinterpret_cast<__nv_bfloat162 *>(Cs + cm_k<MAXBT>(i, j)) = __floats2bfloat162_rn(k0 ? x0 : 0.f, k1 ? x1 : 0.f);
+        v[e / 2] = __floats2bfloat162_rn(k0 ? x0 : 0.f, k1 ? x1 : 0.f);
     }
+    wg_box_store<8, false>(Cs, v); /* cm_k<64>(i, j) */
 }
 
 /* The O warpgroup issues Q S once K S is complete (BAR_K), so that the chain's K S has the tensor cores to itself:
@@ -378,15 +378,15 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             ws_arrive(WS_BAR_K, 256); /* the O warpgroup's Q S may start */
             /* Y = diag(β)(V − γ ⊙ K S), the B operand of A Y */
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++)
+            for (int hf = 0; hf < 2; hf++) {
 #pragma unroll
                 for (int e = 0; e < 32; e += 2) {
-                    const int j = cm_mn<64>(wg_col(e), wg_row(e)) + hf * 64 * 64;
                     const float gi = e & 2 ? g1 : g0, bi = e & 2 ? b1 : b0;
                     const float2 vv = __bfloat1622float2(vf[hf][e / 2]);
-                    *reinterpret_cast<__nv_bfloat162 *>(Yb + j) =
-                        __floats2bfloat162_rn(bi * (vv.x - gi * x[hf][e]), bi * (vv.y - gi * x[hf][e + 1]));
+                    vf[hf][e / 2] = __floats2bfloat162_rn(bi * (vv.x - gi * x[hf][e]), bi * (vv.y - gi * x[hf][e + 1]));
                 }
+                wg_box_store<8, false>(Yb + hf * 64 * 64, vf[hf]);
+            }
             wg_proxy_fence();
             ws_sync(WS_BAR_Y, 128);
             if constexpr (REC) ws_sync(WS_BAR_A, 256); /* the O warpgroup's bf16 A is in */

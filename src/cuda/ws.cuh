@@ -60,24 +60,33 @@ using OpN = WsOp<1, 1024, 128, 2048>; /* a cm_mn<64> half read as B (k = its row
 using OpK = WsOp<0, 128, 1024, 256>;  /* the forward block's C_q, cm_k<64> read K-major: the A of C_q R */
 
 /* A warpgroup's accumulator fragment (wg_row, wg_col: warp q rows 16q … 16q + 15) in bf16 pairs, v[e / 2] = elements e,
- * e + 1, to and from a box of 64 columns with the 128-B swizzle (sw128: 128-B rows, 1024-B aligned): the fragment's 8 ×
- * 8 pieces are stmatrix/ldmatrix's, so a warp moves four of them an instruction, each lane naming one piece's row.
- * NB: the fragment's 8-column blocks, from block b0 of the box (even). In place of a store a pair with its swizzled
- * offset: 16 stores and their address arithmetic became four instructions and one XOR each (session 46's profile:
- * the fused reverse pass spent about a third of its instructions moving fragments). */
-struct WgBoxLanes {
-    unsigned base; /* this lane's row of the box: its byte address */
-    int y;         /* the lane's block parity with its row's swizzle phase: block b goes to 16-B chunk b ^ y */
-    __device__ __forceinline__ WgBoxLanes(const void *box) {
+ * e + 1, to and from a tile of 64 columns: the fragment's 8 × 8 pieces are stmatrix/ldmatrix's, so a warp moves four of
+ * them an instruction, each lane naming one piece's 16-byte row. NB: the fragment's 8-column blocks, from block b0 of
+ * the tile (even). Two layouts of a [row][64 columns] bf16 tile:
+ *   SW = true:  a box with the 128-B swizzle (tma.cuh's sw128: 128-B rows, the 16-B chunk b of row r at b ^ (r % 8));
+ *   SW = false: core matrices, cm_k<64>(row, column) = cm_mn<64>(column, row) (wgmma.cuh: 8 × 8 pieces of 128 B).
+ * In place of a store (or load) a pair with its address arithmetic: 16 and their offsets became four instructions and
+ * an add or XOR each (session 46's profile: the fused reverse pass spent about a third of its instructions moving
+ * fragments to and from shared memory). */
+template <bool SW> struct WgFragLanes {
+    unsigned base; /* this lane's row of the tile: its byte address (SW = false: with its block parity) */
+    int y;         /* SW: the lane's block parity with its row's swizzle phase, block b at 16-B chunk b ^ y */
+    __device__ __forceinline__ WgFragLanes(const void *tile) {
         const int lane = threadIdx.x & 31, m = lane >> 3, r = lane & 7;
-        base = smem_u32(box) + (16 * ((threadIdx.x >> 5) & 3) + r + 8 * (m & 1)) * 128;
-        y = (m >> 1) ^ r;
+        const int row = 16 * ((threadIdx.x >> 5) & 3) + r + 8 * (m & 1);
+        if constexpr (SW) {
+            base = smem_u32(tile) + row * 128;
+            y = (m >> 1) ^ r;
+        } else {
+            base = smem_u32(tile) + (row >> 3) * 1024 + (m >> 1) * 128 + r * 16;
+            y = 0;
+        }
     }
-    __device__ __forceinline__ unsigned at(int b) const { return base + ((b ^ y) << 4); } /* b even */
+    __device__ __forceinline__ unsigned at(int b) const { return SW ? base + ((b ^ y) << 4) : base + b * 128; } /* b even */
 };
-template <int NB = 8>
-__device__ __forceinline__ void wg_box_store(void *box, const __nv_bfloat162 (&v)[NB * 2], int b0 = 0) {
-    const WgBoxLanes l(box);
+template <int NB = 8, bool SW = true>
+__device__ __forceinline__ void wg_box_store(void *tile, const __nv_bfloat162 (&v)[NB * 2], int b0 = 0) {
+    const WgFragLanes<SW> l(tile);
 #pragma unroll
     for (int k = 0; k < NB / 2; k++) {
         const uint32_t *u = reinterpret_cast<const uint32_t *>(v + 4 * k);
@@ -85,9 +94,9 @@ __device__ __forceinline__ void wg_box_store(void *box, const __nv_bfloat162 (&v
                      "r"(u[0]), "r"(u[1]), "r"(u[2]), "r"(u[3]) : "memory");
     }
 }
-template <int NB = 8>
-__device__ __forceinline__ void wg_box_load(__nv_bfloat162 (&v)[NB * 2], const void *box, int b0 = 0) {
-    const WgBoxLanes l(box);
+template <int NB = 8, bool SW = true>
+__device__ __forceinline__ void wg_box_load(__nv_bfloat162 (&v)[NB * 2], const void *tile, int b0 = 0) {
+    const WgFragLanes<SW> l(tile);
 #pragma unroll
     for (int k = 0; k < NB / 2; k++) {
         uint32_t *u = reinterpret_cast<uint32_t *>(v + 4 * k);
