@@ -244,11 +244,7 @@ pullback_ws_kernel(Prob p, const __grid_constant__ PsMaps m, const __nv_bfloat16
             const float b0 = bs[i0], b1 = bs[i0 + 8];
             float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f};
             T2 kr[16], qr[16]; /* K and Q at this thread's places, read before the stores below (as G above) */
-#pragma unroll
-            for (int e = 0; e < 32; e += 2) {
-                kr[e / 2] = *reinterpret_cast<const T2 *>(Ks + sw128(wg_row(e), f0 + wg_col(e)));
-                qr[e / 2] = gated ? *reinterpret_cast<const T2 *>(Qs + sw128(wg_row(e), f0 + wg_col(e))) : kr[e / 2];
-            }
+            ws_kq_frags(kr, qr, Ks, Qs, w, gated);
 #pragma unroll
             for (int e = 0; e < 32; e += 2) {
                 const int i = wg_row(e), f = f0 + wg_col(e), hi = (e >> 1) & 1;

@@ -463,12 +463,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         /* k̄ = β B̂ + Ŷ, q̄ = Q̂ and the row terms of β̄, Ḡ */
         const float b0 = bs[i0], b1 = bs[i0 + 8];
         float sb[2] = {0.f, 0.f}, sg[2] = {0.f, 0.f};
-        T2 kr[16], qr[16]; /* K and Q at this thread's places (feature box w), read before the stores below */
-        wg_box_load(kr, Ks + w * 64 * 64);
-        if (gated) wg_box_load(qr, Qs + w * 64 * 64);
-        else
-#pragma unroll
-            for (int e = 0; e < 16; e++) qr[e] = kr[e];
+        T2 kr[16], qr[16]; /* K and Q at this thread's places, read before the stores below */
+        ws_kq_frags(kr, qr, Ks, Qs, w, gated);
         mbar_arrive(kq_empty); /* this thread's last reads of K, Q (and the gates it reads after are the other buffer's
                                 * next: the producer refills this one only after the next chunk's kq_empty) */
 #pragma unroll

@@ -188,6 +188,15 @@ __device__ __forceinline__ float ws_endpoint(const float (&F)[32], const __nv_bf
     }
     return endp;
 }
+/* K and Q at this thread's places of feature box w (the k̄, q̄ epilogue's; Q's only where gated, else K's) */
+__device__ __forceinline__ void ws_kq_frags(__nv_bfloat162 (&kr)[16], __nv_bfloat162 (&qr)[16], const __nv_bfloat16 *Ks,
+                                            const __nv_bfloat16 *Qs, int w, bool gated) {
+    wg_box_load(kr, Ks + w * 64 * 64);
+    if (gated) wg_box_load(qr, Qs + w * 64 * 64);
+    else
+#pragma unroll
+        for (int e = 0; e < 16; e++) qr[e] = kr[e];
+}
 /* the K-side products (issued and waited for): B̂ += Γ K, Ŷ += Γ_βᵀ K + Γ_H'ᵀ Q, Q̂ += Γ_H' K (kxlo, qxlo: K and Q read MN-major from
  * this warpgroup's features) */
 __device__ __forceinline__ void ws_kside(float (&Bh)[32], float (&F)[32], float (&Qh)[32], const void *Gm, const void *Gb,
