@@ -5,7 +5,9 @@
 #   err     the worst error ÷ MATH §10 bound of test_cuda --quick's cases with the fused reverse pass forced
 #           (REWY_CUDA_REV_WS=1, where session 46's bf16 P = Aᵀ R̄ runs), m against i: the five worst ReWY cases of each
 #   accept  issue 24's benchmark of build/i (bench_api.py through s41_api.sh: FlashQLA compiled a process a shape, then
-#           rewy against FlashQLA, GDN and DeltaNet, the six shapes); carry .peers too
+#           rewy against FlashQLA, GDN and DeltaNet, the six shapes); carry .peers too. Beside FlashQLA's compile: test_cuda
+#           --quick and memcheck of --v128 at the defaults, then Nsight's source counters of kkt_fast at GDN (8,2048,32)
+#           ($OUT/kkt_fast.csv, .txt; for ncu_sass_summary.py --lines against build/i's kkt_inverse.o here)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
@@ -23,9 +25,11 @@ err)
   done ;;
 accept)
   B=build/i TC_LIMIT=90 bash -c 'source bench/dev/device_helpers.sh; t0='$t0'; oracle -- --quick
-    SAN_LIMIT=120 san memcheck -- --v128' > $OUT/checks.log 2>&1 &
+    SAN_LIMIT=120 san memcheck -- --v128; OUT='$OUT' source_counters kkt_fast_kernel kkt_fast -- $B/bench/dev/variant_time gdn 8 2048 32 once' \
+    > $OUT/checks.log 2>&1 &
   export OUT REWY_LIB=$PWD/build/i/librewy.so WARM_PEERS=flashqla IMPLS=rewy,flashqla WARM_LIMIT=280 API_LIMIT=${API_LIMIT:-220}
   bash bench/dev/s41_api.sh warm; wait; cat $OUT/checks.log
-  bash bench/dev/s41_api.sh run ;;
+  bash bench/dev/s41_api.sh run
+  rm -rf $OUT/warm $OUT/err_*.log $OUT/*.ncu-rep ;; # (their lines are in run.log; at most 8 files come back)
 esac; done
 echo "done $(el)"
