@@ -8,6 +8,7 @@
 #           rewy against FlashQLA, GDN and DeltaNet, the six shapes); carry .peers too. Beside FlashQLA's compile: test_cuda
 #           --quick and memcheck of --v128 at the defaults, then Nsight's source counters of kkt_fast at GDN (8,2048,32)
 #           ($OUT/kkt_fast.csv, .txt; for ncu_sass_summary.py --lines against build/i's kkt_inverse.o here)
+#   prof    that profile of kkt_fast alone
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
@@ -31,5 +32,7 @@ accept)
   bash bench/dev/s41_api.sh warm; wait; cat $OUT/checks.log
   bash bench/dev/s41_api.sh run
   rm -rf $OUT/warm $OUT/err_*.log $OUT/*.ncu-rep ;; # (their lines are in run.log; at most 8 files come back)
+prof) # kkt_fast's source counters alone (accept's third check)
+  B=build/i source_counters kkt_fast_kernel kkt_fast -- build/i/bench/dev/variant_time gdn 8 2048 32 once ;;
 esac; done
 echo "done $(el)"
