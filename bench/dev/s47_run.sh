@@ -9,6 +9,7 @@
 #           --quick and memcheck of --v128 at the defaults, then Nsight's source counters of kkt_fast at GDN (8,2048,32)
 #           ($OUT/kkt_fast.csv, .txt; for ncu_sass_summary.py --lines against build/i's kkt_inverse.o here)
 #   prof    that profile of kkt_fast alone
+#   winrev  the check and times of bench/dev/s47_winrev.patch (carry .carry/s47w.tar.xz and s47i): the mode's comment
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
@@ -32,6 +33,20 @@ accept)
   bash bench/dev/s41_api.sh warm; wait; cat $OUT/checks.log
   bash bench/dev/s41_api.sh run
   rm -rf $OUT/warm $OUT/err_*.log $OUT/*.ncu-rep ;; # (their lines are in run.log; at most 8 files come back)
+winrev) # build/w (.carry/s47w.tar.xz): bench/dev/s47_winrev.patch on this commit, the fused pass inside the time
+  # windows; test_cuda at the defaults, with windows of 2 chunks (the fused pass in them, then the pair forced back), with
+  # segments of 2; racecheck and memcheck of --v128 in windows; GPU-bound ms of main (build/i) against it
+  [ -x build/w/tests/cuda/test_cuda ] || tar xJf .carry/s47w.tar.xz
+  export TB=build/w
+  TC_LIMIT=80 oracle -- --quick; TC_LIMIT=80 oracle REWY_CUDA_WIN=2 -- --quick
+  TC_LIMIT=80 oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0 -- --quick; TC_LIMIT=80 oracle REWY_CUDA_SEG=2 -- --quick
+  SAN_LIMIT=100 san racecheck REWY_CUDA_WIN=2 -- --v128; SAN_LIMIT=80 san memcheck REWY_CUDA_WIN=2 -- --v128
+  unset TB
+  echo "| op | shape | main | windowed fused pass | its pair (REWY_CUDA_REV_WS=0) |"
+  for op in gdn delta; do for sh in ${SHAPES:-4x4096x16 8x2048x32 1x8192x16}; do
+    echo "| $op | $sh | $(gb build/i/bench/dev/variant_time $op ${sh//x/ }) | $(gb build/w/bench/dev/variant_time $op ${sh//x/ }) | $(gb env REWY_CUDA_REV_WS=0 build/w/bench/dev/variant_time $op ${sh//x/ }) |"
+  done; done
+  kernel_table build/w/bench/dev/variant_time gdn 4 4096 16 | kernel_sums ;;
 prof) # kkt_fast's source counters alone (accept's third check)
   B=build/i source_counters kkt_fast_kernel kkt_fast -- build/i/bench/dev/variant_time gdn 8 2048 32 once ;;
 esac; done
