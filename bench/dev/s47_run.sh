@@ -1,6 +1,8 @@
 #!/bin/bash
-# Session 47's device calls: session 46's six kernel commits (bench/dev/s46_kernels.patch) built here for sm_90a as
-# build/i (librewy.so, test_cuda, variant_time; carry .carry/s47i.tar.xz) against main's build/m (.carry/s46a.tar.xz).
+# Session 47's device calls. Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried:
+#   .carry/s47i.tar.xz  build/i: main with session 46's six kernel commits (16b539b … 9be4469; main's src since)
+#   .carry/s47w.tar.xz  build/w: build/i's tree with bench/dev/s47_winrev.patch (`git am`; the branch dev/s47-winrev)
+#   .carry/s46a.tar.xz  build/m: main 66fd20b, before those commits (session 46's; for err, where carried)
 # Modes, in the order given:
 #   err     the worst error ÷ MATH §10 bound of test_cuda --quick's cases with the fused reverse pass forced
 #           (REWY_CUDA_REV_WS=1, where session 46's bf16 P = Aᵀ R̄ runs), m against i: the five worst ReWY cases of each
