@@ -11,7 +11,7 @@
 #           --quick and memcheck of --v128 at the defaults, then Nsight's source counters of kkt_fast at GDN (8,2048,32)
 #           ($OUT/kkt_fast.csv, .txt; for ncu_sass_summary.py --lines against build/i's kkt_inverse.o here)
 #   prof    that profile of kkt_fast alone
-#   winrev  the check and times of bench/dev/s47_winrev.patch (carry .carry/s47w.tar.xz and s47i): the mode's comment.
+#   winrev  the checks and times of bench/dev/s47_winrev.patch (carry .carry/s47w.tar.xz and s47i): the mode's comment.
 #           Then issue 24's whole benchmark with FLA: s41_api.sh warm, then run (WARM_PEERS="flashqla fla",
 #           IMPLS=rewy,fla,flashqla, REWY_LIB=build/…/librewy.so; carry .peers and .carry/e2e/fla.tar.xz, from
 #           .ref/peer_fla.sh)
@@ -38,23 +38,31 @@ accept)
   bash bench/dev/s41_api.sh warm; wait; cat $OUT/checks.log
   bash bench/dev/s41_api.sh run
   rm -rf $OUT/warm $OUT/err_*.log $OUT/*.ncu-rep ;; # (their lines are in run.log; at most 8 files come back)
-winrev) # build/w (.carry/s47w.tar.xz): bench/dev/s47_winrev.patch on this commit, the fused pass inside the time
-  # windows, and the test-only REWY_CUDA_REV_RF=1 (the fused pass forms R from S_c outside segments too, the recompute
-  # stores S_c alone); test_cuda at the defaults, with windows of 2 chunks (the fused pass in them, then the pair forced
-  # back), with segments of 2, with R formed (alone and in windows); racecheck and memcheck of --v128 in windows;
-  # GPU-bound ms of main (build/i) against it, and with R formed
+winrev) # build/w (.carry/s47w.tar.xz): bench/dev/s47_winrev.patch on this commit: the fused pass inside the time windows;
+  # chain_ws's 64-column value tile (the forward where the chain rule takes 64 columns, the recompute where two blocks a
+  # walk fit one wave; REWY_CUDA_FWD_CHAIN=64 with REWY_CUDA_FWD_WS=1, REWY_CUDA_REC_VT=64/128 force them); the test-only
+  # REWY_CUDA_REV_RF=1 (the fused pass forms R, the recompute stores S_c alone). test_cuda --quick under each; racecheck
+  # and memcheck of --v128; GPU-bound ms of main (build/i) against it and its variants; kernel times
   [ -x build/w/tests/cuda/test_cuda ] || tar xJf .carry/s47w.tar.xz
   export TB=build/w TC_LIMIT=80
-  oracle -- --quick; oracle REWY_CUDA_WIN=2 -- --quick; oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0 -- --quick
-  oracle REWY_CUDA_SEG=2 -- --quick; oracle REWY_CUDA_REV_RF=1 -- --quick; oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_RF=1 -- --quick
-  SAN_LIMIT=100 san racecheck REWY_CUDA_WIN=2 -- --v128; SAN_LIMIT=80 san memcheck REWY_CUDA_WIN=2 REWY_CUDA_REV_RF=1 -- --v128
+  oracle -- --quick; oracle REWY_CUDA_WIN=2 -- --quick; oracle REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128 -- --quick
+  oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0 -- --quick; oracle REWY_CUDA_SEG=2 -- --quick
+  oracle REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128 -- --quick; oracle REWY_CUDA_REV_RF=1 -- --quick
+  oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_RF=1 -- --quick; oracle REWY_CUDA_FWD_WS=1 -- --quick
+  oracle REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64 -- --quick; oracle REWY_CUDA_REV_WS=1 -- --quick
+  oracle REWY_CUDA_REV_WS=1 REWY_CUDA_REC_VT=128 -- --quick
+  SAN_LIMIT=100 san racecheck REWY_CUDA_WIN=2 -- --v128
+  SAN_LIMIT=100 san racecheck REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64 -- --v128
+  SAN_LIMIT=80 san memcheck REWY_CUDA_WIN=2 REWY_CUDA_REV_RF=1 -- --v128
   unset TB
   W=build/w/bench/dev/variant_time
-  echo "| op | shape | main | windowed fused pass | its pair (REWY_CUDA_REV_WS=0) | R formed (REWY_CUDA_REV_RF=1) |"
+  echo "| op | shape | main | this | its windows' pair (REV_WS=0) | R formed (REV_RF=1) | recompute at 128 (REC_VT=128) |"
   for op in gdn delta; do for sh in ${SHAPES:-4x4096x16 8x2048x32 16x1024x16 1x8192x16}; do
-    echo "| $op | $sh | $(gb build/i/bench/dev/variant_time $op ${sh//x/ }) | $(gb $W $op ${sh//x/ }) | $(gb env REWY_CUDA_REV_WS=0 $W $op ${sh//x/ }) | $(gb env REWY_CUDA_REV_RF=1 $W $op ${sh//x/ }) |"
+    a=${sh//x/ }
+    echo "| $op | $sh | $(gb build/i/bench/dev/variant_time $op $a) | $(gb $W $op $a) | $(gb env REWY_CUDA_REV_WS=0 $W $op $a) | $(gb env REWY_CUDA_REV_RF=1 $W $op $a) | $(gb env REWY_CUDA_REC_VT=128 $W $op $a) |"
   done; done
-  for e in "" REWY_CUDA_REV_RF=1; do echo "kernels [$e]"; kernel_table env $e $W gdn 8 2048 32 | kernel_sums; done
+  for e in "" REWY_CUDA_REV_RF=1; do echo "kernels (8,2048,32) [$e]"; kernel_table env $e $W gdn 8 2048 32 | kernel_sums; done
+  echo "kernels (4,4096,16): main, this"; kernel_table build/i/bench/dev/variant_time gdn 4 4096 16 | kernel_sums
   kernel_table $W gdn 4 4096 16 | kernel_sums ;;
 prof) # kkt_fast's source counters alone (accept's third check)
   B=build/i source_counters kkt_fast_kernel kkt_fast -- build/i/bench/dev/variant_time gdn 8 2048 32 once ;;
