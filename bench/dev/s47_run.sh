@@ -11,15 +11,13 @@
 #           --quick and memcheck of --v128 at the defaults, then Nsight's source counters of kkt_fast at GDN (8,2048,32)
 #           ($OUT/kkt_fast.csv, .txt; for ncu_sass_summary.py --lines against build/i's kkt_inverse.o here)
 #   prof    that profile of kkt_fast alone
-#   winrev  the checks and times of bench/dev/s47_winrev.patch (carry .carry/s47w.tar.xz and s47i): the mode's comment.
-#           Then issue 24's whole benchmark with FLA: s41_api.sh warm, then run (WARM_PEERS="flashqla fla",
-#           IMPLS=rewy,fla,flashqla, REWY_LIB=build/…/librewy.so; carry .peers and .carry/e2e/fla.tar.xz, from
-#           .ref/peer_fla.sh)
+#   winrev  the checks and times of bench/dev/s47_winrev.patch (carry .carry/s47w.tar.xz and s47i): the mode's comment
+#   warm, bench  issue 24's whole benchmark with FLA and FlashQLA, in two calls on one warm machine (the modes' comment)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
 [ -x build/m/tests/cuda/test_cuda ] || [ ! -f .carry/s46a.tar.xz ] || tar xJf .carry/s46a.tar.xz
-[ -x build/i/tests/cuda/test_cuda ] || tar xJf .carry/s47i.tar.xz
+[ -x build/i/tests/cuda/test_cuda ] || [ ! -f .carry/s47i.tar.xz ] || tar xJf .carry/s47i.tar.xz
 echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 for mode in "$@"; do case $mode in
 err)
@@ -64,6 +62,13 @@ winrev) # build/w (.carry/s47w.tar.xz): bench/dev/s47_winrev.patch on this commi
   for e in "" REWY_CUDA_REV_RF=1; do echo "kernels (8,2048,32) [$e]"; kernel_table env $e $W gdn 8 2048 32 | kernel_sums; done
   echo "kernels (4,4096,16): main, this"; kernel_table build/i/bench/dev/variant_time gdn 4 4096 16 | kernel_sums
   kernel_table $W gdn 4 4096 16 | kernel_sums ;;
+warm|bench) # issue 24's whole benchmark of build/$AB (default w) with FLA and FlashQLA: `warm` (every peer kernel
+  # compiled, a process a shape, then FLA's autotune; about 9 minutes) in one call, `bench` in the next on the warm
+  # machine (its caches in .fla-cache/). Carry .peers, .carry/e2e/fla.tar.xz (.ref/peer_fla.sh) and the build's archive
+  AB=${AB:-w}; [ -x build/$AB/librewy.so ] || tar xJf .carry/s47$AB.tar.xz
+  export OUT REWY_LIB=$PWD/build/$AB/librewy.so IMPLS=rewy,fla,flashqla
+  if [ $mode = warm ]; then WARM_PEERS="flashqla fla" bash bench/dev/s41_api.sh warm
+  else API_LIMIT=${API_LIMIT:-540} bash bench/dev/s41_api.sh run; rm -rf $OUT/warm; fi ;;
 prof) # kkt_fast's source counters alone (accept's third check)
   B=build/i source_counters kkt_fast_kernel kkt_fast -- build/i/bench/dev/variant_time gdn 8 2048 32 once ;;
 esac; done
