@@ -6,11 +6,8 @@
 # Modes, in the order given:
 #   err     the worst error ÷ MATH §10 bound of test_cuda --quick's cases with the fused reverse pass forced
 #           (REWY_CUDA_REV_WS=1, where session 46's bf16 P = Aᵀ R̄ runs), m against i: the five worst ReWY cases of each
-#   accept  issue 24's benchmark of build/i (bench_api.py through s41_api.sh: FlashQLA compiled a process a shape, then
-#           rewy against FlashQLA, GDN and DeltaNet, the six shapes); carry .peers too. Beside FlashQLA's compile: test_cuda
-#           --quick and memcheck of --v128 at the defaults, then Nsight's source counters of kkt_fast at GDN (8,2048,32)
-#           ($OUT/kkt_fast.csv, .txt; for ncu_sass_summary.py --lines against build/i's kkt_inverse.o here)
-#   prof    that profile of kkt_fast alone
+#   prof    Nsight's source counters of kkt_fast at GDN (8,2048,32) in build/i (device_helpers.sh's source_counters:
+#           $OUT/kkt_fast.csv, .txt, for ncu_sass_summary.py --lines against build/i's kkt_inverse.o here)
 #   winrev  the checks and times of bench/dev/s47_winrev.patch (carry .carry/s47w.tar.xz and s47i): the mode's comment
 #   warm, bench  issue 24's whole benchmark with FLA and FlashQLA, in two calls on one warm machine (the modes' comment)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
@@ -28,14 +25,6 @@ err)
     awk '/worst err\/tol/ {for (i = 1; i < NF; i++) if ($i == "ReWY") r = $(i + 1); print r, $0}' $OUT/err_$b.log |
       sort -rn | head -5 | cut -c1-150
   done ;;
-accept)
-  B=build/i TC_LIMIT=90 bash -c 'source bench/dev/device_helpers.sh; t0='$t0'; oracle -- --quick
-    SAN_LIMIT=120 san memcheck -- --v128; OUT='$OUT' source_counters kkt_fast_kernel kkt_fast -- $B/bench/dev/variant_time gdn 8 2048 32 once' \
-    > $OUT/checks.log 2>&1 &
-  export OUT REWY_LIB=$PWD/build/i/librewy.so WARM_PEERS=flashqla IMPLS=rewy,flashqla WARM_LIMIT=280 API_LIMIT=${API_LIMIT:-220}
-  bash bench/dev/s41_api.sh warm; wait; cat $OUT/checks.log
-  bash bench/dev/s41_api.sh run
-  rm -rf $OUT/warm $OUT/err_*.log $OUT/*.ncu-rep ;; # (their lines are in run.log; at most 8 files come back)
 winrev) # build/w (.carry/s47w.tar.xz): bench/dev/s47_winrev.patch on this commit: the fused pass inside the time windows;
   # chain_ws's 64-column value tile (the forward where the chain rule takes 64 columns, the recompute where two blocks a
   # walk fit one wave; REWY_CUDA_FWD_CHAIN=64 with REWY_CUDA_FWD_WS=1, REWY_CUDA_REC_VT=64/128 force them); the test-only
@@ -69,7 +58,7 @@ warm|bench) # issue 24's whole benchmark of build/$AB (default w) with FLA and F
   export OUT REWY_LIB=$PWD/build/$AB/librewy.so IMPLS=rewy,fla,flashqla
   if [ $mode = warm ]; then WARM_PEERS="flashqla fla" bash bench/dev/s41_api.sh warm
   else API_LIMIT=${API_LIMIT:-540} bash bench/dev/s41_api.sh run; rm -rf $OUT/warm; fi ;;
-prof) # kkt_fast's source counters alone (accept's third check)
+prof)
   B=build/i source_counters kkt_fast_kernel kkt_fast -- build/i/bench/dev/variant_time gdn 8 2048 32 once ;;
 esac; done
 echo "done $(el)"
