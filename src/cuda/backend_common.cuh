@@ -586,15 +586,16 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
     state_t *Sbar = at<state_t>(a->workspace, L.Sbar);
     rp_t *PR = at<rp_t>(a->workspace, L.PR);
     float *Wbar = at<float>(a->workspace, L.Wbar), *acc = p.G > 1 ? at<float>(a->workspace, L.acc) : nullptr;
-    /* the fused reverse pass (Plan::rev_ws): the reverse scan and the pullback in one kernel, from S_c and R */
-    auto reverse = [&](const Prob &pr, const state_t *Sc, const rp_t *R) {
-        return launch_reverse_ws(pr, a->q, a->k, a->v, sg.GB, A, a->do_, Sc, R, a->dht, a->dh0, a->dq, a->dk, a->dv,
-                                 a->dbeta, a->g, p.gated ? a->dg : nullptr, s);
+    /* the fused reverse pass (Plan::rev_ws): the reverse scan and the pullback in one kernel, from S_c and R, from the
+     * state gradient dht to dh0 (a time window's: the carry) */
+    auto reverse = [&](const Prob &pr, const state_t *Sc, const rp_t *R, const float *dht, float *dh0) {
+        return launch_reverse_ws(pr, a->q, a->k, a->v, sg.GB, A, a->do_, Sc, R, dht, dh0, a->dq, a->dk, a->dv, a->dbeta,
+                                 a->g, p.gated ? a->dg : nullptr, s);
     };
     if (polA) {
         REWY_TRY(Op::gates(p, a, L, nullptr, nullptr, nullptr, Gc, &sg, s));
         if (pl.rev_ws) {
-            REWY_TRY(reverse(p, at<const state_t>(a->saved, L.Sc), at<const rp_t>(a->saved, L.R)));
+            REWY_TRY(reverse(p, at<const state_t>(a->saved, L.Sc), at<const rp_t>(a->saved, L.R), a->dht, a->dh0));
             return REWY_OK;
         }
         const cq_t *Cq = at<const cq_t>(a->saved, L.Cq);
@@ -662,10 +663,10 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;
         if (pl.rev_ws) { /* the recompute alone (no C_q: the fused pass forms it; chain_ws.cu's recompute form), then
-                          * the fused pass (no windows) */
+                          * the fused pass, the window's S̄ from the carry and back into it */
             REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
             REWY_TRY(launch_recompute_ws(pw, a->k, a->v, sg.GB, A, h0, sc, r, s));
-            REWY_TRY(reverse(pw, sc, r));
+            REWY_TRY(reverse(pw, sc, r, dht, dh0));
             continue;
         }
         if (bvc > 0) {

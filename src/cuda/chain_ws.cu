@@ -35,7 +35,8 @@
  * K = 128.
  *
  * The recompute form (REC): policy R's recompute before the fused reverse pass (reverse_ws.cu) as the same
- * chain without the output, storing S_c and R. The backward holds the saved A in fp32 (the reverse pass's Aᵀ R̄ is a
+ * chain without the output, storing S_c and R (in a time window's backward, the window's chunks from its checkpoint,
+ * by the window's slots). The backward holds the saved A in fp32 (the reverse pass's Aᵀ R̄ is a
  * tf32 product); the forward's bf16 copy of it lived in the forward's workspace. So A comes by one bulk copy into Q's
  * slot of the stage (no Q is needed), and the O warpgroup, which has no output to form, rounds it to the bf16 box of
  * A Y while K S runs (BAR_A): the rounding kkt_inverse did for the forward, so the recomputed S_c and R are the forward
@@ -290,9 +291,9 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
     auto stage = [&](int b) { return smc + b * L::STAGE; };
     auto gates = [&](int b) { return reinterpret_cast<float *>(smc + L::oGB + b * GB_BYTES); }; /* stage b's G, then β */
     const unsigned mb = smem_u32(smc + L::oMB); /* stage b's mbarrier: mb + 8·b */
-    /* chunk c's tiles into stage b: K, Q, V, A (the forward pass: every region by chunk, no window's slots), G, β. The
-     * tensor copies by the first thread (issue_tma); K, Q, V of a sequence's tail chunk by the state warpgroups
-     * (issue_tail, ws_copy_tail) */
+    /* chunk c's tiles into stage b: K, Q, V, A, G, β, all by chunk (the recompute form's A is the saved one; only the
+     * S_c and R it stores go by a time window's slots). The tensor copies by the first thread (issue_tma); K, Q, V of
+     * a sequence's tail chunk by the state warpgroups (issue_tail, ws_copy_tail) */
     const size_t rsk = (size_t)p.H * p.K;
     auto issue_tma = [&](int c, int b) {
         if (threadIdx.x != 0) return;
@@ -339,7 +340,8 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
                 ws_sync(WS_BAR_F, NL + 128);
             }
             S.spill(Sb);
-            if (Sc) S.save_copy(&m.sc, (int)(((size_t)c * p.HV + hv) * p.K), Sb, WS_BAR_SC + wg); /* policy A's S_c */
+            if (Sc) /* policy A's S_c, or the recompute's (by the window's slot in a time window's backward) */
+                S.save_copy(&m.sc, (int)(((size_t)chunk_slot(p, c, p.ctab[c]) * p.HV + hv) * p.K), Sb, WS_BAR_SC + wg);
             ws_stage_wait(mb, b, it);
             ws_sync(WS_BAR_S, NT); /* chunk c's tiles and S's copy are in */
             if (it + 1 < nch) {
@@ -396,7 +398,8 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             const float2 f = ws_fdec(p, Gs, n);
             ws_put_rows(Rb, x, 1.f, 1.f);
             ws_put_rows(Pb, x, f.x, f.y);
-            if (R) ws_store_rows(R + ((size_t)c * p.HV + hv) * MAXBT * p.V + v0, p.V, x, n); /* policy A's R */
+            if (R) /* policy A's R, or the recompute's (by slot, as S_c) */
+                ws_store_rows(R + ((size_t)chunk_slot(p, c, p.ctab[c]) * p.HV + hv) * MAXBT * p.V + v0, p.V, x, n);
             wg_proxy_fence();
             ws_arrive(WS_BAR_P, NT);
         }
@@ -721,7 +724,7 @@ cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, con
     const TmaEncoder enc;
     WsMaps m{};
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.x, p, v, p.HV, p.V) ||
-        !ws_slot_map(enc, &m.sc, Sc, (uint64_t)p.NC * p.HV * p.K, 128))
+        !ws_slot_map(enc, &m.sc, Sc, (uint64_t)chunk_slots(p) * p.HV * p.K, 128))
         return cudaErrorInvalidValue;
     using L = WsLayout<128>;
     cudaError_t e = ensure_smem<chain_ws_kernel<128, true>>(L::TOTAL);

@@ -137,7 +137,8 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
                                     void *o, cudaStream_t s);
 /* chain_ws.cu: policy R's recompute before the fused reverse pass (wherever Plan::rev_ws runs under policy R; its shapes
  * and pointers are that kernel's too) as that kernel's recompute form: S_c and R (NULL: not stored) of every chunk from
- * h0, with the saved A in fp32 rounded to bf16 in the block (the forward chain's A) and no output */
+ * h0 (of a time window's chunks from its start state, by its slots), with the saved A in fp32 rounded to bf16 in the
+ * block (the forward chain's A) and no output */
 cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                 const float *h0, state_t *Sc, rp_t *R, cudaStream_t s);
 /* chain_ws.cu: policy R's pair as that kernel's roles (Plan::chain_ws; launch_chain_pair hands over to it where q, k
@@ -159,9 +160,10 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
  * (Plan::pb_ws; launch_pullback hands over to it): the same inputs and outputs */
 bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
                  const void *do_, const void *dq, const void *dk, const void *dv); /* Plan::pb_ws */
-/* reverse_ws.cu: the reverse scan and the warp-specialized pullback fused (Plan::rev_ws: G = 1, no time windows unless
- * they run as segments): from S_c and R (the recompute's or policy A's; under segments from S_c alone, R formed in the
- * pass, R unused) to dq, dk, dv, dβ, dg and dh0, with no S̄⁺ or P in HBM */
+/* reverse_ws.cu: the reverse scan and the warp-specialized pullback fused (Plan::rev_ws: G = 1): from S_c and R (the
+ * recompute's or policy A's; under segments from S_c alone, R formed in the pass, R unused) to dq, dk, dv, dβ, dg and
+ * dh0, with no S̄⁺ or P in HBM. In a time window (Prob::win_len): the window's chunks, S_c and R by its slots, from
+ * dht to dh0 (which may be one buffer: a block reads its elements first and writes them last) */
 bool reverse_ws(const Prob &p, int win); /* Plan::rev_ws, after pb_ws, bwd_scan_wg and the windows */
 cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB, const float *A,
                               const void *do_, const state_t *Sc, const rp_t *R, const float *dht, float *dh0, void *dq,

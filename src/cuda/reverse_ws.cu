@@ -106,7 +106,9 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
 
     const int sq = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, h = hv; /* G = 1 */
-    const int c_begin = p.coff[sq], c_last = p.coff[sq + 1] - 1;
+    int c_begin, c_end; /* the sequence's chunks, or its part in the time window (Prob::win_lo, win_hi) */
+    seq_chunks(p, sq, c_begin, c_end);
+    const int c_last = c_end - 1;
     ws_mbar_init(mb, {32, 32, WS_MATH, WS_MATH, 32, WS_MATH, 32, WS_MATH, 1}); /* full[2], empty[2], kq, a: full, empty; a copy */
 
     if (tid >= WS_MATH) {
@@ -119,12 +121,13 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             const bool tail = ci.n < MAXBT;
             ChunkInfo wi = ci; /* R's rows (not RF): from its own first row */
             wi.tok0 = 0;
-            const int x = c * p.HV + hv; /* the workspace index (chunk, value head) */
+            /* (chunk, value head): xa in the saved A, x in the workspace's S_c and R (a time window's slot) */
+            const int xa = c * p.HV + hv, x = chunk_slot(p, c, ci) * p.HV + hv;
             if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
             if (lane == 0) {
                 bulk_fence(); /* this warp's reads of the fp32 A (the last chunk's rounding) before the copy's writes */
                 mbar_expect(a_copy, MAXBT * MAXBT * 4);
-                bulk_g2s(smem_u32(smc + L::oAf), A + (size_t)x * MAXBT * MAXBT, MAXBT * MAXBT * 4, a_copy);
+                bulk_g2s(smem_u32(smc + L::oAf), A + (size_t)xa * MAXBT * MAXBT, MAXBT * MAXBT * 4, a_copy);
             }
 #pragma unroll 1
             for (int s = 0; s < 2; s++) {
@@ -170,7 +173,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                  * issued only when this chunk's readers release the buffers, near its end, and the next chunk's chain
                  * starts by waiting on them */
                 if (c > c_begin) {
-                    const int t1 = p.ctab[c - 1].tok0, x1 = x - p.HV;
+                    const int t1 = p.ctab[c - 1].tok0, x1 = x - p.HV, xa1 = xa - p.HV; /* (a window's slots run on too) */
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
                         tma_prefetch_box(&m.k, h * KD + 64 * j, t1);
@@ -181,8 +184,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                         tma_prefetch_box(&m.sc, 64 * j, x1 * KD);
                         tma_prefetch_box(&m.sc, 64 * j, x1 * KD + 64);
                     }
-                    bulk_prefetch_l2(A + (size_t)x1 * MAXBT * MAXBT, MAXBT * MAXBT * 4);
-                    bulk_prefetch_l2(GB + (size_t)x1 * 2 * MAXBT, GB_BYTES);
+                    bulk_prefetch_l2(A + (size_t)xa1 * MAXBT * MAXBT, MAXBT * MAXBT * 4);
+                    bulk_prefetch_l2(GB + (size_t)xa1 * 2 * MAXBT, GB_BYTES);
                 }
             }
             mbar_wait(a_copy, it & 1);
@@ -549,24 +552,29 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
 }
 
 /* Whether the fused reverse pass runs (Plan::rev_ws): where the warp-specialized pullback runs (pullback_ws: ReWY,
- * bf16, K = V = 128, sm_90a, aligned pointers) with one key head per value head and no time windows (unless they run
- * as segments, Plan::seg), by default where the wgmma reverse scan would run (the large grids: one block per sequence
- * and value head fills the SMs) and over the segments; force.rev_ws = 1 wherever it applies, 0 never. */
+ * bf16, K = V = 128, sm_90a, aligned pointers) with one key head per value head; by default where the wgmma reverse
+ * scan would run (the large grids: one block per sequence and value head fills the SMs), over the segments, and in
+ * each time window (win > 0 without segments: the recompute and this pass once a window, S̄ carried between them);
+ * force.rev_ws = 1 wherever it applies, 0 never. In the windows it replaced the pair of chains and pullback_ws
+ * (session 47, H100, GDN (4,4096,16), GPU-bound backward: the windows' pair 1.153 ms, this pass without windows
+ * 0.994, which holds every chunk's S_c and R: about 600 MiB of peak against the windows' 321.5; this pass in the
+ * windows not yet timed). */
 bool reverse_ws(const Prob &p, int win) {
     const Plan &pl = p.plan;
-    if (!pl.pb_ws || p.G != 1 || (win && !pl.seg) || pl.force.rev_ws == 0) return false;
-    return pl.force.rev_ws == 1 || pl.bwd_scan_wg || pl.seg;
+    if (!pl.pb_ws || p.G != 1 || pl.force.rev_ws == 0) return false;
+    return pl.force.rev_ws == 1 || pl.bwd_scan_wg || pl.seg || win > 0;
 }
 
 cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB, const float *A,
                               const void *do_, const state_t *Sc, const rp_t *R, const float *dht, float *dh0, void *dq,
                               void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s) {
     using T = __nv_bfloat16;
-    if (p.K != 128 || p.Kp != 128 || p.V != 128 || p.G != 1 || p.win_len) return cudaErrorInvalidValue;
+    if (p.K != 128 || p.Kp != 128 || p.V != 128 || p.G != 1) return cudaErrorInvalidValue;
     const bool rf = p.plan.seg; /* under segments R is formed here (R unused), else loaded */
+    if (rf && p.win_len) return cudaErrorInvalidValue; /* segments hold every chunk's S_c */
     const TmaEncoder enc;
     RvMaps m{};
-    const uint64_t rows = (uint64_t)p.NC * p.HV * MAXBT; /* R's rows */
+    const uint64_t rows = (uint64_t)chunk_slots(p) * p.HV * MAXBT; /* R's rows (a time window's slots) */
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
         !ws_token_map(enc, &m.v, p, v, p.HV, p.V) || !ws_token_map(enc, &m.o, p, do_, p.HV, p.V) ||
         (!rf && !ws_slot_map(enc, &m.r, R, rows, p.V)) || !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V))

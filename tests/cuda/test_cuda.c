@@ -266,13 +266,14 @@ static void test_forced_plan(test_counts *tc) {
             CHECK(tc, rewy_test_get_plan(&bd, &f, &pd) == REWY_OK && pd.fwd_ws == pb.fwd_ws,
                   "plan: DeltaNet (%d,4096,%d) took the warp-specialized forward %d, GDN %d", big.B, big.H, pd.fwd_ws,
                   pb.fwd_ws);
-            /* the fused reverse pass (reverse_ws.cu) by default exactly where the wgmma reverse scan runs, at these
-             * K = V = 128 bf16 shapes with one key head a value head (session 39: it fired at (8,2048,32) and
-             * (16,1024,16) on an H100) */
-            CHECK(tc, pb.rev_ws == (pb.bwd_scan_wg && pb.pb_ws && (big.HV == 0 || big.HV == big.H)) &&
+            /* the fused reverse pass (reverse_ws.cu) by default exactly where the wgmma reverse scan runs or time
+             * windows do, at these K = V = 128 bf16 shapes with one key head a value head (session 39: it fired at
+             * (8,2048,32) and (16,1024,16) on an H100; session 47: in the windows of (4,4096,16)) */
+            CHECK(tc, pb.rev_ws == ((pb.bwd_scan_wg || pb.win > 0) && pb.pb_ws && (big.HV == 0 || big.HV == big.H)) &&
                           (big.B * big.H < 256 || pb.rev_ws == pb.wgmma),
-                  "plan: GDN (%d,4096,%d) took the fused reverse pass %d (wgmma reverse scan %d, pullback_ws %d, sm_90a "
-                  "binary %d)", big.B, big.H, pb.rev_ws, pb.bwd_scan_wg, pb.pb_ws, pb.wgmma);
+                  "plan: GDN (%d,4096,%d) took the fused reverse pass %d (wgmma reverse scan %d, windows of %d, "
+                  "pullback_ws %d, sm_90a binary %d)", big.B, big.H, pb.rev_ws, pb.bwd_scan_wg, pb.win, pb.pb_ws,
+                  pb.wgmma);
             /* the time windows' rule (plan_windows): a quarter of the 64 chunks where N·16·H ≥ 2·SMs, unless the
              * wgmma scans take the shape */
             const int wwant = !pb.scan_wg && big.B * 16 * big.H >= 2 * pb.sms ? 16 : 0;
