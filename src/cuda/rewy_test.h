@@ -45,8 +45,8 @@ typedef struct rewy_test_force {
     int pb_ws;       /* the scalar-gate ReWY pullback as the warp-specialized wgmma kernel (pullback_ws.cu; sm_90a binary,
                       * bf16, K = V = 128; the default where it applies): 0 off (pullback_fast), 1 on where it applies */
     int rev_ws;      /* the reverse scan and the warp-specialized pullback as one fused kernel (reverse_ws.cu; where
-                      * pb_ws runs, one key head per value head, no time windows; the default on the large grids): 0
-                      * off, 1 on where it applies */
+                      * pb_ws runs, one key head per value head; the default on the large grids, over segments and in
+                      * time windows): 0 off, 1 on where it applies */
     int seg;         /* policy R's sequence split (MATH §11d; segments.cu; by default where plan_segments's rule puts it):
                       * n > 0 chunks a segment where it applies (the fused reverse pass's shapes, policy R, no wgmma
                       * forward scan), 0 off; its time windows then run at once as segments */
