@@ -257,6 +257,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.fwd_seg = plan_fwd_segments(c, p, vec, ptr);
     if (!pl.seg) pl.win = plan_windows(c, p, vec, &pl.nwin);
     pl.rev_ws = reverse_ws(p, pl.win);
+    pl.rev_rf = pl.rev_ws && c->policy == REWY_POLICY_R && (pl.seg || pl.force.rev_rf == 1);
     return pl;
 }
 
@@ -665,8 +666,8 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         if (pl.rev_ws) { /* the recompute alone (no C_q: the fused pass forms it; chain_ws.cu's recompute form), then
                           * the fused pass, the window's S̄ from the carry and back into it */
             REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
-            REWY_TRY(launch_recompute_ws(pw, a->k, a->v, sg.GB, A, h0, sc, r, s));
-            REWY_TRY(reverse(pw, sc, r, dht, dh0));
+            REWY_TRY(launch_recompute_ws(pw, a->k, a->v, sg.GB, A, h0, sc, pl.rev_rf ? nullptr : r, s));
+            REWY_TRY(reverse(pw, sc, r, dht, dh0)); /* (R unread under Plan::rev_rf) */
             continue;
         }
         if (bvc > 0) {

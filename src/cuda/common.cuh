@@ -77,6 +77,9 @@ struct Plan {
                                     * plan_segments, backend_common.cuh): the backward of every segment in one launch */
     int fwd_seg;                   /* and the forward's (MATH §11b): local walks, combine, then the warp-specialized
                                     * chain over every segment at once (plan_fwd_segments) */
+    int rev_rf;                    /* policy R's fused pass forms R from S_c itself, so the recompute stores S_c alone:
+                                    * always over segments (which hold every chunk's S_c and no R), elsewhere a test-only
+                                    * variant (force.rev_rf) until it is timed */
 };
 
 struct Prob {

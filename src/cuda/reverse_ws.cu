@@ -570,8 +570,7 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
                               void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s) {
     using T = __nv_bfloat16;
     if (p.K != 128 || p.Kp != 128 || p.V != 128 || p.G != 1) return cudaErrorInvalidValue;
-    const bool rf = p.plan.seg; /* under segments R is formed here (R unused), else loaded */
-    if (rf && p.win_len) return cudaErrorInvalidValue; /* segments hold every chunk's S_c */
+    const bool rf = p.plan.rev_rf; /* R formed here (R unused: segments, Plan::rev_rf), else loaded */
     const TmaEncoder enc;
     RvMaps m{};
     const uint64_t rows = (uint64_t)chunk_slots(p) * p.HV * MAXBT; /* R's rows (a time window's slots) */

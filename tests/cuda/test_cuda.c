@@ -228,6 +228,13 @@ static void test_forced_plan(test_counts *tc) {
                   p.bwd_bytes, pn.bwd_bytes, p.saved_bytes, pn.saved_bytes);
         }
     }
+    if (f.rev_rf == 1) { /* the fused pass forms R itself wherever it runs under policy R (the config above) */
+        rewy_config cf = c;
+        cf.K = cf.V = 128;
+        rewy_test_plan pf;
+        CHECK(tc, rewy_test_get_plan(&cf, &f, &pf) == REWY_OK && pf.rev_rf == pf.rev_ws,
+              "plan: REWY_CUDA_REV_RF=1 gave %d (fused pass %d)", pf.rev_rf, pf.rev_ws);
+    }
     const rewy_test_force none = rewy_test_force_none();
     if (!memcmp(&f, &none, sizeof f)) {
         CHECK(tc, p.scan_bv == 16 && !p.fuse_output && !p.chain_bvc && !p.scan_wg && !p.bwd_scan_wg && !p.fwd_chain &&
@@ -274,6 +281,10 @@ static void test_forced_plan(test_counts *tc) {
                   "plan: GDN (%d,4096,%d) took the fused reverse pass %d (wgmma reverse scan %d, windows of %d, "
                   "pullback_ws %d, sm_90a binary %d)", big.B, big.H, pb.rev_ws, pb.bwd_scan_wg, pb.win, pb.pb_ws,
                   pb.wgmma);
+            /* and forms R itself over segments always, elsewhere where told (policy R: this config) */
+            CHECK(tc, pb.rev_rf == (pb.rev_ws && (pb.seg || f.rev_rf == 1)),
+                  "plan: GDN (%d,4096,%d): the fused pass forms R %d (fused pass %d, segments %d, REWY_CUDA_REV_RF %d)",
+                  big.B, big.H, pb.rev_rf, pb.rev_ws, pb.seg, f.rev_rf);
             /* the time windows' rule (plan_windows): a quarter of the 64 chunks where N·16·H ≥ 2·SMs, unless the
              * wgmma scans take the shape */
             const int wwant = !pb.scan_wg && big.B * 16 * big.H >= 2 * pb.sms ? 16 : 0;
