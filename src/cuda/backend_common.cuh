@@ -242,7 +242,9 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.scan_wg2 = plan_scan_wg2(p);
     pl.fwd_chain = chain_forward_bvc(p, dt, vec, ptr.o);
     pl.fwd_ws = chain_forward_ws(p, dt, vec, ptr.q, ptr.k, ptr.v, ptr.o, pl.fwd_chain);
-    if (pl.fwd_ws) pl.fwd_chain = 128; /* its stages (kkt's A in bf16; C_q it forms itself) */
+    /* its stages (kkt's A in bf16; C_q it forms itself) and value tile: 64 columns where the register chain's rule
+     * (chain_forward_bvc) takes 64 (B·HV blocks of 128 would leave SMs idle), else 128 */
+    if (pl.fwd_ws) pl.fwd_chain = pl.fwd_chain == 64 ? 64 : 128;
     pl.fuse_output = state_scan_fuses_output(p, dt, vec);
     pl.scan_wu = state_scan_uses_wu(p, dt);
     pl.beside_kkt = state_scan_beside_kkt(p);
@@ -258,6 +260,11 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     if (!pl.seg) pl.win = plan_windows(c, p, vec, &pl.nwin);
     pl.rev_ws = reverse_ws(p, pl.win);
     pl.rev_rf = pl.rev_ws && c->policy == REWY_POLICY_R && (pl.seg || pl.force.rev_rf == 1);
+    {
+        const long walks = (long)p.N * (pl.seg ? pl.nwin : 1) * p.HV; /* the recompute's blocks at 128 columns */
+        const int f = pl.force.rec_vt;
+        pl.rec_vt = f == 64 || f == 128 ? f : 2 * walks <= pl.sms ? 64 : 128;
+    }
     return pl;
 }
 

@@ -49,62 +49,63 @@
 
 namespace rewy_cuda {
 
-template <int KPC> struct WsLayout {
+/* NH: the block's 64-column halves of V (its value tile: 64·NH columns) */
+template <int KPC, int NH = 2> struct WsLayout {
     static constexpr int MB = KPC / 64;                  /* state warpgroups */
     static constexpr int NT = 128 * (MB + 2);            /* threads: the state warpgroups, then R's, then O's */
     static constexpr int KT = MAXBT * KPC * 2;           /* a [64][KPC] bf16 tile (K, Q) */
     static constexpr int HT = MAXBT * 64 * 2;            /* a [64][64] bf16 tile (a V half, A, C_q, Y …) */
-    /* a stage: K, Q, V (two halves), A, and the slot of C_q */
-    static constexpr int oK = 0, oQ = KT, oV = 2 * KT, oA = oV + 2 * HT, oC = oA + HT, STAGE = oC + HT;
-    /* S's bf16 copy (two halves of [KPC][64]), Y, R and R̃ (two halves each); the stages' G and β, and their mbarriers
+    /* a stage: K, Q, V (NH halves), A, and the slot of C_q */
+    static constexpr int oK = 0, oQ = KT, oV = 2 * KT, oA = oV + NH * HT, oC = oA + HT, STAGE = oC + HT;
+    /* S's bf16 copy (NH halves of [KPC][64]), Y, R and R̃ (NH halves each); the stages' G and β, and their mbarriers
      * (the copies are in) */
     static constexpr int SH = KPC * 64 * 2;
-    static constexpr int oS = 2 * STAGE, oY = oS + 2 * SH, oR = oY + 2 * HT, oP = oR + 2 * HT, oGB = oP + 2 * HT;
+    static constexpr int oS = 2 * STAGE, oY = oS + NH * SH, oR = oY + NH * HT, oP = oR + NH * HT, oGB = oP + NH * HT;
     static constexpr int oMB = oGB + 2 * GB_BYTES, TOTAL = oMB + 16;
-    static constexpr unsigned BYTES = 2 * KT + 3 * HT + GB_BYTES; /* a stage's copies: K, Q, V, A, G and β */
-    static constexpr unsigned ROW_BYTES = 2 * KT + 2 * HT;        /* of which K, Q, V (a tail chunk's by cp.async) */
+    static constexpr unsigned BYTES = 2 * KT + (NH + 1) * HT + GB_BYTES; /* a stage's copies: K, Q, V, A, G and β */
+    static constexpr unsigned ROW_BYTES = 2 * KT + NH * HT;              /* of which K, Q, V (a tail chunk's by cp.async) */
     /* the recompute form's: K, V, the fp32 A (in Q's slot), G and β; of which K, V */
     static constexpr int A32 = MAXBT * MAXBT * 4;
-    static constexpr unsigned BYTES_REC = KT + 2 * HT + A32 + GB_BYTES, ROW_BYTES_REC = KT + 2 * HT;
+    static constexpr unsigned BYTES_REC = KT + NH * HT + A32 + GB_BYTES, ROW_BYTES_REC = KT + NH * HT;
     static_assert(STAGE % TMA_BOX == 0, "WsLayout: the copied boxes 1024-B aligned");
 };
 
-/* x (+)= X B for both 64-column halves: X [64][KD] (layout LA: a copied K, Q, W or A; the forward block's C_q), B two
- * halves of KD rows (LB: the state's bf16 copy in swizzled boxes, OpSt, KD = K; Y and R as cm_mn<64>, OpN, KD = 64);
- * ACC adds to x */
-template <class LA, class LB, int KD, bool ACC = false>
-__device__ __forceinline__ void ws_times_issue(float (&x)[2][32], const void *X, const __nv_bfloat16 *B) {
+/* x (+)= X B for each 64-column half (NH: the block's, two at 128 value columns): X [64][KD] (layout LA: a copied K, Q,
+ * W or A; the forward block's C_q), B NH halves of KD rows (LB: the state's bf16 copy in swizzled boxes, OpSt, KD = K;
+ * Y and R as cm_mn<64>, OpN, KD = 64); ACC adds to x */
+template <class LA, class LB, int KD, bool ACC = false, int NH>
+__device__ __forceinline__ void ws_times_issue(float (&x)[NH][32], const void *X, const __nv_bfloat16 *B) {
     const uint32_t alo = wg_lo<LA::LBO>(X);
     wg_arrive();
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) ws_mma<LA, LB, KD>(x[hf], alo, wg_lo<LB::LBO>(B + hf * KD * 64), ACC);
+    for (int hf = 0; hf < NH; hf++) ws_mma<LA, LB, KD>(x[hf], alo, wg_lo<LB::LBO>(B + hf * KD * 64), ACC);
     wg_commit();
 }
-template <class LA, class LB, int KD, bool ACC = false>
-__device__ __forceinline__ void ws_times(float (&x)[2][32], const void *X, const __nv_bfloat16 *B) {
+template <class LA, class LB, int KD, bool ACC = false, int NH>
+__device__ __forceinline__ void ws_times(float (&x)[NH][32], const void *X, const __nv_bfloat16 *B) {
     ws_times_issue<LA, LB, KD, ACC>(x, X, B);
     wg_wait();
 }
-/* x += Xᵀ B for both halves, issue only: X a copied tile read MN-major from X on (a state warpgroup's 64 features of
- * Kᵀ, Qᵀ or Wᵀ; C_qᵀ), B two halves over the 64 tokens, cm_mn<64> (LB = OpN: R̃, −R̄) or copied (LB = OpSt: Ō, Ō_g) */
-template <class LB>
-__device__ __forceinline__ void ws_tr_times_issue(float (&x)[2][32], const void *X, const __nv_bfloat16 *B) {
+/* x += Xᵀ B for each half, issue only: X a copied tile read MN-major from X on (a state warpgroup's 64 features of
+ * Kᵀ, Qᵀ or Wᵀ; C_qᵀ), B NH halves over the 64 tokens, cm_mn<64> (LB = OpN: R̃, −R̄) or copied (LB = OpSt: Ō, Ō_g) */
+template <class LB, int NH>
+__device__ __forceinline__ void ws_tr_times_issue(float (&x)[NH][32], const void *X, const __nv_bfloat16 *B) {
     const uint32_t xlo = wg_lo<OpSt::LBO>(X);
     wg_arrive();
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) ws_mma<OpSt, LB, MAXBT>(x[hf], xlo, wg_lo<LB::LBO>(B + hf * 64 * 64), true);
+    for (int hf = 0; hf < NH; hf++) ws_mma<OpSt, LB, MAXBT>(x[hf], xlo, wg_lo<LB::LBO>(B + hf * 64 * 64), true);
     wg_commit();
 }
 /* the byte offset of feature 64·w in a copied K, Q or W tile (its box w) */
 __device__ __forceinline__ int ws_feat(int w) { return TMA_BOX * w; }
 
-/* f(hf, e, d) for every state element (hf, e) a thread holds (feature wg_row(e) of its block, column 64·hf + wg_col(e)),
- * d its offset in a [K][V] state (SVF: [V][K]) from the thread's first element (e = 0, hf = 0), with V = 128 and
- * K = KPC: all offsets compile-time, so that the element loops keep one base address (64 addresses hoisted out of
- * the chunk loop spilled) */
-template <int KPC, bool SVF, class F> __device__ __forceinline__ void ws_state_elems(F &&f) {
+/* f(hf, e, d) for every state element (hf, e) a thread holds (feature wg_row(e) of its block, column 64·hf + wg_col(e)
+ * of its value tile), d its offset in a [K][V] state (SVF: [V][K]) from the thread's first element (e = 0, hf = 0),
+ * with V = 128 and K = KPC: all offsets compile-time, so that the element loops keep one base address (64 addresses
+ * hoisted out of the chunk loop spilled) */
+template <int KPC, bool SVF, int NH, class F> __device__ __forceinline__ void ws_state_elems(F &&f) {
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++)
+    for (int hf = 0; hf < NH; hf++)
 #pragma unroll
         for (int e = 0; e < 32; e++) {
             const int dr = 8 * ((e >> 1) & 1), dc = 64 * hf + 8 * (e >> 2) + (e & 1);
@@ -112,17 +113,18 @@ template <int KPC, bool SVF, class F> __device__ __forceinline__ void ws_state_e
         }
 }
 
-/* A state warpgroup's part of the state (S or S̄): features 64·wg + wg_row(e), columns v0 + 64·hf + wg_col(e), in
- * registers for the whole walk; s0: the thread's first element in an API state (h0, ht, dht, dh0, checkpoints) */
-template <int KPC> struct WsState {
-    float s[2][32];
+/* A state warpgroup's part of the state (S or S̄): features 64·wg + wg_row(e), columns v0 + 64·hf + wg_col(e) (NH
+ * halves), in registers for the whole walk; s0: the thread's first element in an API state (h0, ht, dht, dh0,
+ * checkpoints) */
+template <int KPC, int NH = 2> struct WsState {
+    float s[NH][32];
     size_t s0;
-    int wg;
-    __device__ WsState(const Prob &p, size_t sbase, int v0, int w)
-        : s0(sbase + st_idx(p, 64 * w + wg_row(0), v0 + wg_col(0))), wg(w) {}
+    int wg, v0;
+    __device__ WsState(const Prob &p, size_t sbase, int v0_, int w)
+        : s0(sbase + st_idx(p, 64 * w + wg_row(0), v0_ + wg_col(0))), wg(w), v0(v0_) {}
     template <class F> __device__ __forceinline__ void each(const Prob &p, F &&f) {
-        if (p.svf) ws_state_elems<KPC, true>(f);
-        else ws_state_elems<KPC, false>(f);
+        if (p.svf) ws_state_elems<KPC, true, NH>(f);
+        else ws_state_elems<KPC, false, NH>(f);
     }
     __device__ __forceinline__ void load(const Prob &p, const float *src) {
         each(p, [&](int hf, int e, int d) { s[hf][e] = src ? src[s0 + d] : 0.f; });
@@ -132,16 +134,16 @@ template <int KPC> struct WsState {
     }
     __device__ __forceinline__ void scale(float g) {
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++)
+        for (int hf = 0; hf < NH; hf++)
 #pragma unroll
             for (int e = 0; e < 32; e++) s[hf][e] *= g;
     }
-    /* the bf16 copy: the B operand [feature][column] of the products with the state, two halves of KPC rows × 64
+    /* the bf16 copy: the B operand [feature][column] of the products with the state, NH halves of KPC rows × 64
      * columns, each a stack of tma.cuh's swizzled boxes (read as OpSt; this warpgroup's 64 features are box wg of each
      * half), fenced for the async proxy (the products and the tensor stores of save) */
     __device__ __forceinline__ void spill(__nv_bfloat16 *Sb) const {
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
+        for (int hf = 0; hf < NH; hf++) {
             __nv_bfloat162 v[16];
             wg_pack(v, s[hf]);
             wg_box_store(Sb + hf * KPC * 64 + wg * 64 * 64, v);
@@ -149,13 +151,14 @@ template <int KPC> struct WsState {
         wg_proxy_fence();
     }
     /* its rows of the copy to a saved chunk state (S_c, S̄⁺: [K][V] bf16, V = 128; m maps every slot's, row: this one's
-     * first) by two tensor stores, once its four warps wrote them (bar): the warpgroup's first thread issues them and
-     * drains them (drain) before the copy is written again */
+     * first) by a tensor store a half (at the block's value columns), once its four warps wrote them (bar): the
+     * warpgroup's first thread issues them and drains them (drain) before the copy is written again */
     __device__ __forceinline__ void save_copy(const CUtensorMap *m, int row, const __nv_bfloat16 *Sb, int bar) const {
         ws_sync(bar, 128);
         if ((threadIdx.x & 127) == 0) {
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) tma_store_box(m, 64 * hf, row + 64 * wg, smem_u32(Sb + hf * KPC * 64 + wg * 64 * 64));
+            for (int hf = 0; hf < NH; hf++)
+                tma_store_box(m, v0 + 64 * hf, row + 64 * wg, smem_u32(Sb + hf * KPC * 64 + wg * 64 * 64));
             tma_store_commit();
         }
     }
@@ -194,33 +197,34 @@ __device__ __forceinline__ void ws_stage_wait(unsigned mb, int b, int it) {
 }
 #endif
 
-/* ---- a warpgroup's [64 tokens][128 columns] accumulators x (rows i0 = wg_row(0) and i0 + 8) */
-/* to the two cm_mn<64> halves at dst (a B operand [token][column]) in bf16, row i0 times f0 and row i0 + 8 times f1 */
-__device__ __forceinline__ void ws_put_rows(__nv_bfloat16 *dst, const float (&x)[2][32], float f0, float f1) {
+/* ---- a warpgroup's [64 tokens][64·NH columns] accumulators x (rows i0 = wg_row(0) and i0 + 8) */
+/* to the NH cm_mn<64> halves at dst (a B operand [token][column]) in bf16, row i0 times f0 and row i0 + 8 times f1 */
+template <int NH>
+__device__ __forceinline__ void ws_put_rows(__nv_bfloat16 *dst, const float (&x)[NH][32], float f0, float f1) {
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
+    for (int hf = 0; hf < NH; hf++) {
         __nv_bfloat162 v[16];
         wg_pack(v, x[hf], f0, f1);
         wg_box_store<8, false>(dst + hf * 64 * 64, v);
     }
 }
-/* the thread's bf16 pairs of a copied [64][128] tile (the stage's V or U), at the accumulator's places: f[hf][e / 2]
+/* the thread's bf16 pairs of a copied [64][64·NH] tile (the stage's V or U), at the accumulator's places: f[hf][e / 2]
  * holds the columns of x[hf][e], x[hf][e + 1] */
-__device__ __forceinline__ void ws_get_rows(__nv_bfloat162 (&f)[2][16], const __nv_bfloat16 *src) {
+template <int NH> __device__ __forceinline__ void ws_get_rows(__nv_bfloat162 (&f)[NH][16], const __nv_bfloat16 *src) {
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++)
+    for (int hf = 0; hf < NH; hf++)
 #pragma unroll
         for (int e = 0; e < 32; e += 2)
             f[hf][e / 2] = *reinterpret_cast<const __nv_bfloat162 *>(src + sw128(wg_row(e), 64 * hf + wg_col(e)));
 }
-/* to rows [0, n) of a row-major [token][128] matrix (row stride ld) in bf16 (o, R, R̄): the thread's two rows, its
+/* to rows [0, n) of a row-major [token][64·NH] matrix (row stride ld) in bf16 (o, R, R̄): the thread's two rows, its
  * columns at compile-time offsets */
-__device__ __forceinline__ void ws_store_rows(__nv_bfloat16 *dst, size_t ld, const float (&x)[2][32], int n) {
+template <int NH> __device__ __forceinline__ void ws_store_rows(__nv_bfloat16 *dst, size_t ld, const float (&x)[NH][32], int n) {
     const int i0 = wg_row(0);
     __nv_bfloat16 *const d0 = dst + (size_t)i0 * ld + wg_col(0), *const d1 = d0 + 8 * ld;
     const bool w0 = i0 < n, w1 = i0 + 8 < n;
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++)
+    for (int hf = 0; hf < NH; hf++)
 #pragma unroll
         for (int e = 0; e < 32; e += 2)
             if (e & 2 ? w1 : w0)
@@ -265,14 +269,15 @@ __device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_b
 
 /* The O warpgroup issues Q S once K S is complete (BAR_K), so that the chain's K S has the tensor cores to itself:
  * issued together, the forward took 0.5–2 % longer (H200, session 34: GDN (8,2048,32) 0.649 against 0.655 ms). */
-template <int KPC, bool REC = false>
-__global__ void __launch_bounds__(WsLayout<KPC>::NT, 1)
+template <int KPC, bool REC = false, int NH = 2>
+__global__ void __launch_bounds__(WsLayout<KPC, NH>::NT, 1)
 chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                 const __nv_bfloat16 *v, const float *GB, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
                 __nv_bfloat16 *o, const float *A32) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
-    using L = WsLayout<KPC>;
+    using L = WsLayout<KPC, NH>;
+    constexpr int VT = 64 * NH; /* the block's value columns */
     static_assert(!REC || L::A32 <= L::KT, "chain_ws: the recompute form's fp32 A in Q's slot");
     /* the named barriers (the file-top comment); SC + w: state warpgroup w's own */
     constexpr int WS_BAR_S = 1, WS_BAR_P = 2, WS_BAR_F = 3, WS_BAR_Y = 4, WS_BAR_K = 5, WS_BAR_SC = 6;
@@ -281,8 +286,8 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
     constexpr int WS_BAR_A = WS_BAR_CQ + 1;              /* REC: the O warpgroup's bf16 A is in (O and R) */
     extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
     const int wg = threadIdx.x >> 7;
-    const int nvt = p.V / 128, sh = blockIdx.x / nvt, sq = sh / p.HV, hv = sh % p.HV, h = hv / p.G;
-    const int v0 = (blockIdx.x % nvt) * 128;
+    const int nvt = p.V / VT, sh = blockIdx.x / nvt, sq = sh / p.HV, hv = sh % p.HV, h = hv / p.G;
+    const int v0 = (blockIdx.x % nvt) * VT;
     int c_begin, c_end;
     seq_chunks(p, sq, c_begin, c_end);
     if (c_end <= c_begin) return; /* the whole block */
@@ -307,7 +312,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
         if (full) {
             tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
             if constexpr (!REC) tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
-            tma_tile<128>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
+            tma_tile<VT>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
         }
         if constexpr (REC) bulk_g2s(st + L::oQ, A32 + cw * MAXBT * MAXBT, L::A32, mbb); /* the fp32 A, into Q's slot */
         else tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
@@ -318,7 +323,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
         if (cj.n == MAXBT) return;
         ws_copy_tail<KPC, NL>(stage(b) + L::oK, k, rsk, (size_t)h * p.K, cj);
         if constexpr (!REC) ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q, rsk, (size_t)h * p.K, cj);
-        ws_copy_tail<128, NL>(stage(b) + L::oV, v, rsv, (size_t)hv * p.V + v0, cj);
+        ws_copy_tail<VT, NL>(stage(b) + L::oV, v, rsv, (size_t)hv * p.V + v0, cj);
         cp_async_commit();
     };
     ws_stages_begin(mb, [&] { issue_tma(c_begin, 0); });
@@ -328,7 +333,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
     if (wg < MB) {
         /* ---- a state warpgroup: S's features 64·wg … (the block's first thread, in warpgroup 0, issues the tensor
          * copies; every thread of these warpgroups copies a tail chunk's token tiles) */
-        WsState<KPC> S(p, sbase, v0, wg);
+        WsState<KPC, NH> S(p, sbase, v0, wg);
         issue_tail(c_begin, 0);
         S.load(p, h0);
         for (int it = 0; it < nch; it++) {
@@ -369,18 +374,18 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             const int n = p.ctab[c].n;
             const float *Gs = gates(b), *bs = Gs + MAXBT;
             const T *Vs = reinterpret_cast<const T *>(st + L::oV);
-            float x[2][32];
+            float x[NH][32];
             ws_times_issue<OpSk, OpSt, KPC>(x, st + L::oK, Sb); /* K S */
             /* V's fragments and the row factors while K S runs: read after the wait, these loads stalled the bracket
              * below (session 35's source counters: a third of this warpgroup's time) */
-            __nv_bfloat162 vf[2][16];
+            __nv_bfloat162 vf[NH][16];
             ws_get_rows(vf, Vs);
             const float g0 = gexp(p, Gs[i0]), g1 = gexp(p, Gs[i0 + 8]), b0 = bs[i0], b1 = bs[i0 + 8];
             wg_wait();
             ws_arrive(WS_BAR_K, 256); /* the O warpgroup's Q S may start */
             /* Y = diag(β)(V − γ ⊙ K S), the B operand of A Y */
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
+            for (int hf = 0; hf < NH; hf++) {
 #pragma unroll
                 for (int e = 0; e < 32; e += 2) {
                     const float gi = e & 2 ? g1 : g0, bi = e & 2 ? b1 : b0;
@@ -428,7 +433,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             const ChunkInfo ci = p.ctab[c];
             const float *Gs = gates(b);
             T *const Cs = reinterpret_cast<T *>(stage(b) + L::oC);
-            float x[2][32];
+            float x[NH][32];
             /* Q S, after K S */
             ws_sync(WS_BAR_K, 256);
             ws_times<OpSk, OpSt, KPC>(x, st + L::oQ, Sb);
@@ -441,14 +446,14 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             }
             wg_proxy_fence();
             ws_sync(WS_BAR_CQ, 128);
-            if (Cq) wg_store_rows<MAXBT, MAXBT>(Cq + ((size_t)c * p.HV + hv) * MAXBT * MAXBT, Cs, MAXBT, MAXBT, 0);
+            if (Cq && v0 == 0) /* (every value tile of the head forms the same C_q; the first stores it) */
+                wg_store_rows<MAXBT, MAXBT>(Cq + ((size_t)c * p.HV + hv) * MAXBT * MAXBT, Cs, MAXBT, MAXBT, 0);
             /* O = diag(scale·γ) Q S + C_q R, once R is in */
             const float q0 = p.scale * gexp(p, Gs[i0]), q1 = p.scale * gexp(p, Gs[i0 + 8]);
 #pragma unroll
-            for (int e = 0; e < 32; e++) {
-                x[0][e] *= e & 2 ? q1 : q0;
-                x[1][e] *= e & 2 ? q1 : q0;
-            }
+            for (int hf = 0; hf < NH; hf++)
+#pragma unroll
+                for (int e = 0; e < 32; e++) x[hf][e] *= e & 2 ? q1 : q0;
             ws_sync(WS_BAR_P, NT);
             ws_times<OpK, OpN, 64, true>(x, Cs, Rb);
             ws_store_rows(o + (size_t)ci.tok0 * rsv + (size_t)hv * p.V + v0, rsv, x, ci.n);
@@ -687,7 +692,7 @@ bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, con
     if (!chain_forward_ws_fits(p, dt, vec, q, k, v, o)) return false;
     const rewy_test_force &f = p.plan.force;
     if (f.fwd_ws != REWY_TEST_AUTO) return f.fwd_ws == 1 && f.fwd_chain != 0; /* a forced "no forward chain" wins */
-    return f.fwd_chain == REWY_TEST_AUTO && fwd_chain == 128;
+    return f.fwd_chain == REWY_TEST_AUTO && (fwd_chain == 128 || fwd_chain == 64);
 }
 
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
@@ -700,17 +705,23 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
         !ws_token_map(enc, &m.x, p, v, p.HV, p.V) || !ws_slot_map(enc, &m.a, Ab, (uint64_t)p.NC * p.HV * MAXBT, MAXBT) ||
         (Sc && !ws_slot_map(enc, &m.sc, Sc, (uint64_t)p.NC * p.HV * p.K, 128)))
         return cudaErrorInvalidValue;
-    auto go = [&](auto kp) -> cudaError_t {
-        constexpr int KPC = decltype(kp)::value;
-        constexpr size_t smem = WsLayout<KPC>::TOTAL;
-        cudaError_t e = ensure_smem<chain_ws_kernel<KPC>>(smem);
+    /* the plan's value tile (Plan::fwd_chain): 64 columns, two blocks a head, where 128 would leave SMs idle */
+    auto go = [&](auto kp, auto nh) -> cudaError_t {
+        constexpr int KPC = decltype(kp)::value, NH = decltype(nh)::value;
+        using L = WsLayout<KPC, NH>;
+        cudaError_t e = ensure_smem<chain_ws_kernel<KPC, false, NH>>(L::TOTAL);
         if (e != cudaSuccess) return e;
-        chain_ws_kernel<KPC><<<p.N * p.HV * (p.V / 128), WsLayout<KPC>::NT, smem, s>>>(
+        chain_ws_kernel<KPC, false, NH><<<p.N * p.HV * (p.V / (64 * NH)), L::NT, L::TOTAL, s>>>(
             p, m, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, Cq, h0, ht, Sc, R,
             (__nv_bfloat16 *)o, nullptr);
         return cudaGetLastError();
     };
-    return p.Kp == 64 ? go(std::integral_constant<int, 64>{}) : go(std::integral_constant<int, 128>{});
+    using K64 = std::integral_constant<int, 64>;
+    using K128 = std::integral_constant<int, 128>;
+    using H1 = std::integral_constant<int, 1>;
+    using H2 = std::integral_constant<int, 2>;
+    if (p.plan.fwd_chain == 64) return p.Kp == 64 ? go(K64{}, H1{}) : go(K128{}, H1{});
+    return p.Kp == 64 ? go(K64{}, H2{}) : go(K128{}, H2{});
 }
 
 /* The recompute form's launch: wherever the fused reverse pass runs under policy R (Plan::rev_ws: bf16, scalar gates,
@@ -726,13 +737,17 @@ cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, con
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.x, p, v, p.HV, p.V) ||
         !ws_slot_map(enc, &m.sc, Sc, (uint64_t)chunk_slots(p) * p.HV * p.K, 128))
         return cudaErrorInvalidValue;
-    using L = WsLayout<128>;
-    cudaError_t e = ensure_smem<chain_ws_kernel<128, true>>(L::TOTAL);
-    if (e != cudaSuccess) return e;
-    chain_ws_kernel<128, true><<<p.N * p.HV, L::NT, L::TOTAL, s>>>(p, m, nullptr, (const __nv_bfloat16 *)k,
-                                                                   (const __nv_bfloat16 *)v, GB, nullptr, h0, nullptr, Sc,
-                                                                   R, nullptr, A);
-    return cudaGetLastError();
+    /* the plan's value tile (Plan::rec_vt) */
+    auto go = [&](auto nh) -> cudaError_t {
+        constexpr int NH = decltype(nh)::value;
+        using L = WsLayout<128, NH>;
+        cudaError_t e = ensure_smem<chain_ws_kernel<128, true, NH>>(L::TOTAL);
+        if (e != cudaSuccess) return e;
+        chain_ws_kernel<128, true, NH><<<p.N * p.HV * (p.V / (64 * NH)), L::NT, L::TOTAL, s>>>(
+            p, m, nullptr, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, nullptr, h0, nullptr, Sc, R, nullptr, A);
+        return cudaGetLastError();
+    };
+    return p.plan.rec_vt == 64 ? go(std::integral_constant<int, 1>{}) : go(std::integral_constant<int, 2>{});
 }
 
 /* Whether policy R's two chains run as chain_pair_ws_kernel (Plan::chain_ws; the plan then takes the register chains'

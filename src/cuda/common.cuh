@@ -68,7 +68,8 @@ struct Plan {
     int chain_ws;                  /* those chains as the warp-specialized wgmma pair (chain_scan_ws; chain_bvc = 128) */
     int fwd_chain;                 /* the forward pass's register chain with its output: value columns per block, 0:
                                     * not (chain_forward_bvc; taken before fuse_output, which it excludes) */
-    int fwd_ws;                    /* that chain as the warp-specialized wgmma kernel (chain_forward_ws; fwd_chain = 128) */
+    int fwd_ws;                    /* that chain as the warp-specialized wgmma kernel (chain_forward_ws; fwd_chain: its
+                                    * value tile, 64 or 128) */
     int pb_ws;                     /* the scalar-gate ReWY pullback as the warp-specialized wgmma kernel (pullback_ws) */
     int rev_ws;                    /* the reverse scan and that pullback as one fused warp-specialized kernel (reverse_ws) */
     int win;                       /* policy R's time windows: chunks per window, 0: none (plan_windows, backend_common.cuh) */
@@ -77,6 +78,9 @@ struct Plan {
                                     * plan_segments, backend_common.cuh): the backward of every segment in one launch */
     int fwd_seg;                   /* and the forward's (MATH §11b): local walks, combine, then the warp-specialized
                                     * chain over every segment at once (plan_fwd_segments) */
+    int rec_vt;                    /* the value columns of policy R's recompute blocks before the fused pass (chain_ws.cu's
+                                    * recompute form): 64 where two blocks a sequence (segment) and head still fit the SMs
+                                    * in one wave, else 128 */
     int rev_rf;                    /* policy R's fused pass forms R from S_c itself, so the recompute stores S_c alone:
                                     * always over segments (which hold every chunk's S_c and no R), elsewhere a test-only
                                     * variant (force.rev_rf) until it is timed */

@@ -52,13 +52,14 @@ typedef struct rewy_test_force {
                       * forward scan), 0 off; its time windows then run at once as segments */
     int rev_rf;      /* policy R's fused reverse pass forms R from S_c itself outside segments too (the recompute then
                       * stores S_c alone): 1 on where the pass runs (segments always do) */
+    int rec_vt;      /* the value columns of that pass's recompute blocks: 64 or 128 (other values: the plan's) */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
@@ -79,6 +80,7 @@ typedef struct rewy_test_plan {
     int seg;        /* the sequence split: the time windows (win chunks each) run at once as segments */
     int fwd_seg;    /* and the forward's: local walks, combine, the warp-specialized chain over all segments */
     int rev_rf;     /* the fused pass forms R from S_c (the recompute stores S_c alone) */
+    int rec_vt;     /* the value columns of its recompute blocks */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */
 } rewy_test_plan;

@@ -235,6 +235,8 @@ static void test_forced_plan(test_counts *tc) {
         CHECK(tc, rewy_test_get_plan(&cf, &f, &pf) == REWY_OK && pf.rev_rf == pf.rev_ws,
               "plan: REWY_CUDA_REV_RF=1 gave %d (fused pass %d)", pf.rev_rf, pf.rev_ws);
     }
+    if (f.rec_vt == 64 || f.rec_vt == 128)
+        CHECK(tc, p.rec_vt == f.rec_vt, "plan: REWY_CUDA_REC_VT=%d gave %d", f.rec_vt, p.rec_vt);
     const rewy_test_force none = rewy_test_force_none();
     if (!memcmp(&f, &none, sizeof f)) {
         CHECK(tc, p.scan_bv == 16 && !p.fuse_output && !p.chain_bvc && !p.scan_wg && !p.bwd_scan_wg && !p.fwd_chain &&
@@ -261,8 +263,9 @@ static void test_forced_plan(test_counts *tc) {
             CHECK(tc, pb.fwd_chain == want && !(pb.fwd_chain && pb.fuse_output),
                   "plan: GDN (%d,4096,%d) took the forward chain at %d columns (fused output %d), want %d (%d SMs)",
                   big.B, big.H, pb.fwd_chain, pb.fuse_output, want, pb.sms);
-            /* the warp-specialized kernels (chain_ws.cu) in place of the register chains' 128-column blocks */
-            CHECK(tc, pb.fwd_ws == (want == 128 && pb.wgmma) && pb.chain_ws == (pb.chain_bvc == 128 && pb.wgmma),
+            /* the warp-specialized kernels (chain_ws.cu) in place of the register chains' 128- and 64-column blocks
+             * (the forward's 64-column tile: session 47) */
+            CHECK(tc, pb.fwd_ws == (want >= 64 && pb.wgmma) && pb.chain_ws == (pb.chain_bvc == 128 && pb.wgmma),
                   "plan: GDN (%d,4096,%d) took the warp-specialized forward %d (forward chain %d columns) and pair %d "
                   "(chains of %d columns; sm_90a binary %d)", big.B, big.H, pb.fwd_ws, want, pb.chain_ws,
                   pb.chain_bvc, pb.wgmma);
@@ -281,6 +284,9 @@ static void test_forced_plan(test_counts *tc) {
                   "plan: GDN (%d,4096,%d) took the fused reverse pass %d (wgmma reverse scan %d, windows of %d, "
                   "pullback_ws %d, sm_90a binary %d)", big.B, big.H, pb.rev_ws, pb.bwd_scan_wg, pb.win, pb.pb_ws,
                   pb.wgmma);
+            /* its recompute at 64 value columns where two blocks a sequence and head fit the SMs in one wave */
+            CHECK(tc, !pb.rev_ws || pb.seg || pb.rec_vt == (2 * big.B * big.H <= pb.sms ? 64 : 128),
+                  "plan: GDN (%d,4096,%d): the recompute's value tile %d (%d SMs)", big.B, big.H, pb.rec_vt, pb.sms);
             /* and forms R itself over segments always, elsewhere where told (policy R: this config) */
             CHECK(tc, pb.rev_rf == (pb.rev_ws && (pb.seg || f.rev_rf == 1)),
                   "plan: GDN (%d,4096,%d): the fused pass forms R %d (fused pass %d, segments %d, REWY_CUDA_REV_RF %d)",
