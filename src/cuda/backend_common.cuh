@@ -195,6 +195,16 @@ inline bool plan_fwd_segments(const rewy_config *c, const Prob &p, bool vec, con
     return chain_forward_ws_fits(p, c->dtype, vec, ptr.q, ptr.k, ptr.v, ptr.o);
 }
 
+/* The value columns of policy R's recompute blocks before the fused pass (Plan::rec_vt; chain_ws.cu's recompute form):
+ * 64 where two blocks a walk (a sequence, or a segment, and a value head) still fit the SMs in one wave, so that the
+ * SMs one block a walk left idle take the other half; else 128. force.rec_vt: 64 or 128. After the segments' choice. */
+inline int plan_rec_vt(const Prob &p) {
+    const Plan &pl = p.plan;
+    if (pl.force.rec_vt == 64 || pl.force.rec_vt == 128) return pl.force.rec_vt;
+    const long walks = (long)p.N * (pl.seg ? pl.nwin : 1) * p.HV;
+    return 2 * walks <= pl.sms ? 64 : 128;
+}
+
 /* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's (segments: the
  * windows' fallback's; the segments' own S_c holds every chunk's) */
 inline size_t bwd_slots(const Geometry &g, const Plan &pl) {
@@ -260,11 +270,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     if (!pl.seg) pl.win = plan_windows(c, p, vec, &pl.nwin);
     pl.rev_ws = reverse_ws(p, pl.win);
     pl.rev_rf = pl.rev_ws && c->policy == REWY_POLICY_R && (pl.seg || pl.force.rev_rf == 1);
-    {
-        const long walks = (long)p.N * (pl.seg ? pl.nwin : 1) * p.HV; /* the recompute's blocks at 128 columns */
-        const int f = pl.force.rec_vt;
-        pl.rec_vt = f == 64 || f == 128 ? f : 2 * walks <= pl.sms ? 64 : 128;
-    }
+    pl.rec_vt = plan_rec_vt(p);
     return pl;
 }
 

@@ -695,6 +695,25 @@ bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, con
     return f.fwd_chain == REWY_TEST_AUTO && (fwd_chain == 128 || fwd_chain == 64);
 }
 
+/* One launch of chain_ws_kernel (either form): a block per (sequence, value head, value tile of VT = 64 or 128 columns:
+ * the plan's Plan::fwd_chain or Plan::rec_vt), K of KPC features */
+template <int KPC, bool REC>
+static cudaError_t launch_chain_ws(int VT, const Prob &p, const WsMaps &m, const void *q, const void *k, const void *v,
+                                   const float *GB, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R, void *o,
+                                   const float *A32, cudaStream_t s) {
+    auto go = [&](auto nh) -> cudaError_t {
+        constexpr int NH = decltype(nh)::value;
+        using L = WsLayout<KPC, NH>;
+        cudaError_t e = ensure_smem<chain_ws_kernel<KPC, REC, NH>>(L::TOTAL);
+        if (e != cudaSuccess) return e;
+        chain_ws_kernel<KPC, REC, NH><<<p.N * p.HV * (p.V / (64 * NH)), L::NT, L::TOTAL, s>>>(
+            p, m, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, Cq, h0, ht, Sc, R,
+            (__nv_bfloat16 *)o, A32);
+        return cudaGetLastError();
+    };
+    return VT == 64 ? go(std::integral_constant<int, 1>{}) : go(std::integral_constant<int, 2>{});
+}
+
 cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k, const void *v, const float *GB,
                                     const __nv_bfloat16 *Ab, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
                                     void *o, cudaStream_t s) {
@@ -706,22 +725,9 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
         (Sc && !ws_slot_map(enc, &m.sc, Sc, (uint64_t)p.NC * p.HV * p.K, 128)))
         return cudaErrorInvalidValue;
     /* the plan's value tile (Plan::fwd_chain): 64 columns, two blocks a head, where 128 would leave SMs idle */
-    auto go = [&](auto kp, auto nh) -> cudaError_t {
-        constexpr int KPC = decltype(kp)::value, NH = decltype(nh)::value;
-        using L = WsLayout<KPC, NH>;
-        cudaError_t e = ensure_smem<chain_ws_kernel<KPC, false, NH>>(L::TOTAL);
-        if (e != cudaSuccess) return e;
-        chain_ws_kernel<KPC, false, NH><<<p.N * p.HV * (p.V / (64 * NH)), L::NT, L::TOTAL, s>>>(
-            p, m, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, Cq, h0, ht, Sc, R,
-            (__nv_bfloat16 *)o, nullptr);
-        return cudaGetLastError();
-    };
-    using K64 = std::integral_constant<int, 64>;
-    using K128 = std::integral_constant<int, 128>;
-    using H1 = std::integral_constant<int, 1>;
-    using H2 = std::integral_constant<int, 2>;
-    if (p.plan.fwd_chain == 64) return p.Kp == 64 ? go(K64{}, H1{}) : go(K128{}, H1{});
-    return p.Kp == 64 ? go(K64{}, H2{}) : go(K128{}, H2{});
+    const int vt = p.plan.fwd_chain == 64 ? 64 : 128;
+    return p.Kp == 64 ? launch_chain_ws<64, false>(vt, p, m, q, k, v, GB, Cq, h0, ht, Sc, R, o, nullptr, s)
+                      : launch_chain_ws<128, false>(vt, p, m, q, k, v, GB, Cq, h0, ht, Sc, R, o, nullptr, s);
 }
 
 /* The recompute form's launch: wherever the fused reverse pass runs under policy R (Plan::rev_ws: bf16, scalar gates,
@@ -737,17 +743,7 @@ cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, con
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.x, p, v, p.HV, p.V) ||
         !ws_slot_map(enc, &m.sc, Sc, (uint64_t)chunk_slots(p) * p.HV * p.K, 128))
         return cudaErrorInvalidValue;
-    /* the plan's value tile (Plan::rec_vt) */
-    auto go = [&](auto nh) -> cudaError_t {
-        constexpr int NH = decltype(nh)::value;
-        using L = WsLayout<128, NH>;
-        cudaError_t e = ensure_smem<chain_ws_kernel<128, true, NH>>(L::TOTAL);
-        if (e != cudaSuccess) return e;
-        chain_ws_kernel<128, true, NH><<<p.N * p.HV * (p.V / (64 * NH)), L::NT, L::TOTAL, s>>>(
-            p, m, nullptr, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, nullptr, h0, nullptr, Sc, R, nullptr, A);
-        return cudaGetLastError();
-    };
-    return p.plan.rec_vt == 64 ? go(std::integral_constant<int, 1>{}) : go(std::integral_constant<int, 2>{});
+    return launch_chain_ws<128, true>(p.plan.rec_vt, p, m, nullptr, k, v, GB, nullptr, h0, nullptr, Sc, R, nullptr, A, s);
 }
 
 /* Whether policy R's two chains run as chain_pair_ws_kernel (Plan::chain_ws; the plan then takes the register chains'
