@@ -35,7 +35,6 @@ static inline rewy_test_force env_force(void) {
     f.pb_ws = env_force_int("REWY_CUDA_PB_WS");
     f.rev_ws = env_force_int("REWY_CUDA_REV_WS");
     f.seg = env_force_int("REWY_CUDA_SEG");
-    f.rev_rf = env_force_int("REWY_CUDA_REV_RF");
     f.rec_vt = env_force_int("REWY_CUDA_REC_VT");
     return f;
 }

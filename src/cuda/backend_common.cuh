@@ -269,7 +269,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.fwd_seg = plan_fwd_segments(c, p, vec, ptr);
     if (!pl.seg) pl.win = plan_windows(c, p, vec, &pl.nwin);
     pl.rev_ws = reverse_ws(p, pl.win);
-    pl.rev_rf = pl.rev_ws && c->policy == REWY_POLICY_R && (pl.seg || pl.force.rev_rf == 1);
+    pl.rev_rf = pl.rev_ws && c->policy == REWY_POLICY_R;
     pl.rec_vt = plan_rec_vt(p);
     return pl;
 }

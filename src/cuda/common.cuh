@@ -81,9 +81,8 @@ struct Plan {
     int rec_vt;                    /* the value columns of policy R's recompute blocks before the fused pass (chain_ws.cu's
                                     * recompute form): 64 where two blocks a sequence (segment) and head still fit the SMs
                                     * in one wave, else 128 */
-    int rev_rf;                    /* policy R's fused pass forms R from S_c itself, so the recompute stores S_c alone:
-                                    * always over segments (which hold every chunk's S_c and no R), elsewhere a test-only
-                                    * variant (force.rev_rf) until it is timed */
+    int rev_rf;                    /* policy R's fused pass forms R from S_c itself, so the recompute stores S_c alone
+                                    * (policy A's pass loads the R its forward saved; reverse_ws.cu's header) */
 };
 
 struct Prob {

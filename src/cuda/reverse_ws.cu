@@ -5,11 +5,12 @@
  * Why: apart, the reverse scan writes S̄⁺ and P of every chunk (48 KB a chunk and value head) and the pullback reads them
  * back with K, Q and Ō a second time: at GDN (8,2048,32) the two moved 2.6 GB, this kernel 1.45, on a backward that ran
  * near the HBM's rate (docs/PERF.md, sessions 38 and 39). Here S̄ stays in registers and S̄⁺, P stay in shared memory;
- * a chunk's tiles are read once. Under segments (Plan::seg, the form RF) R is formed here too, from S_c (R = A Y,
- * Y = diag(β)(V − γ ⊙ K S_c): the forward chain's A-and-V form, A in bf16 as there), so that policy R's recompute stores
- * the chunk states alone (FlashQLA's layout) and the segments' workspace holds no R of every chunk; elsewhere the pass
- * loads the R the recompute (or policy A's forward) stored, which costs the chain less (session 42, H100: forming R
- * took the kernel from 1,105 to 1,187 µs at GDN (8,2048,32), DeltaNet's backward 11–13 % longer on the large grids).
+ * a chunk's tiles are read once. Under policy R (Plan::rev_rf, the form RF) R is formed here too, from S_c (R = A Y,
+ * Y = diag(β)(V − γ ⊙ K S_c): the forward chain's A-and-V form, A in bf16 as there), so that the recompute stores the
+ * chunk states alone (FlashQLA's layout) and the segments' workspace holds no R of every chunk. Forming R costs this
+ * kernel about 4 % (825 → 855 µs at GDN (8,2048,32), H100, session 48) and saves the recompute R's writes (325 → 243
+ * µs): policy R's GPU-bound backward 1.139 → 1.093 ms there, DeltaNet's 0.979 → 0.876, (16,1024,16) 5–9 % faster,
+ * (4,4096,16)'s windows 2 % slower (0.974 → 0.993). Policy A's pass loads the R its forward saved.
  *
  * One block per (sequence, value head), walking its chunks from the last: 384 threads, one producer warp and two math
  * warpgroups; one key head per value head (G = 1). Per chunk c the math warpgroups run the chain, then the pullback:
@@ -557,8 +558,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
  * each time window (win > 0 without segments: the recompute and this pass once a window, S̄ carried between them);
  * force.rev_ws = 1 wherever it applies, 0 never. In the windows it replaced the pair of chains and pullback_ws
  * (session 47, H100, GDN (4,4096,16), GPU-bound backward: the windows' pair 1.153 ms, this pass without windows
- * 0.994, which holds every chunk's S_c and R: about 600 MiB of peak against the windows' 321.5; this pass in the
- * windows not yet timed). */
+ * 0.994, which holds every chunk's S_c and R: about 600 MiB of peak against the windows' 321.5; session 48: this pass in
+ * the windows 0.974 at the windows' memory, DeltaNet 1.140 → 0.793). */
 bool reverse_ws(const Prob &p, int win) {
     const Plan &pl = p.plan;
     if (!pl.pb_ws || p.G != 1 || pl.force.rev_ws == 0) return false;
@@ -570,7 +571,7 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
                               void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s) {
     using T = __nv_bfloat16;
     if (p.K != 128 || p.Kp != 128 || p.V != 128 || p.G != 1) return cudaErrorInvalidValue;
-    const bool rf = p.plan.rev_rf; /* R formed here (R unused: segments, Plan::rev_rf), else loaded */
+    const bool rf = p.plan.rev_rf; /* R formed here (R unused: policy R, Plan::rev_rf), else loaded */
     const TmaEncoder enc;
     RvMaps m{};
     const uint64_t rows = (uint64_t)chunk_slots(p) * p.HV * MAXBT; /* R's rows (a time window's slots) */

@@ -50,8 +50,6 @@ typedef struct rewy_test_force {
     int seg;         /* policy R's sequence split (MATH §11d; segments.cu; by default where plan_segments's rule puts it):
                       * n > 0 chunks a segment where it applies (the fused reverse pass's shapes, policy R, no wgmma
                       * forward scan), 0 off; its time windows then run at once as segments */
-    int rev_rf;      /* policy R's fused reverse pass forms R from S_c itself outside segments too (the recompute then
-                      * stores S_c alone): 1 on where the pass runs (segments always do) */
     int rec_vt;      /* the value columns of that pass's recompute blocks: 64 or 128 (other values: the plan's) */
 } rewy_test_force;
 
@@ -59,7 +57,7 @@ static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 

@@ -228,13 +228,6 @@ static void test_forced_plan(test_counts *tc) {
                   p.bwd_bytes, pn.bwd_bytes, p.saved_bytes, pn.saved_bytes);
         }
     }
-    if (f.rev_rf == 1) { /* the fused pass forms R itself wherever it runs under policy R (the config above) */
-        rewy_config cf = c;
-        cf.K = cf.V = 128;
-        rewy_test_plan pf;
-        CHECK(tc, rewy_test_get_plan(&cf, &f, &pf) == REWY_OK && pf.rev_rf == pf.rev_ws,
-              "plan: REWY_CUDA_REV_RF=1 gave %d (fused pass %d)", pf.rev_rf, pf.rev_ws);
-    }
     if (f.rec_vt == 64 || f.rec_vt == 128)
         CHECK(tc, p.rec_vt == f.rec_vt, "plan: REWY_CUDA_REC_VT=%d gave %d", f.rec_vt, p.rec_vt);
     const rewy_test_force none = rewy_test_force_none();
@@ -287,10 +280,9 @@ static void test_forced_plan(test_counts *tc) {
             /* its recompute at 64 value columns where two blocks a sequence and head fit the SMs in one wave */
             CHECK(tc, !pb.rev_ws || pb.seg || pb.rec_vt == (2 * big.B * big.H <= pb.sms ? 64 : 128),
                   "plan: GDN (%d,4096,%d): the recompute's value tile %d (%d SMs)", big.B, big.H, pb.rec_vt, pb.sms);
-            /* and forms R itself over segments always, elsewhere where told (policy R: this config) */
-            CHECK(tc, pb.rev_rf == (pb.rev_ws && (pb.seg || f.rev_rf == 1)),
-                  "plan: GDN (%d,4096,%d): the fused pass forms R %d (fused pass %d, segments %d, REWY_CUDA_REV_RF %d)",
-                  big.B, big.H, pb.rev_rf, pb.rev_ws, pb.seg, f.rev_rf);
+            /* and forms R itself under policy R (this config), wherever it runs */
+            CHECK(tc, pb.rev_rf == pb.rev_ws, "plan: GDN (%d,4096,%d): the fused pass forms R %d (fused pass %d)", big.B,
+                  big.H, pb.rev_rf, pb.rev_ws);
             /* the time windows' rule (plan_windows): a quarter of the 64 chunks where N·16·H ≥ 2·SMs, unless the
              * wgmma scans take the shape */
             const int wwant = !pb.scan_wg && big.B * 16 * big.H >= 2 * pb.sms ? 16 : 0;
@@ -353,14 +345,16 @@ static void test_forced_plan(test_counts *tc) {
         CHECK(tc, p.fwd_chain == 64 && (p128.fwd_chain == 128 || (!p128.fwd_chain && p128.smem_optin < 227 * 1024)),
               "plan: REWY_CUDA_FWD_CHAIN=128 gave %d / %d columns", p.fwd_chain, p128.fwd_chain);
     /* the warp-specialized forward chain and pair (chain_ws.cu): at V = 128 from an sm_90a binary, where told (=1)
-     * or by default in place of the register chains' 128-column blocks (the large grids' GDN forward; the pair where
-     * the register chains would run at 128 columns: here under REWY_CUDA_SCAN_BV=64), never at =0 */
+     * or by default in place of the register chains' 128- and 64-column blocks (the large grids' GDN forward; the pair
+     * where the register chains would run at 128 columns: here under REWY_CUDA_SCAN_BV=64), never at =0; the forward's
+     * value tile 64 columns where the chain's rule (or REWY_CUDA_FWD_CHAIN=64) takes 64, else 128 */
+    const int ws_tile = f.fwd_chain == 64 ? 64 : 128;
     if (f.fwd_ws == 1 && f.fwd_chain != 0)
-        CHECK(tc, !p.fwd_ws && p128.fwd_ws == p128.wgmma && (!p128.fwd_ws || p128.fwd_chain == 128),
+        CHECK(tc, !p.fwd_ws && p128.fwd_ws == p128.wgmma && (!p128.fwd_ws || p128.fwd_chain == ws_tile),
               "plan: REWY_CUDA_FWD_WS=1 gave %d / %d (forward chain %d columns, sm_90a binary %d)", p.fwd_ws,
               p128.fwd_ws, p128.fwd_chain, p128.wgmma);
     else
-        CHECK(tc, !p.fwd_ws && (f.fwd_ws != 0 || !p128.fwd_ws) && (!p128.fwd_ws || p128.fwd_chain == 128),
+        CHECK(tc, !p.fwd_ws && (f.fwd_ws != 0 || !p128.fwd_ws) && (!p128.fwd_ws || p128.fwd_chain == ws_tile),
               "plan: the warp-specialized forward chain %d / %d (REWY_CUDA_FWD_WS %d, forward chain %d columns)",
               p.fwd_ws, p128.fwd_ws, f.fwd_ws, p128.fwd_chain);
     if (f.chain_ws == 1 && f.chain != 0)
@@ -380,13 +374,17 @@ static void test_forced_plan(test_counts *tc) {
     CHECK(tc, !p.pb_ws && !p128.pb_ws && pk.pb_ws == (f.pb_ws != 0 && pk.wgmma),
           "plan: the warp-specialized pullback %d / %d / %d (REWY_CUDA_PB_WS %d, sm_90a binary %d)", p.pb_ws, p128.pb_ws,
           pk.pb_ws, f.pb_ws, pk.wgmma);
-    /* the fused reverse pass (reverse_ws.cu): only where that pullback runs, with one key head a value head and no time
-     * windows; where told (=1) wherever that holds, by default where the wgmma reverse scan runs, never at =0 */
-    const int fits = pk.pb_ws && (c.HV == 0 || c.HV == c.H) && (!pk.win || pk.seg);
+    /* the fused reverse pass (reverse_ws.cu): only where that pullback runs, with one key head a value head; where told
+     * (=1) wherever that holds, by default where the wgmma reverse scan runs, over segments and in time windows, never
+     * at =0 */
+    const int fits = pk.pb_ws && (c.HV == 0 || c.HV == c.H);
     CHECK(tc, !p.rev_ws && !p128.rev_ws &&
-                  pk.rev_ws == (fits && (f.rev_ws == 1 || (f.rev_ws != 0 && (pk.bwd_scan_wg || pk.seg)))),
+                  pk.rev_ws == (fits && (f.rev_ws == 1 || (f.rev_ws != 0 && (pk.bwd_scan_wg || pk.win > 0)))),
           "plan: the fused reverse pass %d / %d / %d (REWY_CUDA_REV_WS %d, pullback_ws %d, windows %d, segments %d, "
           "wgmma reverse scan %d)", p.rev_ws, p128.rev_ws, pk.rev_ws, f.rev_ws, pk.pb_ws, pk.win, pk.seg, pk.bwd_scan_wg);
+    /* which forms R from S_c under policy R (its recompute stores S_c alone) and loads policy A's saved R */
+    CHECK(tc, pk.rev_rf == (pk.rev_ws && c.policy == REWY_POLICY_R), "plan: the fused pass forms R %d (fused pass %d, "
+          "policy %d)", pk.rev_rf, pk.rev_ws, (int)c.policy);
     /* the sequence split (plan_segments): at K = V = 128 with that pullback (judged without pointers: pb_ws here),
      * policy R, one key head a value head and no wgmma forward scan, where told: n chunks a segment (the shape has 4
      * chunks a sequence); then the time windows are the segments. Not by default at 4 chunks a sequence (the rule's
