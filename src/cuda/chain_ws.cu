@@ -251,19 +251,10 @@ template <int KPC> __device__ __forceinline__ void ws_cq_issue(float (&cq)[32], 
 }
 __device__ __forceinline__ void ws_cq_put(const Prob &p, float (&cq)[32], __nv_bfloat16 *Cs, const float *Gs, int n) {
     wg_wait();
-    /* every element takes its exponential, of 0 where masked (so none overflows), and the mask selects: with the
-     * exponential behind a branch per element this epilogue took 40 % of the forward block's O warpgroup (session 35) */
-    const float gi0 = Gs[wg_row(0)], gi1 = Gs[wg_row(2)];
     __nv_bfloat162 v[16];
-#pragma unroll
-    for (int e = 0; e < 32; e += 2) {
-        const int i = wg_row(e), j = wg_col(e);
-        const float gi = e & 2 ? gi1 : gi0;
-        const bool k0 = i < n && j <= i, k1 = i < n && j + 1 <= i;
-        const float x0 = p.scale * cq[e] * gexp(p, k0 ? gi - Gs[j] : 0.f);
-        const float x1 = p.scale * cq[e + 1] * gexp(p, k1 ? gi - Gs[j + 1] : 0.f);
-        v[e / 2] = __floats2bfloat162_rn(k0 ? x0 : 0.f, k1 ? x1 : 0.f);
-    }
+    ws_masked_decay<32>(p, Gs, n, 0, 0, [&](int e, bool k0, float d0, bool k1, float d1) {
+        v[e / 2] = __floats2bfloat162_rn(k0 ? p.scale * cq[e] * d0 : 0.f, k1 ? p.scale * cq[e + 1] * d1 : 0.f);
+    });
     wg_box_store<8, false>(Cs, v); /* cm_k<64>(i, j) */
 }
 

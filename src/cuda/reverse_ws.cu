@@ -275,20 +275,10 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         }
         wg_wait();
         {
-            /* the gates read once, before the stores (which the compiler cannot move reads past); every element takes its
-             * exponential, of 0 where masked, and the mask selects: no branch an element */
-            const float gr[2] = {Gs[i0], Gs[i0 + 8]};
-            float gc[8];
-#pragma unroll
-            for (int b = 0; b < 8; b++) gc[b] = Gs[32 * w + wg_col(2 * (b & ~1) + (b & 1))];
-            T2 v[8];
-#pragma unroll
-            for (int e = 0; e < 16; e += 2) {
-                const int i = wg_row(e), j = 32 * w + wg_col(e), hi = (e >> 1) & 1;
-                const bool k0 = i < n && j <= i, k1 = i < n && j + 1 <= i;
-                const float x0 = gexp(p, k0 ? gr[hi] - gc[e / 4 * 2] : 0.f), x1 = gexp(p, k1 ? gr[hi] - gc[e / 4 * 2 + 1] : 0.f);
-                v[e / 2] = __floats2bfloat162_rn(k0 ? sc * cq[e] * x0 : 0.f, k1 ? sc * cq[e + 1] * x1 : 0.f);
-            }
+            T2 v[8]; /* C_q at this warpgroup's columns 32·w … */
+            ws_masked_decay<16>(p, Gs, n, 32 * w, 0, [&](int e, bool k0, float d0, bool k1, float d1) {
+                v[e / 2] = __floats2bfloat162_rn(k0 ? sc * cq[e] * d0 : 0.f, k1 ? sc * cq[e + 1] * d1 : 0.f);
+            });
             wg_box_store<4>(Cs, v, 4 * w); /* this warpgroup's columns 32·w … */
         }
         if constexpr (RF)

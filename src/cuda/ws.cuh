@@ -126,33 +126,44 @@ __device__ __forceinline__ void ws_mma(float (&x)[N / 2], uint32_t alo, uint32_t
     });
 }
 
+/* The masked decay of a warpgroup's accumulator fragment over a chunk's 64 rows, its first E elements at columns
+ * j0 + wg_col(e), by element pairs: put(e, keep_e, d_e, keep_e+1, d_e+1) for even e, with d = e^{G_i − G_j}
+ * (i = wg_row(e), j = j0 + wg_col(e)) and keep = (j + strict ≤ i < n): C_q (strict 0), Γ (1), Γ_H' (0). Every element
+ * takes its exponential, of 0 where masked (so none overflows; an exponential behind a branch per element took 40 % of
+ * the forward block's O warpgroup, session 35), and put selects on its product (keep ? x·d : 0), so that a non-finite x
+ * stays so where kept and vanishes where masked. The gates are read first, before put's stores: the compiler cannot
+ * move shared reads past stores through generic pointers, so reads between them would wait one by one. */
+template <int E, class Put>
+__device__ __forceinline__ void ws_masked_decay(const Prob &p, const float *Gs, int n, int j0, int strict, Put put) {
+    const float gr[2] = {Gs[wg_row(0)], Gs[wg_row(2)]};
+    float gc[E / 2]; /* gc[2b + a]: column j0 + wg_col(4b + a) */
+#pragma unroll
+    for (int b = 0; b < E / 2; b++) gc[b] = Gs[j0 + wg_col(2 * (b & ~1) + (b & 1))];
+#pragma unroll
+    for (int e = 0; e < E; e += 2) {
+        const int i = wg_row(e), j = j0 + wg_col(e);
+        const float gi = gr[(e >> 1) & 1];
+        const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
+        put(e, k0, gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f), k1, gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f));
+    }
+}
+
 /* ---- the ReWY pullback's per-chunk pieces that pullback_ws.cu and reverse_ws.cu share (pullback_ws.cu's header names
  * the terms). Warpgroup w owns the K-wide results' features 64·w …; i0 = wg_row(0), the thread's rows i0 and i0 + 8;
  * Gs, bs: the chunk's G and β in shared memory; n: its rows. */
 
 /* Γ = 𝓛_<(−D) ⊙ e^{G_i−G_j} and Γ_β = diag(β) Γ (w = 0, X = D), Γ_H' = scale·𝓛_≤(H_q) ⊙ e^{G_i−G_j} (w = 1, X = H_q), into
- * the bf16 boxes Gm, Gb, Hm. Every element takes its exponential, of 0 where masked, and the mask selects. */
+ * the bf16 boxes Gm, Gb, Hm (ws_masked_decay). */
 __device__ __forceinline__ void ws_gamma_tiles(const Prob &p, const float (&X)[32], const float *Gs, const float *bs, int n,
                                                int w, int i0, __nv_bfloat16 *Gm, __nv_bfloat16 *Gb, __nv_bfloat16 *Hm) {
     using T2 = __nv_bfloat162;
-    const float g0 = Gs[i0], g1 = Gs[i0 + 8], b0 = bs[i0], b1 = bs[i0 + 8];
-    const int strict = w == 0;
+    const float b0 = bs[i0], b1 = bs[i0 + 8];
     const float sgn = w ? p.scale : -1.f;
-    /* G at this thread's 16 columns, read before the stores: the compiler cannot move shared reads past stores through
-     * generic pointers, so reads between them wait one by one */
-    float gc[16]; /* gc[2b + a]: column 8b + 2(t % 4) + a, i.e. wg_col(e) of e = 4b + a */
-#pragma unroll
-    for (int b = 0; b < 16; b++) gc[b] = Gs[wg_col(2 * (b & ~1) + (b & 1))];
     float x[32]; /* the masked, decayed tile */
-#pragma unroll
-    for (int e = 0; e < 32; e += 2) {
-        const int i = wg_row(e), j = wg_col(e);
-        const float gi = e & 2 ? g1 : g0;
-        const bool k0 = i < n && j + strict <= i, k1 = i < n && j + 1 + strict <= i;
-        const float y0 = gexp(p, k0 ? gi - gc[e / 4 * 2] : 0.f), y1 = gexp(p, k1 ? gi - gc[e / 4 * 2 + 1] : 0.f);
-        x[e] = k0 ? sgn * X[e] * y0 : 0.f;
-        x[e + 1] = k1 ? sgn * X[e + 1] * y1 : 0.f;
-    }
+    ws_masked_decay<32>(p, Gs, n, 0, w == 0, [&](int e, bool k0, float d0, bool k1, float d1) {
+        x[e] = k0 ? sgn * X[e] * d0 : 0.f;
+        x[e + 1] = k1 ? sgn * X[e + 1] * d1 : 0.f;
+    });
     T2 v[16];
     wg_pack(v, x);
     wg_box_store(w == 0 ? Gm : Hm, v);

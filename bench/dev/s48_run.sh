@@ -1,0 +1,50 @@
+#!/bin/bash
+# Session 48's device calls. Build for sm_90a made here (librewy.so, test_cuda, variant_time), carried:
+#   .carry/s48x.tar.xz  build/x: main b9a0aa7 (session 47's windowed fused pass and 64-column chain_ws landed; policy R's
+#                       fused pass forms R wherever it runs)
+#   .carry/s48y.tar.xz  build/y: build/x's with the masked decay as one helper (ws.cuh's ws_masked_decay)
+# Modes, in the order given:
+#   check  test_cuda --quick at the defaults and under each path the landed commits touch, racecheck of the fused pass in
+#          windows; beside them (carry .peers) FlashQLA's kernels compiled for the suite, a process a shape
+#          (s41_api.sh warm with WARM_PEERS=flashqla), for `bench` on the same warm machine
+#   epi    build/y: test_cuda --quick where each of the helper's three callers runs, racecheck, GPU-bound ms of x and y
+#   bench  issue 24's benchmark, rewy and FlashQLA (no FLA: its autotune does not fit this session's device time), GDN and
+#          DeltaNet at the six shapes (s41_api.sh run)
+set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
+exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
+source bench/dev/device_helpers.sh
+[ -x build/x/tests/cuda/test_cuda ] || tar xJf .carry/s48x.tar.xz
+echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+export REWY_LIB=$PWD/build/x/librewy.so IMPLS=rewy,flashqla
+for mode in "$@"; do case $mode in
+check)
+  if [ -f .peers/peers-site.tar.xz ]; then
+    (OUT=$OUT/fq WARM_PEERS=flashqla bash bench/dev/s41_api.sh warm > /tmp/warm.log 2>&1; echo "warm rc=$?") &
+    warm=$!
+  fi
+  export TB=build/x TC_LIMIT=80
+  oracle -- --quick; oracle REWY_CUDA_WIN=2 -- --quick; oracle REWY_CUDA_SEG=2 -- --quick
+  oracle REWY_CUDA_REV_WS=1 -- --quick; oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0 -- --quick
+  oracle REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64 -- --quick; oracle REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128 -- --quick
+  SAN_LIMIT=120 san racecheck REWY_CUDA_WIN=2 -- --v128
+  unset TB
+  echo "| op | shape | fwd/bwd GPU-bound ms |"
+  for op in gdn delta; do for sh in 4x4096x16 8x2048x32; do
+    echo "| $op | $sh | $(gb build/x/bench/dev/variant_time $op ${sh//x/ }) |"; done; done
+  # (wait for the warm-up's pid alone: a bare wait also waits for the log's tee, which ends with the script)
+  [ -z "${warm:-}" ] || wait $warm; echo "checked $(el)" ;;
+epi)
+  [ -x build/y/tests/cuda/test_cuda ] || tar xJf .carry/s48y.tar.xz
+  export TB=build/y TC_LIMIT=80
+  oracle -- --quick; oracle REWY_CUDA_FWD_WS=1 -- --quick; oracle REWY_CUDA_REV_WS=1 -- --quick
+  oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0 -- --quick; oracle REWY_CUDA_SEG=2 -- --quick
+  SAN_LIMIT=100 san racecheck REWY_CUDA_REV_WS=1 REWY_CUDA_FWD_WS=1 -- --v128
+  unset TB
+  echo "| op | shape | x fwd/bwd | y fwd/bwd |"
+  for op in gdn delta; do for sh in 8x2048x32 4x4096x16 16x1024x16; do a=${sh//x/ }
+    echo "| $op | $sh | $(gb build/x/bench/dev/variant_time $op $a) | $(gb build/y/bench/dev/variant_time $op $a) |"
+  done; done ;;
+bench)
+  OPS=gdn,deltanet API_LIMIT=${API_LIMIT:-500} bash bench/dev/s41_api.sh run; rm -rf $OUT/warm $OUT/fq ;;
+esac; done
+echo "done $(el)"
