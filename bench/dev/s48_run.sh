@@ -3,11 +3,16 @@
 #   .carry/s48x.tar.xz  build/x: main b9a0aa7 (session 47's windowed fused pass and 64-column chain_ws landed; policy R's
 #                       fused pass forms R wherever it runs)
 #   .carry/s48y.tar.xz  build/y: build/x's with the masked decay as one helper (ws.cuh's ws_masked_decay)
+#   .carry/s48z.tar.xz  build/z: build/y's with bench/dev/s48_segt.patch (`git am`; branch dev/s48-segt): the
+#                       backward's segment maps from the forward (its T saved, read transposed by the combine; the
+#                       backward's homogeneous walks return at once). Not run in session 48 (no device time left)
 # Modes, in the order given:
 #   check  test_cuda --quick at the defaults and under each path the landed commits touch, racecheck of the fused pass in
 #          windows; beside them (carry .peers) FlashQLA's kernels compiled for the suite, a process a shape
 #          (s41_api.sh warm with WARM_PEERS=flashqla), for `bench` on the same warm machine
 #   epi    build/y: test_cuda --quick where each of the helper's three callers runs, racecheck, GPU-bound ms of x and y
+#   segt   build/z: test_cuda --quick with segments (the forward's maps, and without them: REWY_CUDA_FWD_WS=0), memcheck;
+#          GPU-bound ms of y and z at the two shapes that take segments
 #   bench  issue 24's benchmark, rewy and FlashQLA (no FLA: its autotune does not fit this session's device time), GDN and
 #          DeltaNet at the six shapes (s41_api.sh run)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
@@ -44,6 +49,17 @@ epi)
   for op in gdn delta; do for sh in 8x2048x32 4x4096x16 16x1024x16; do a=${sh//x/ }
     echo "| $op | $sh | $(gb build/x/bench/dev/variant_time $op $a) | $(gb build/y/bench/dev/variant_time $op $a) |"
   done; done ;;
+segt)
+  for b in y z; do [ -x build/$b/tests/cuda/test_cuda ] || tar xJf .carry/s48$b.tar.xz; done
+  export TB=build/z TC_LIMIT=40
+  oracle REWY_CUDA_SEG=2 -- --quick; oracle REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0 -- --quick
+  oracle REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1 -- --quick; oracle -- --quick
+  echo "| op | shape | y fwd/bwd | z fwd/bwd |"
+  for op in gdn delta; do for sh in 1x8192x16 2x16384x8; do a=${sh//x/ }
+    echo "| $op | $sh | $(gb build/y/bench/dev/variant_time $op $a) | $(gb build/z/bench/dev/variant_time $op $a) |"
+  done; done
+  SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --quick
+  unset TB ;;
 bench)
   OPS=gdn,deltanet API_LIMIT=${API_LIMIT:-500} bash bench/dev/s41_api.sh run; rm -rf $OUT/warm $OUT/fq ;;
 esac; done
