@@ -6,6 +6,9 @@
 #   .carry/s48z.tar.xz  build/z: build/y's with bench/dev/s48_segt.patch (`git am`; branch dev/s48-segt): the
 #                       backward's segment maps from the forward (its T saved, read transposed by the combine; the
 #                       backward's homogeneous walks return at once). Not run in session 48 (no device time left)
+#   .carry/s48p.tar.xz  build/p: main's (build/y's) with bench/dev/s48_pair.patch (`git am`; branch dev/s48-pair): the
+#                       fused pass as a pair of blocks a walk in time windows. Not run in session 48. Both patches
+#                       apply together with `git am -3` (segt first)
 # Modes, in the order given:
 #   check  test_cuda --quick at the defaults and under each path the landed commits touch, racecheck of the fused pass in
 #          windows; beside them (carry .peers) FlashQLA's kernels compiled for the suite, a process a shape
@@ -13,6 +16,9 @@
 #   epi    build/y: test_cuda --quick where each of the helper's three callers runs, racecheck, GPU-bound ms of x and y
 #   segt   build/z: test_cuda --quick with segments (the forward's maps, and without them: REWY_CUDA_FWD_WS=0), memcheck;
 #          GPU-bound ms of y and z at the two shapes that take segments
+#   pair   build/p: test_cuda --quick in windows (pairs by default there), forced both ways, and at the defaults;
+#          racecheck and memcheck of --v128 in windows; GPU-bound ms of y and p at (4,4096,16) and (8,2048,32), and p
+#          with REWY_CUDA_REV_PAIR=0; kernel times at (4,4096,16)
 #   bench  issue 24's benchmark, rewy and FlashQLA (no FLA: its autotune does not fit this session's device time), GDN and
 #          DeltaNet at the six shapes (s41_api.sh run)
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
@@ -60,6 +66,19 @@ segt)
   done; done
   SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --quick
   unset TB ;;
+pair)
+  for b in y p; do [ -x build/$b/tests/cuda/test_cuda ] || tar xJf .carry/s48$b.tar.xz; done
+  export TB=build/p TC_LIMIT=40
+  oracle REWY_CUDA_WIN=2 -- --quick; oracle REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1 -- --quick
+  oracle REWY_CUDA_WIN=3 -- --quick; oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0 -- --quick; oracle -- --quick
+  SAN_LIMIT=100 san racecheck REWY_CUDA_WIN=2 -- --v128
+  SAN_LIMIT=60 san memcheck REWY_CUDA_WIN=1 -- --v128
+  unset TB
+  echo "| op | shape | y fwd/bwd | p fwd/bwd | p, REV_PAIR=0 |"
+  for op in gdn delta; do for sh in 4x4096x16 8x2048x32; do a=${sh//x/ }
+    echo "| $op | $sh | $(gb build/y/bench/dev/variant_time $op $a) | $(gb build/p/bench/dev/variant_time $op $a) | $(gb env REWY_CUDA_REV_PAIR=0 build/p/bench/dev/variant_time $op $a) |"
+  done; done
+  kernel_table build/p/bench/dev/variant_time gdn 4 4096 16 | kernel_sums ;;
 bench)
   OPS=gdn,deltanet API_LIMIT=${API_LIMIT:-500} bash bench/dev/s41_api.sh run; rm -rf $OUT/warm $OUT/fq ;;
 esac; done
