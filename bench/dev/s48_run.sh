@@ -1,8 +1,10 @@
 #!/bin/bash
 # Session 48's device calls. Build for sm_90a made here (librewy.so, test_cuda, variant_time), carried:
 #   .carry/s48x.tar.xz  build/x: main b9a0aa7 (session 47's windowed fused pass and 64-column chain_ws landed; policy R's
-#                       fused pass forms R wherever it runs)
-#   .carry/s48y.tar.xz  build/y: build/x's with the masked decay as one helper (ws.cuh's ws_masked_decay)
+#                       fused pass forms R wherever it runs); session 48's check, bench, epi ran it (since deleted)
+#   .carry/s48y.tar.xz  build/y: build/x's with the masked decay as one helper (ws.cuh's ws_masked_decay): main's src
+#                       since 41eb1a5
+# check and bench run build/$AB (AB=y by default; AB=x as session 48 ran them).
 #   .carry/s48z.tar.xz  build/z: build/y's with bench/dev/s48_segt.patch (`git am`; branch dev/s48-segt): the
 #                       backward's segment maps from the forward (its T saved, read transposed by the combine; the
 #                       backward's homogeneous walks return at once). Not run in session 48 (no device time left)
@@ -24,16 +26,16 @@
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
-[ -x build/x/tests/cuda/test_cuda ] || tar xJf .carry/s48x.tar.xz
+AB=${AB:-y}; [ -x build/$AB/tests/cuda/test_cuda ] || tar xJf .carry/s48$AB.tar.xz
 echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-export REWY_LIB=$PWD/build/x/librewy.so IMPLS=rewy,flashqla
+export REWY_LIB=$PWD/build/$AB/librewy.so IMPLS=rewy,flashqla
 for mode in "$@"; do case $mode in
 check)
   if [ -f .peers/peers-site.tar.xz ]; then
     (OUT=$OUT/fq WARM_PEERS=flashqla bash bench/dev/s41_api.sh warm > /tmp/warm.log 2>&1; echo "warm rc=$?") &
     warm=$!
   fi
-  export TB=build/x TC_LIMIT=80
+  export TB=build/$AB TC_LIMIT=80
   oracle -- --quick; oracle REWY_CUDA_WIN=2 -- --quick; oracle REWY_CUDA_SEG=2 -- --quick
   oracle REWY_CUDA_REV_WS=1 -- --quick; oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0 -- --quick
   oracle REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64 -- --quick; oracle REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128 -- --quick
@@ -41,7 +43,7 @@ check)
   unset TB
   echo "| op | shape | fwd/bwd GPU-bound ms |"
   for op in gdn delta; do for sh in 4x4096x16 8x2048x32; do
-    echo "| $op | $sh | $(gb build/x/bench/dev/variant_time $op ${sh//x/ }) |"; done; done
+    echo "| $op | $sh | $(gb build/$AB/bench/dev/variant_time $op ${sh//x/ }) |"; done; done
   # (wait for the warm-up's pid alone: a bare wait also waits for the log's tee, which ends with the script)
   [ -z "${warm:-}" ] || wait $warm; echo "checked $(el)" ;;
 epi)
