@@ -676,11 +676,11 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         const float *h0 = k0 >= 0 ? ck + k0 * ckn : a->h0, *dht = win ? carry : a->dht;
         float *dh0 = w > 0 ? carry : a->dh0;
         WuOut wu;
-        if (pl.rev_ws) { /* the recompute alone (no C_q: the fused pass forms it; chain_ws.cu's recompute form), then
-                          * the fused pass, the window's S̄ from the carry and back into it */
+        if (pl.rev_ws) { /* the recompute of S_c alone (no C_q or R: policy R's fused pass forms both, Plan::rev_rf;
+                          * chain_ws.cu's recompute form), then the fused pass, the window's S̄ from the carry and back */
             REWY_TRY(Op::gates(pw, a, L, Gw, nullptr, nullptr, Gc, &sg, s));
-            REWY_TRY(launch_recompute_ws(pw, a->k, a->v, sg.GB, A, h0, sc, pl.rev_rf ? nullptr : r, s));
-            REWY_TRY(reverse(pw, sc, r, dht, dh0)); /* (R unread under Plan::rev_rf) */
+            REWY_TRY(launch_recompute_ws(pw, a->k, a->v, sg.GB, A, h0, sc, nullptr, s));
+            REWY_TRY(reverse(pw, sc, nullptr, dht, dh0));
             continue;
         }
         if (bvc > 0) {

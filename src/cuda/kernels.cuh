@@ -160,8 +160,8 @@ cudaError_t launch_scan_pair(const Prob &p, rewy_dtype dt, const void *q, const 
  * (Plan::pb_ws; launch_pullback hands over to it): the same inputs and outputs */
 bool pullback_ws(const Prob &p, rewy_dtype dt, bool vec, bool wy, const void *q, const void *k, const void *v,
                  const void *do_, const void *dq, const void *dk, const void *dv); /* Plan::pb_ws */
-/* reverse_ws.cu: the reverse scan and the warp-specialized pullback fused (Plan::rev_ws: G = 1): from S_c and R (the
- * recompute's or policy A's; under segments from S_c alone, R formed in the pass, R unused) to dq, dk, dv, dβ, dg and
+/* reverse_ws.cu: the reverse scan and the warp-specialized pullback fused (Plan::rev_ws: G = 1): from S_c and policy
+ * A's saved R (under policy R from S_c alone, R formed in the pass, Plan::rev_rf; R unused) to dq, dk, dv, dβ, dg and
  * dh0, with no S̄⁺ or P in HBM. In a time window (Prob::win_len): the window's chunks, S_c and R by its slots, from
  * dht to dh0 (which may be one buffer: a block reads its elements first and writes them last) */
 bool reverse_ws(const Prob &p, int win); /* Plan::rev_ws, after pb_ws, bwd_scan_wg and the windows */

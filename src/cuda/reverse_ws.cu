@@ -84,7 +84,7 @@ __device__ __forceinline__ void rv_bracket(const Prob &p, const float (&y)[32], 
     wg_box_store(Rb, vv);
 }
 
-/* RF: R formed here from S_c (under segments), else loaded from R */
+/* RF: R formed here from S_c (policy R, Plan::rev_rf), else loaded from R (policy A's saved) */
 template <bool RF>
 __global__ void __launch_bounds__(WS_NT, 1)
 reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
