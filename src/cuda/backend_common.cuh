@@ -25,7 +25,8 @@
  * saved:   ChunkInfo[NC] | int coff[N+1] | ⟨gate table⟩ (vector gates: policy A only) | A fp32 [NC*HV][BT][BT]
  *          policy A: + C_q cq_t [NC*HV][BT][BT] | S_c state_t [NC*HV][K][V] | R rp_t [NC*HV][BT][V]
  *          then the record (cuda_backend.cu), and with time windows (Plan::win, nwin of them) the start states of
- *          all but the first, fp32 [nwin − 1][N*HV][K][V] (Prob::ck)
+ *          all but the first, fp32 [nwin − 1][N*HV][K][V] (Prob::ck); segments (Plan::seg): the forward's maps T,
+ *          fp32 [N*nwin*HV][K][K], and an int, nonzero where the forward left them
  * fwd ws:  ⟨head⟩ | policy R: C_q, S_c, R (policy A keeps them in saved), vector gates' ⟨gate table⟩ | ⟨W, U⟩ (over S_c, R under
  *          policy R: the forward that reads W, U fuses the output and stores neither) | with W, U: int
  *          ready flags [NC*HV] (the scan beside kkt); at least 256 B
@@ -34,7 +35,8 @@
  *          time windows: every [NC*HV] region above but W̄ and GVA holds one window, [N*win*HV] slots; an fp32
  *          S̄ carry [N*HV][K][V] after P. Segments (Plan::seg) lay their own regions from the same place, over these
  *          (which only the windows' fallback uses): S_c state_t [NC*HV][K][V] | the segments' chunk offsets
- *          int [N*nwin+1] | two fp32 state regions [N*nwin*HV][K][V], B and T (T in dq where it fits: seg_tt_in_dq)
+ *          int [N*nwin+1] | two fp32 state regions [N*nwin*HV][K][V], B and T (Tᵀ where the forward left no T; in dq
+ *          where it fits: seg_tt_in_dq)
  *
  * The operators' regions are in the file-top comments of cuda_backend.cu and vec_backend.cu, next to
  * ScalarGates::regions and VectorGates::regions / factor_plan, which size them.
@@ -85,7 +87,8 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     int nwin;                                          /* time windows (Plan::win): how many (1: none) */
     size_t wck, wcarry;                                /* their checkpoints (saved), S̄ carry (bwd ws) */
     size_t sSc, sco, sB, sT;                           /* segments (Plan::seg; bwd ws): S_c, offsets, state regions */
-    size_t fsco, fX, fT;                               /* and the forward's (fwd ws): offsets, state regions */
+    size_t fsco, fX;                                   /* and the forward's (fwd ws): offsets, end states */
+    size_t segT, segok;                                /* the forward's maps T and whether it left them (saved) */
     bool sT_dq;                                        /* segments: Tᵀ in the caller's dq, not at sT (seg_tt_in_dq) */
     size_t saved_end;                                  /* the saved buffer's size: regions, record, checkpoints */
 };
@@ -328,6 +331,14 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
      * windows) */
     L.wck = al(L.saved) + RECORD_BYTES;
     L.saved_end = L.wck + (L.nwin > 1 ? al(sizeof(float) * (L.nwin - 1) * L.N * L.HV * state) : 0);
+    /* segments: the maps T_w of the forward's segment walks, whose transposes the backward's combine reads in place of
+     * its own homogeneous walks (segments.cu); the int tells it whether the forward left them (the forward that walks
+     * whole sequences, its pointers unfit for the segments' chain, leaves none) */
+    if (pl.seg) {
+        L.segT = al(L.saved_end);
+        L.segok = L.segT + al(sizeof(float) * L.N * pl.nwin * L.HV * (size_t)c->K * c->K);
+        L.saved_end = L.segok + al(sizeof(int));
+    }
     o = r.head;
     if (!polA) cq_sc_r(L.fCq, L.fSc, L.fR, chh);
     L.fG = o;
@@ -342,13 +353,11 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     const size_t wu_end = L.fRdy + (L.has_wu ? al(sizeof(int) * chh) : 0);
     if (wu_end > o) o = wu_end;
     /* segments (Plan::seg; the forward's, Plan::fwd_seg, whatever the pointers): their chunk offsets, int [N·nwin + 1];
-     * two fp32 [N·nwin·HV][K][V] state regions: X (each segment's end state from its local walk, then its start state
-     * (the combine, in place), then its end state (the chain, in place)) and T (the maps) */
+     * an fp32 [N·nwin·HV][K][V] state region X (each segment's end state from its local walk, then its start state (the
+     * combine, in place), then its end state (the chain, in place)); the maps T go to the saved buffer (L.segT) */
     if (pl.seg) {
-        const size_t sst = sizeof(float) * L.N * pl.nwin * L.HV * state;
         L.fsco = o; o += al(sizeof(int) * ((size_t)L.N * pl.nwin + 1));
-        L.fX = o; o += al(sst);
-        L.fT = o; o += al(sst);
+        L.fX = o; o += al(sizeof(float) * L.N * pl.nwin * L.HV * state);
     }
     L.fwd = o > 256 ? o : 256; /* never 0: the API requires a workspace pointer */
     o = r.head;
@@ -520,23 +529,27 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     ScanGates sg;
     state_t *Sc = polA ? at<state_t>(a->saved, L.Sc) : at<state_t>(a->workspace, L.fSc);
     rp_t *R = polA ? at<rp_t>(a->saved, L.R) : at<rp_t>(a->workspace, L.fR);
-    /* Segments (Plan::fwd_seg; MATH §11b): kkt (A in bf16 for the chain); every segment's end state and map T; the
-     * combine, which writes each segment's start state over its end state and into the checkpoints; the chain over all
-     * segments from their starts, with o, leaving each segment's end state in its place: the last segments' are ht. */
+    /* Segments (Plan::fwd_seg; MATH §11b): kkt (A in bf16 for the chain); every segment's end state and map T (saved:
+     * the backward's combine reads it transposed); the combine, which writes each segment's start state over its end
+     * state and into the checkpoints; the chain over all segments from their starts, with o, leaving each segment's end
+     * state in its place: the last segments' are ht. Without it, the backward's segments walk their maps themselves. */
+    int *const segok = pl.seg ? at<int>(a->saved, L.segok) : nullptr;
     if (pl.fwd_seg && L.has_wu && !polA && !Op::vector_gates) {
         WuOut wu;
         wu.Ab = at<__nv_bfloat16>(a->workspace, L.fW);
         int *const sco = at<int>(a->workspace, L.fsco);
-        float *const xs = at<float>(a->workspace, L.fX), *const t = at<float>(a->workspace, L.fT);
+        float *const xs = at<float>(a->workspace, L.fX), *const t = at<float>(a->saved, L.segT);
         const Prob ps = segment_prob(p, sco);
         REWY_TRY(Op::gates(p, a, L, Gc, A, nullptr, Gc, &sg, s, wu));
         REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, sco, s));
         REWY_TRY(launch_seg_walks(ps, pl.nwin, a->k, a->v, sg.GB, A, a->h0, xs, t, s));
+        REWY_TRY(cudaMemsetAsync(segok, 1, sizeof(int), s)); /* (bytes of 1: nonzero) */
         REWY_TRY(launch_seg_combine_fwd(p, pl.nwin, a->h0, t, xs, L.nwin > 1 ? at<float>(a->saved, L.wck) : nullptr, s));
         REWY_TRY(launch_chain_forward_ws(ps, a->q, a->k, a->v, sg.GB, wu.Ab, nullptr, xs, xs, nullptr, nullptr, a->o, s));
         if (a->ht) REWY_TRY(copy_segment_states(a->ht, xs, p, pl.nwin, pl.nwin - 1, s)); /* the last segments' ends */
         return REWY_OK;
     }
+    if (segok) REWY_TRY(cudaMemsetAsync(segok, 0, sizeof(int), s));
     /* the register chain with the output in its steps (the whole forward after kkt; its A-and-V form, with A in bf16
      * from kkt over W's region and v the input), or the scan computing o itself, on the two-product chain with W and U
      * from kkt where the shapes allow (scalar gates only: vector gates' operands come from the gates stage) */
@@ -645,8 +658,9 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
     const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
     /* Segments (Plan::seg, plan_segments; MATH §11d): the windows at once, each a sequence of its own to the scans and
      * the fused pass (segment_prob). 1. every segment's chunk states, recomputed from the forward's checkpoint at its
-     * start; 2. beside nothing else they need, X̄ and Tᵀ of each segment (its reverse walk from zero, and from the
-     * identity with Ō = 0); 3. the combine, from the last segment: S̄ at each segment's end; 4. the fused pass over all
+     * start; 2. beside nothing else they need, X̄ of each segment (its reverse walk from zero) and, where the forward
+     * left no maps T, Tᵀ (the walk from the identity with Ō = 0); 3. the combine, from the last segment: S̄ at each
+     * segment's end, over Tᵀ_w, the forward's T_w read transposed where it left them; 4. the fused pass over all
      * segments from those ends, whose first segments' start gradients are dh0. Where the fused pass cannot take the
      * pointers (Plan::rev_ws off), the windows below run one after the other instead. */
     if (pl.seg && pl.rev_ws) {
@@ -661,8 +675,9 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
         REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, at<int>(a->workspace, L.sco), s));
         REWY_TRY(launch_seg_starts(p, pl.nwin, a->h0, ck, sB, s));
         REWY_TRY(launch_recompute_ws(ps, a->k, a->v, sg.GB, A, sB, ssc, nullptr, s));
-        REWY_TRY(launch_bwd_state_scan_wg(ps, a->q, a->k, sg.GB, A, a->do_, nullptr, sB, nullptr, nullptr, 0, s, sT));
-        REWY_TRY(launch_seg_combine(p, pl.nwin, a->dht, sT, sB, s));
+        const int *const segok = at<const int>(a->saved, L.segok); /* the forward's T: its homogeneous blocks return */
+        REWY_TRY(launch_bwd_state_scan_wg(ps, a->q, a->k, sg.GB, A, a->do_, nullptr, sB, nullptr, nullptr, 0, s, sT, segok));
+        REWY_TRY(launch_seg_combine(p, pl.nwin, a->dht, sT, at<const float>(a->saved, L.segT), segok, sB, s));
         REWY_TRY(launch_reverse_ws(ps, a->q, a->k, a->v, sg.GB, A, a->do_, ssc, nullptr, sB, a->dh0 ? sB : nullptr, a->dq,
                                    a->dk, a->dv, a->dbeta, a->g, p.gated ? a->dg : nullptr, s));
         if (a->dh0) REWY_TRY(copy_segment_states(a->dh0, sB, p, pl.nwin, 0, s)); /* the first segments' start gradients */

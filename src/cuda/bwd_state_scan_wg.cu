@@ -15,7 +15,7 @@
  * leave room for two blocks per SM): K's copy for the next chunk starts after the chunk's last product.
  * The sequence split's local walks (segments.cu, MATH §11d step 1) run here too: with Sbar NULL the walk stores nothing
  * but its end state (X̄ from dht = 0), and a second grid of homogeneous blocks walks from S̄ = I with Ō = 0 (never
- * copied: its tile stays zero) to Tᵀ. */
+ * copied: its tile stays zero) to Tᵀ, unless the forward left its maps T (tskip: those blocks return at once). */
 #include <limits.h>
 #include "kernels.cuh"
 #include "scan_wg.cuh"
@@ -35,7 +35,7 @@ template <int KPC, int BVT, int NWG>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1)
 bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const float *GB, const float *A,
                          const __nv_bfloat16 *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
-                         int hom0, float *tout) {
+                         int hom0, float *tout, const int *tskip) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WgBscanLayout<KPC, BVT, NWG>;
@@ -53,6 +53,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
 
     /* blocks from hom0 on: the homogeneous walk (segments, MATH §11c), from S̄ = I with Ō = 0, whose end state is Tᵀ */
     const bool hom = (int)blockIdx.x >= hom0;
+    if (hom && tskip && *tskip) return; /* the forward's maps stand in (the combine reads them transposed) */
     const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, hom ? blockIdx.x - hom0 : blockIdx.x);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G, tid = threadIdx.x;
 
@@ -221,7 +222,7 @@ bwd_state_scan_wg_kernel(Prob p, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
     if (float *const out = hom ? tout : dh0) wg_state_save(s, out, p, sbase, v0);
 #else
     (void)p, (void)q, (void)k, (void)GB, (void)A, (void)do_, (void)dht, (void)dh0, (void)Sbar, (void)PR, (void)wy;
-    (void)hom0, (void)tout;
+    (void)hom0, (void)tout, (void)tskip;
 #endif
 }
 
@@ -234,7 +235,7 @@ bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const voi
 
 cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
                                      const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
-                                     cudaStream_t s, float *tout) {
+                                     cudaStream_t s, float *tout, const int *tskip) {
     using bf16 = __nv_bfloat16;
     auto go = [&](auto kp, auto bv, auto nwg) {
         constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value, NWG = decltype(nwg)::value;
@@ -246,7 +247,7 @@ cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k
         if (tout && p.K != p.V) return cudaErrorInvalidValue;
         bwd_state_scan_wg_kernel<KPC, BVT, NWG><<<tout ? 2 * nb : nb, 128 * NWG, smem, s>>>(
             p, (const bf16 *)q, (const bf16 *)k, GB, A, (const bf16 *)do_, dht, dh0, Sbar, PR, wy, tout ? (int)nb : INT_MAX,
-            tout);
+            tout, tskip);
         return cudaGetLastError();
     };
     return with_wg_tiles(p, go);

@@ -95,10 +95,11 @@ cudaError_t launch_bwd_state_scan(const Prob &p, rewy_dtype dt, const void *q, c
 bool bwd_state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *q, const void *k, const void *do_, bool vec);
 /* Sbar NULL: the reverse walk alone (S̄⁺ and P not stored; PR is not read), its end state to dh0. tout (segments,
  * MATH §11c): a second grid of homogeneous blocks beside it, the same walk from S̄ = I with Ō = 0 (V = K), whose end
- * state, Tᵀ of the walk's chunks, goes to tout in dh0's layout. */
+ * state, Tᵀ of the walk's chunks, goes to tout in dh0's layout; where *tskip is nonzero (the forward left its maps T)
+ * those blocks return at once. */
 cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k, const float *GB, const float *A,
                                      const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
-                                     cudaStream_t s, float *tout = nullptr);
+                                     cudaStream_t s, float *tout = nullptr, const int *tskip = nullptr);
 
 /* bwd_state_scan.cu: policy R's recompute scan (launch_state_scan with ht NULL) and the reverse scan
  * (launch_bwd_state_scan), in one launch where their tiles allow it, else one after the other. */
@@ -173,10 +174,12 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
  *   seg_offsets: the segments' chunk offsets [N·nwin + 1] (a segment past its sequence's end is empty);
  *   seg_starts:  each segment's start state: h0 (zero without it) for the first, else the forward's checkpoint;
  *   seg_combine: S̄ at each segment's end, from dht (zero without it) at the last and S̄_start = Tᵀ S̄_end + X̄
- *                (K = V = 128), each over the segment's X̄ in xe */
+ *                (K = V = 128), each over the segment's X̄ in xe; Tᵀ from tt, or where *tok is nonzero the forward's
+ *                T (saved) read transposed */
 cudaError_t launch_seg_offsets(const Prob &p, int win, int nwin, int *sco, cudaStream_t s);
 cudaError_t launch_seg_starts(const Prob &p, int nwin, const float *h0, const float *ck, float *start, cudaStream_t s);
-cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, float *xe, cudaStream_t s);
+cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, const float *t, const int *tok,
+                               float *xe, cudaStream_t s);
 /* the forward's (MATH §11b; Plan::fwd_seg): each segment's start state over its end state X_w in xs (h0, zero without it,
  * for the first), from X and the maps T of launch_seg_walks, and the checkpoints ck (NULL: none) */
 cudaError_t launch_seg_combine_fwd(const Prob &p, int nwin, const float *h0, const float *t, float *xs, float *ck,

@@ -7,11 +7,13 @@
  *                the forward's checkpoint at its first chunk (Prob::ck, written where the segment is not empty)
  *   seg_combine  §11d step 2: S̄ at each segment's end, from the last: dht (zero without it), then
  *                S̄_end(w − 1) = S̄_start(w) = Tᵀ_w S̄_end(w) + X̄_w, where X̄_w is segment w's reverse walk from zero and
- *                Tᵀ_w its walk from the identity with Ō = 0 (launch_bwd_state_scan_wg's two grids); S̄_end(w) over X̄_w,
- *                which each thread reads just before at the same places (X̄_0 is not needed)
+ *                Tᵀ_w the transpose of the forward's map T_w (saved by its segment walks), or where the forward left none
+ *                (it walked whole sequences) the backward's own walk from the identity with Ō = 0
+ *                (launch_bwd_state_scan_wg's two grids); S̄_end(w) over X̄_w, which each thread reads just before at the
+ *                same places (X̄_0 is not needed)
  * and the forward's (MATH §11b; Plan::fwd_seg):
  *   seg_walks    (state_scan_wg.cu) step 1: each segment's end state X_w from its start (h0 for the first, else zero)
- *                and its map T_w (the walk from S = I with V = 0), those the combine reads
+ *                and its map T_w (the walk from S = I with V = 0), those the combines read
  *   seg_combine  (FWD) step 2: S at each segment's start, from the first: h0 (zero without it), then
  *                S_start(w + 1) = T_w S_start(w) + X_w, where X_0 is the first segment's end itself; S_start(w) over
  *                X_w, and into the checkpoints (Prob::ck, the backward's segment starts) */
@@ -42,13 +44,15 @@ __global__ void __launch_bounds__(SEG_NT) seg_starts_kernel(Prob p, int nwin, co
  * thread a 4 × 4 tile of the product, in fp32 (§10: states in fp32). The two directions are one walk over the segments:
  *   backward (FWD false): from S̄ = dht, w = nwin − 1 … 0:  S̄_end(w) out; S̄ ← Tᵀ_w S̄ + X̄_w (w > 0)
  *   forward (FWD true):   from S = X_0, with h0 out at 0, w = 1 … nwin − 1:  S_start(w) out; S ← T_w S + X_w (w < nwin − 1)
- * s0: dht, or the forward's h0; tt: the maps; xe: X̄ or X in, the states out; ck: the forward's checkpoints. */
+ * s0: dht, or the forward's h0; tt: the maps (the backward's Tᵀ); xe: X̄ or X in, the states out; ck: the forward's
+ * checkpoints; backward: where *tok is nonzero, the forward's maps T in t instead of tt, read transposed (Tᵀ_w is the
+ * adjoint of the same map: MATH §11c). */
 constexpr int SK = 128, SCW = 32, SLDM = SK + 4;
 constexpr size_t SEG_COMBINE_SMEM = sizeof(float) * (SK * SLDM + SK * SCW);
 
 template <bool FWD>
 __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, const float *s0, const float *tt,
-                                                             float *xe, float *ck) {
+                                                             const float *t_fwd, const int *tok, float *xe, float *ck) {
     extern __shared__ __align__(16) float sm[];
     float *const Ms = sm, *const Ss = sm + SK * SLDM;
     constexpr int NVT = SK / SCW;
@@ -78,9 +82,12 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
     /* element u of a thread's share: row t / SK + 2u, column t % SK of the map (st_idx with K = V = SK) */
     constexpr int RSTEP = SEG_NT / SK;
     const int mrow = t / SK, mcol = t % SK;
-    const int moff = p.svf ? mcol * SK + mrow : mrow * SK + mcol, mstep = p.svf ? RSTEP : RSTEP * SK;
+    /* (the forward's T read transposed: the layout's index order swapped) */
+    const bool fwd_maps = !FWD && tok && *tok, msvf = p.svf != fwd_maps;
+    const float *const maps = fwd_maps ? t_fwd : tt;
+    const int moff = msvf ? mcol * SK + mrow : mrow * SK + mcol, mstep = msvf ? RSTEP : RSTEP * SK;
     auto fetch = [&](int w) {
-        const float *const src = tt + seg(w) + moff;
+        const float *const src = maps + seg(w) + moff;
 #pragma unroll
         for (int u = 0; u < NPRE; u++) pre[u] = src[u * mstep];
     };
@@ -159,22 +166,23 @@ cudaError_t launch_seg_starts(const Prob &p, int nwin, const float *h0, const fl
 
 /* one block per (sequence, value head, 32 value columns), either direction */
 template <bool FWD>
-static cudaError_t launch_combine(const Prob &p, int nwin, const float *s0, const float *tt, float *xe, float *ck,
-                                  cudaStream_t s) {
+static cudaError_t launch_combine(const Prob &p, int nwin, const float *s0, const float *tt, const float *t,
+                                  const int *tok, float *xe, float *ck, cudaStream_t s) {
     if (p.K != SK || p.V != SK) return cudaErrorInvalidValue;
     cudaError_t e = ensure_smem<seg_combine_kernel<FWD>>(SEG_COMBINE_SMEM);
     if (e != cudaSuccess) return e;
-    seg_combine_kernel<FWD><<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, s0, tt, xe, ck);
+    seg_combine_kernel<FWD><<<p.N * p.HV * (SK / SCW), SEG_NT, SEG_COMBINE_SMEM, s>>>(p, nwin, s0, tt, t, tok, xe, ck);
     return cudaGetLastError();
 }
 
-cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, float *xe, cudaStream_t s) {
-    return launch_combine<false>(p, nwin, dht, tt, xe, nullptr, s);
+cudaError_t launch_seg_combine(const Prob &p, int nwin, const float *dht, const float *tt, const float *t, const int *tok,
+                               float *xe, cudaStream_t s) {
+    return launch_combine<false>(p, nwin, dht, tt, t, tok, xe, nullptr, s);
 }
 
 cudaError_t launch_seg_combine_fwd(const Prob &p, int nwin, const float *h0, const float *t, float *xs, float *ck,
                                    cudaStream_t s) {
-    return launch_combine<true>(p, nwin, h0, t, xs, ck, s);
+    return launch_combine<true>(p, nwin, h0, t, nullptr, nullptr, xs, ck, s);
 }
 
 } // namespace rewy_cuda

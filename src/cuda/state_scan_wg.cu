@@ -19,8 +19,9 @@
  * The forward's sequence split (segments.cu, MATH §11b step 1) runs its local walks here too: with nwin > 0 the blocks
  * walk segments (sequences of p) and store nothing but their end state: X_w from the start state (the caller's h0 for
  * the first segment, zero for the others), and a second grid of homogeneous blocks walks from S = I with V = 0 (never
- * copied: its tile stays zero) to T_w. Blocks whose result the combine does not read return at once: the last
- * segment's (its start comes from the combine), and the first segment's homogeneous ones (its X_w is already its end). */
+ * copied: its tile stays zero) to T_w. Blocks whose result no combine reads return at once: the last segment's
+ * ordinary ones (its start comes from the combine), and the first segment's homogeneous ones (its X_w is already its
+ * end, and the backward's combine reads T_w of w > 0 alone). The last segment's T is the backward's (Tᵀ of w > 0). */
 #include <limits.h>
 #include "kernels.cuh"
 #include "scan_wg.cuh"
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
     const bool hom = (int)blockIdx.x >= hom0;
     const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, hom ? blockIdx.x - hom0 : blockIdx.x);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G, tid = threadIdx.x;
-    if (nwin > 0 && (sq % nwin == nwin - 1 || (hom && sq % nwin == 0))) return; /* the whole block: not read */
+    if (nwin > 0 && sq % nwin == (hom ? 0 : nwin - 1)) return; /* the whole block: not read */
 
     /* cp.async copies of chunk cj's tiles (scan_wg.cuh; A here: fp32 rows as tf32 K-major cm_t) */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) { wg_copy_kq<KPC, NT>(dst, k, p, cj, h); };
