@@ -39,15 +39,22 @@ __global__ void __launch_bounds__(SEG_NT) seg_starts_kernel(Prob p, int nwin, co
     }
 }
 
-/* One block per (sequence, value head, 32 value columns); K = V = 128. The map (Tᵀ or T) whole in shared memory (rows
- * padded to 132 floats: 16-B rows, and the four row groups of a warp on two banks), the state's columns beside it; each
- * thread a 4 × 4 tile of the product, in fp32 (§10: states in fp32). The two directions are one walk over the segments:
+/* One block per (sequence, value head, 16 value columns); K = V = 128. The map (Tᵀ or T) whole in shared memory as it is
+ * stored (rows padded to 132 floats: 16-B rows), the state's columns beside it; each thread a 2 × 4 tile of the product,
+ * in fp32 (§10: states in fp32). 16 columns, not 32: the segments run where B·HV is small, so a block a 32-column tile
+ * left most SMs idle (64 blocks at (1,8192,16)), and each step's product is the chain of the walk. The two directions
+ * are one walk over the segments:
  *   backward (FWD false): from S̄ = dht, w = nwin − 1 … 0:  S̄_end(w) out; S̄ ← Tᵀ_w S̄ + X̄_w (w > 0)
  *   forward (FWD true):   from S = X_0, with h0 out at 0, w = 1 … nwin − 1:  S_start(w) out; S ← T_w S + X_w (w < nwin − 1)
  * s0: dht, or the forward's h0; tt: the maps (the backward's Tᵀ); xe: X̄ or X in, the states out; ck: the forward's
  * checkpoints; backward: where *tok is nonzero, the forward's maps T in t instead of tt, read transposed (Tᵀ_w is the
- * adjoint of the same map: MATH §11c). */
-constexpr int SK = 128, SCW = 32, SLDM = SK + 4;
+ * adjoint of the same map: MATH §11c).
+ * The map is copied as stored (coalesced), so its shared rows are the product's rows (M_im at row i: "row form") or its
+ * summed index (at row m: "k form") as the layout and the transposition say; the product reads either form with
+ * conflict-free vector loads, so no transposition goes through shared memory. */
+constexpr int SK = 128, SCW = 16, SLDM = SK + 4;
+constexpr int SCG = SCW / 4, STR = SK * SCW / (4 * SEG_NT); /* column groups of 4; rows a thread */
+static_assert(STR == 2, "the k form's loads are float2: two rows a thread");
 constexpr size_t SEG_COMBINE_SMEM = sizeof(float) * (SK * SLDM + SK * SCW);
 
 template <bool FWD>
@@ -57,7 +64,7 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
     float *const Ms = sm, *const Ss = sm + SK * SLDM;
     constexpr int NVT = SK / SCW;
     const int t = threadIdx.x, sh = blockIdx.x / NVT, sq = sh / p.HV, hv = sh % p.HV, v0 = (blockIdx.x % NVT) * SCW;
-    const int r0 = 4 * (t >> 3), j0 = 4 * (t & 7);
+    const int r0 = STR * (t / SCG), j0 = 4 * (t % SCG);
     const size_t KV = (size_t)p.K * p.V, s0b = ((size_t)sq * p.HV + hv) * KV;
     auto seg = [&](int w) { return ((size_t)(sq * nwin + w) * p.HV + hv) * KV; }; /* segment w's state */
     /* element e of the state's columns in shared memory, at state offset col(e) (st_idx: either state layout) */
@@ -79,21 +86,54 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
     auto wof = [&](int i) { return FWD ? 1 + i : nwin - 1 - i; };
     constexpr int NPRE = SK * SK / SEG_NT;
     float pre[NPRE];
-    /* element u of a thread's share: row t / SK + 2u, column t % SK of the map (st_idx with K = V = SK) */
+    /* element u of a thread's share: stored row t / SK + 2u, column t % SK of the map (a coalesced copy); the stored
+     * order is the product's (row form) for the state layout's own maps, swapped (k form) in the other layout or for
+     * the forward's T read as Tᵀ */
     constexpr int RSTEP = SEG_NT / SK;
     const int mrow = t / SK, mcol = t % SK;
-    /* (the forward's T read transposed: the layout's index order swapped) */
-    const bool fwd_maps = !FWD && tok && *tok, msvf = p.svf != fwd_maps;
+    const bool fwd_maps = !FWD && tok && *tok, kform = p.svf != fwd_maps;
     const float *const maps = fwd_maps ? t_fwd : tt;
-    const int moff = msvf ? mcol * SK + mrow : mrow * SK + mcol, mstep = msvf ? RSTEP : RSTEP * SK;
     auto fetch = [&](int w) {
-        const float *const src = maps + seg(w) + moff;
+        const float *const src = maps + seg(w) + mrow * SK + mcol;
 #pragma unroll
-        for (int u = 0; u < NPRE; u++) pre[u] = src[u * mstep];
+        for (int u = 0; u < NPRE; u++) pre[u] = src[u * RSTEP * SK];
     };
     auto put = [&] {
 #pragma unroll
         for (int u = 0; u < NPRE; u++) Ms[(mrow + RSTEP * u) * SLDM + mcol] = pre[u];
+    };
+    /* acc += M S on this thread's tile: a[r][u] = M_{r0+r, m+u}, from row r0 + r (row form) or rows m + u (k form) */
+    auto product = [&](auto kf, float (&acc)[STR][4]) {
+#pragma unroll 2
+        for (int m = 0; m < SK; m += 4) {
+            float a[STR][4];
+            float4 s[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) s[u] = *reinterpret_cast<const float4 *>(Ss + (m + u) * SCW + j0);
+            if constexpr (decltype(kf)::value) {
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const float2 c = *reinterpret_cast<const float2 *>(Ms + (m + u) * SLDM + r0);
+                    a[0][u] = c.x;
+                    a[1][u] = c.y;
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < STR; r++) {
+                    const float4 c = *reinterpret_cast<const float4 *>(Ms + (r0 + r) * SLDM + m);
+                    a[r][0] = c.x; a[r][1] = c.y; a[r][2] = c.z; a[r][3] = c.w;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < STR; r++)
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    acc[r][0] += a[r][u] * s[u].x;
+                    acc[r][1] += a[r][u] * s[u].y;
+                    acc[r][2] += a[r][u] * s[u].z;
+                    acc[r][3] += a[r][u] * s[u].w;
+                }
+        }
     };
     if (steps > 1) {
         fetch(wof(0));
@@ -104,40 +144,23 @@ __global__ void __launch_bounds__(SEG_NT) seg_combine_kernel(Prob p, int nwin, c
         const int w = wof(i);
         const bool map = i + 1 < steps, next = i + 2 < steps;
         const size_t b = seg(w);
-        float acc[4][4] = {}, x[4][4] = {};
+        float acc[STR][4] = {}, x[STR][4] = {};
         if (map) {
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < STR; r++)
 #pragma unroll
                 for (int c = 0; c < 4; c++) x[r][c] = xe[b + st_idx(p, r0 + r, v0 + j0 + c)];
         }
         if (next) fetch(wof(i + 1));
-        if (map) { /* the map of segment w times the state, this thread's 4 × 4 tile */
-#pragma unroll 2
-            for (int m = 0; m < SK; m += 4) {
-                float4 a[4], s[4];
-#pragma unroll
-                for (int r = 0; r < 4; r++) a[r] = *reinterpret_cast<const float4 *>(Ms + (r0 + r) * SLDM + m);
-#pragma unroll
-                for (int u = 0; u < 4; u++) s[u] = *reinterpret_cast<const float4 *>(Ss + (m + u) * SCW + j0);
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const float ar[4] = {a[r].x, a[r].y, a[r].z, a[r].w};
-#pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        acc[r][0] += ar[u] * s[u].x;
-                        acc[r][1] += ar[u] * s[u].y;
-                        acc[r][2] += ar[u] * s[u].z;
-                        acc[r][3] += ar[u] * s[u].w;
-                    }
-                }
-            }
+        if (map) { /* the map of segment w times the state, this thread's tile */
+            if (kform) product(std::true_type{}, acc);
+            else product(std::false_type{}, acc);
         }
         __syncthreads(); /* every thread is done with this state and map */
         /* the tile's state out over X̄_w or X_w (and the forward's checkpoint); the next state in */
         float *const cw = FWD && ck ? ck + (size_t)win_start_checkpoint(w) * p.N * p.HV * KV + s0b : nullptr;
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < STR; r++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const size_t at = st_idx(p, r0 + r, v0 + j0 + c);
@@ -164,7 +187,7 @@ cudaError_t launch_seg_starts(const Prob &p, int nwin, const float *h0, const fl
     return cudaGetLastError();
 }
 
-/* one block per (sequence, value head, 32 value columns), either direction */
+/* one block per (sequence, value head, 16 value columns), either direction */
 template <bool FWD>
 static cudaError_t launch_combine(const Prob &p, int nwin, const float *s0, const float *tt, const float *t,
                                   const int *tok, float *xe, float *ck, cudaStream_t s) {
