@@ -281,7 +281,8 @@ test-cuda:
 	@# default at K = V = 128 from an sm_90a binary; REWY_CUDA_PB_WS=0: pullback_fast there); the reverse scan and that
 	@# pullback fused (reverse_ws.cu, the default on the large grids and in time windows; REWY_CUDA_REV_WS=1: wherever it
 	@# applies; =0 with windows: their pair of chains, the path of pointers the fused pass cannot take), its recompute's
-	@# value tile (REWY_CUDA_REC_VT=64 or 128), the forward chain's 64-column tile (REWY_CUDA_FWD_WS=1 with
+	@# value tile (REWY_CUDA_REC_VT=64 or 128), its pairs (two blocks a walk in windows, the default on the test shapes;
+	@# REWY_CUDA_REV_PAIR=0: one), the forward chain's 64-column tile (REWY_CUDA_FWD_WS=1 with
 	@# REWY_CUDA_FWD_CHAIN=64); policy R's sequence split (segments.cu; REWY_CUDA_SEG=n chunks a segment at K = V = 128,
 	@# the forward's too; with REWY_CUDA_REV_WS=0 its windows one after the other, the path of pointers the fused pass
 	@# cannot take; with REWY_CUDA_FWD_WS=0 the forward's one walk, the path of pointers its chain cannot take)
@@ -294,7 +295,8 @@ test-cuda:
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0" REWY_CUDA_PB_WS=0 "REWY_CUDA_WIN=3 REWY_CUDA_PB_WS=0" REWY_CUDA_REV_WS=1 "REWY_CUDA_REV_WS=1 REWY_CUDA_SCAN_WG=1" \
 	    REWY_CUDA_SEG=1 REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" \
 	    "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128" \
-	    "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64"; do \
+	    "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" \
+	    "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1"; do \
 	    echo "== $$t, $$e"; env $$e $$t | tail -1; done; \
 	  echo "== $$t --quick under compute-sanitizer memcheck, racecheck"; \
 	  compute-sanitizer --tool memcheck --error-exitcode 9 $$t --quick | tail -2; \

@@ -36,6 +36,7 @@ static inline rewy_test_force env_force(void) {
     f.rev_ws = env_force_int("REWY_CUDA_REV_WS");
     f.seg = env_force_int("REWY_CUDA_SEG");
     f.rec_vt = env_force_int("REWY_CUDA_REC_VT");
+    f.rev_pair = env_force_int("REWY_CUDA_REV_PAIR");
     return f;
 }
 

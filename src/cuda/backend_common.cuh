@@ -85,7 +85,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     bool has_wu, has_bw;                               /* the layouts hold fwd W, U / bwd W */
     bool ws_gate;                                      /* the gate table in the workspaces (fG, bG), not saved (G) */
     int nwin;                                          /* time windows (Plan::win): how many (1: none) */
-    size_t wck, wcarry;                                /* their checkpoints (saved), S̄ carry (bwd ws) */
+    size_t wck, wcarry, wcarry2;                       /* their checkpoints (saved), S̄ carries (bwd ws) */
     size_t sSc, sco, sB, sT;                           /* segments (Plan::seg; bwd ws): S_c, offsets, state regions */
     size_t fsco, fX;                                   /* and the forward's (fwd ws): offsets, end states */
     size_t segT, segok;                                /* the forward's maps T and whether it left them (saved) */
@@ -208,6 +208,15 @@ inline int plan_rec_vt(const Prob &p) {
     return 2 * walks <= pl.sms ? 64 : 128;
 }
 
+/* The fused reverse pass as a pair of blocks a walk (Plan::rev_pair; reverse_ws.cu): in time windows (not segments,
+ * whose S̄ runs in place in one buffer) where two blocks a sequence and head still fit the SMs in one wave, as at
+ * (4,4096,16), where one block a walk leaves half of them idle. Without the pointers: the windows' second carry (Layout)
+ * follows it. force.rev_pair: 0 never, 1 in every window. */
+inline bool rev_pair_fits(const Plan &pl, long N, long HV) {
+    if (pl.force.rev_pair == 0 || !pl.win || pl.seg) return false;
+    return pl.force.rev_pair == 1 || 2 * N * HV <= pl.sms;
+}
+
 /* the chunk × value-head slots of the backward's per-chunk regions: every chunk's, or one time window's (segments: the
  * windows' fallback's; the segments' own S_c holds every chunk's) */
 inline size_t bwd_slots(const Geometry &g, const Plan &pl) {
@@ -273,6 +282,7 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     if (!pl.seg) pl.win = plan_windows(c, p, vec, &pl.nwin);
     pl.rev_ws = reverse_ws(p, pl.win);
     pl.rev_rf = pl.rev_ws && c->policy == REWY_POLICY_R;
+    pl.rev_pair = pl.rev_ws && rev_pair_fits(pl, p.N, p.HV);
     pl.rec_vt = plan_rec_vt(p);
     return pl;
 }
@@ -367,8 +377,10 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     if (L.ws_gate) o += al(r.gate);
     L.Sbar = o; o += al(bchh * st);
     L.PR = o; o += al(bchh * rv);
-    L.wcarry = o; /* windows: S̄ between them, fp32 [N·HV][K][V] */
+    L.wcarry = o; /* windows: S̄ between them, fp32 [N·HV][K][V]; a second for the fused pass's pairs (rev_pair_fits) */
     if (pl.win) o += al(sizeof(float) * L.N * L.HV * state);
+    L.wcarry2 = o;
+    if (rev_pair_fits(pl, L.N, L.HV)) o += al(sizeof(float) * L.N * L.HV * state);
     L.Wbar = o; o += al(r.Wbar);
     L.acc = o; o += al(r.acc);
     L.bW = o;
@@ -650,11 +662,13 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
      * which starts as the caller's dht: a sequence's walk starts in the window of its last chunk, and a window empty
      * for a sequence leaves its carry as it is (the chains skip it, the scans write back what they read). Each reverse
      * block reads its carry elements at its start and writes the same ones at its end, so one buffer serves all
-     * windows; the first window writes the caller's dh0. */
+     * windows; the first window writes the caller's dh0. The fused pass's pairs (Plan::rev_pair) are two blocks a walk
+     * whose one writer may end before the other starts: there the windows alternate two carries. */
     const bool win = L.nwin > 1;
     if (win && (pl.bwd_scan_wg || pl.scan_wg)) return REWY_ERR_BACKEND; /* plan_windows excludes the wgmma scans */
     const float *ck = at<const float>(a->saved, L.wck);
-    float *carry = at<float>(a->workspace, L.wcarry);
+    float *const carry = at<float>(a->workspace, L.wcarry);
+    float *const carry2 = pl.rev_pair ? at<float>(a->workspace, L.wcarry2) : carry;
     const size_t ckn = (size_t)p.N * p.HV * c->K * c->V;
     /* Segments (Plan::seg, plan_segments; MATH §11d): the windows at once, each a sequence of its own to the scans and
      * the fused pass (segment_prob). 1. every segment's chunk states, recomputed from the forward's checkpoint at its
@@ -688,8 +702,9 @@ template <class Op> rewy_status backward(const rewy_bwd_params *a, const Plan &p
     for (int w = L.nwin - 1; w >= 0; w--) {
         const Prob pw = window_prob(p, L, w);
         const int k0 = win_start_checkpoint(w);
-        const float *h0 = k0 >= 0 ? ck + k0 * ckn : a->h0, *dht = win ? carry : a->dht;
-        float *dh0 = w > 0 ? carry : a->dh0;
+        const bool odd = (L.nwin - 1 - w) & 1; /* (the last window reads the first carry) */
+        const float *h0 = k0 >= 0 ? ck + k0 * ckn : a->h0, *dht = win ? (odd ? carry2 : carry) : a->dht;
+        float *dh0 = w > 0 ? (odd ? carry : carry2) : a->dh0;
         WuOut wu;
         if (pl.rev_ws) { /* the recompute of S_c alone (no C_q or R: policy R's fused pass forms both, Plan::rev_rf;
                           * chain_ws.cu's recompute form), then the fused pass, the window's S̄ from the carry and back */

@@ -83,6 +83,8 @@ struct Plan {
                                     * in one wave, else 128 */
     int rev_rf;                    /* policy R's fused pass forms R from S_c itself, so the recompute stores S_c alone
                                     * (policy A's pass loads the R its forward saved; reverse_ws.cu's header) */
+    int rev_pair;                  /* that pass as two blocks a walk, each with the whole chain and every other chunk's
+                                    * pullback (rev_pair_fits, backend_common.cuh; reverse_ws.cu's header) */
 };
 
 struct Prob {

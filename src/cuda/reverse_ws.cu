@@ -13,7 +13,11 @@
  * (4,4096,16)'s windows 2 % slower (0.974 → 0.993). Policy A's pass loads the R its forward saved.
  *
  * One block per (sequence, value head), walking its chunks from the last: 384 threads, one producer warp and two math
- * warpgroups; one key head per value head (G = 1). Per chunk c the math warpgroups run the chain, then the pullback:
+ * warpgroups; one key head per value head (G = 1). Pairs (Plan::rev_pair): where one block a walk would leave half of
+ * the SMs idle, two blocks a walk each run the whole chain, S̄ being needed at every chunk, and the pullback of every
+ * other chunk (the chunks of iteration parity `half`): a chunk's pullback is about half of its work, so each block does
+ * about three quarters of a single block's, on twice the SMs. The other block's chunks release their buffers as the
+ * pullback would; only the first block writes dh0 (the same S̄: the walks are identical). Per chunk c the math warpgroups run the chain, then the pullback:
  *   the chain, warpgroup w holding S̄'s value columns 64·w … (all K features: 64 registers a thread):
  *     S̄⁺ → bf16 boxes;   C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i−G_j}) (columns 32·w …);   RF: K S_c → Y (its columns, in its R box);
  *     R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_i = e^{G_n−G_i});   P = Aᵀ R̄ (bf16: A as the forward chain's);   dv = β ⊙ P, ⟨P, v⟩ by row;
@@ -106,7 +110,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
     __nv_bfloat16 *const Abs = reinterpret_cast<__nv_bfloat16 *>(smc + L::oAb);
     const size_t rsk = (size_t)p.H * p.K, rsv = (size_t)p.HV * p.V;
 
-    const int sq = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, h = hv; /* G = 1 */
+    const int np = p.plan.rev_pair ? 2 : 1, half = blockIdx.x % np, bx = blockIdx.x / np; /* pairs: blocks 2·walk, + 1 */
+    const int sq = bx / p.HV, hv = bx % p.HV, h = hv; /* G = 1 */
     int c_begin, c_end; /* the sequence's chunks, or its part in the time window (Prob::win_lo, win_hi) */
     seq_chunks(p, sq, c_begin, c_end);
     const int c_last = c_end - 1;
@@ -238,6 +243,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         const ChunkInfo ci = cn;
         if (c > c_begin) cn = p.ctab[c - 1]; /* the next chunk's, a chunk ahead: at the chunk's start its latency stalled */
         const int n = ci.n, tok0 = ci.tok0;
+        const bool own = np == 1 || (it & 1) == half; /* this block writes the chunk's gradients (pairs: every other) */
         /* a full chunk's dv, k̄, q̄ leave by tensor stores from boxes staged in this warpgroup's V box and S̄⁺ boxes (its
          * per-thread 4-byte stores held the registers behind them); a tail chunk's (whose box would reach the next
          * sequence's rows) by per-thread stores */
@@ -358,7 +364,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 const float bb = hi ? b1 : b0;
                 vv[e / 2] = __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
             }
-            if (stg) { /* dv staged over V (this warpgroup its only reader, done above) */
+            if (!own) {
+            } else if (stg) { /* dv staged over V (this warpgroup its only reader, done above) */
                 wg_box_store(my + L::oV, vv);
                 wg_proxy_fence();
             } else {
@@ -376,7 +383,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             }
         }
         ws_sync(wbar, 128); /* every warp of this warpgroup is done with R̄ and Ō_g; dv's box is in */
-        if (stg && wt == 0) {
+        if (own && stg && wt == 0) {
             tma_store_box(&m.dv, hv * p.V + 64 * w, tok0, smem_u32(my + L::oV));
             tma_store_commit();
         }
@@ -408,6 +415,14 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             wg_proxy_fence();
         }
         ws_sync(BAR, WS_MATH); /* P, R (RF) and S̄⁺ of both slabs are in; every read of P' is done (the Γ tiles go over it) */
+        if (!own) { /* the pair's other block takes this chunk's pullback: the slabs, K and Q released as it would (every
+                     * read of them, and of C_q and the scratch, is behind the barrier above) */
+            mbar_wait(full0 + 8 * (1 - w), it & 1);
+            mbar_arrive(empty0);
+            mbar_arrive(empty0 + 8);
+            mbar_arrive(kq_empty);
+            continue;
+        }
 
         /* ==== the pullback: warpgroup w owns the features f0 … f0 + 63 ==== */
         mbar_wait(full0 + 8 * (1 - w), it & 1);
@@ -535,7 +550,7 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
         }
     }
     if (wt == 0) tma_store_drain(); /* the block's shared memory outlives its tensor stores' reads */
-    if (dh0) wg_state_save(s, dh0, p, sbase, 64 * w);
+    if (dh0 && half == 0) wg_state_save(s, dh0, p, sbase, 64 * w);
 #else
     (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)A, (void)do_, (void)R, (void)dht, (void)dh0, (void)dq,
         (void)dk, (void)dv, (void)dbeta, (void)graw, (void)dg, (void)stage;
@@ -577,7 +592,7 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
         constexpr size_t smem = RvLayout::TOTAL;
         cudaError_t e = ensure_smem<reverse_ws_kernel<RF>>(smem);
         if (e != cudaSuccess) return e;
-        reverse_ws_kernel<RF><<<p.N * p.HV, WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A,
+        reverse_ws_kernel<RF><<<p.N * p.HV * (p.plan.rev_pair ? 2 : 1), WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A,
                                                               (const T *)do_, R, dht, dh0, (T *)dq, (T *)dk, (T *)dv,
                                                               (T *)dbeta, graw, dg, stage);
         return cudaGetLastError();

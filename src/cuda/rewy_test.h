@@ -51,13 +51,15 @@ typedef struct rewy_test_force {
                       * n > 0 chunks a segment where it applies (the fused reverse pass's shapes, policy R, no wgmma
                       * forward scan), 0 off; its time windows then run at once as segments */
     int rec_vt;      /* the value columns of that pass's recompute blocks: 64 or 128 (other values: the plan's) */
+    int rev_pair;    /* that pass as two blocks a walk in time windows (by default where two blocks a sequence and head
+                      * fit the SMs in one wave): 0 off, 1 on wherever windows run it */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
@@ -79,6 +81,7 @@ typedef struct rewy_test_plan {
     int fwd_seg;    /* and the forward's: local walks, combine, the warp-specialized chain over all segments */
     int rev_rf;     /* the fused pass forms R from S_c (the recompute stores S_c alone) */
     int rec_vt;     /* the value columns of its recompute blocks */
+    int rev_pair;   /* the fused pass as two blocks a walk (time windows) */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */
 } rewy_test_plan;

@@ -280,6 +280,10 @@ static void test_forced_plan(test_counts *tc) {
             /* its recompute at 64 value columns where two blocks a sequence and head fit the SMs in one wave */
             CHECK(tc, !pb.rev_ws || pb.seg || pb.rec_vt == (2 * big.B * big.H <= pb.sms ? 64 : 128),
                   "plan: GDN (%d,4096,%d): the recompute's value tile %d (%d SMs)", big.B, big.H, pb.rec_vt, pb.sms);
+            /* as two blocks a walk in the windows where two blocks a sequence and head fit the SMs in one wave */
+            CHECK(tc, pb.rev_pair == (pb.rev_ws && pb.win > 0 && !pb.seg && 2 * big.B * big.H <= pb.sms),
+                  "plan: GDN (%d,4096,%d): the fused pass's pairs %d (fused pass %d, windows of %d, segments %d, %d SMs)",
+                  big.B, big.H, pb.rev_pair, pb.rev_ws, pb.win, pb.seg, pb.sms);
             /* and forms R itself under policy R (this config), wherever it runs */
             CHECK(tc, pb.rev_rf == pb.rev_ws, "plan: GDN (%d,4096,%d): the fused pass forms R %d (fused pass %d)", big.B,
                   big.H, pb.rev_rf, pb.rev_ws);
@@ -382,6 +386,10 @@ static void test_forced_plan(test_counts *tc) {
                   pk.rev_ws == (fits && (f.rev_ws == 1 || (f.rev_ws != 0 && (pk.bwd_scan_wg || pk.win > 0)))),
           "plan: the fused reverse pass %d / %d / %d (REWY_CUDA_REV_WS %d, pullback_ws %d, windows %d, segments %d, "
           "wgmma reverse scan %d)", p.rev_ws, p128.rev_ws, pk.rev_ws, f.rev_ws, pk.pb_ws, pk.win, pk.seg, pk.bwd_scan_wg);
+    /* its pairs: only in time windows, never at =0, in every window at =1 (the test shapes' small grids: by default too) */
+    CHECK(tc, pk.rev_pair == (pk.rev_ws && pk.win > 0 && !pk.seg && f.rev_pair != 0),
+          "plan: the fused pass's pairs %d (REWY_CUDA_REV_PAIR %d, fused pass %d, windows %d, segments %d)", pk.rev_pair,
+          f.rev_pair, pk.rev_ws, pk.win, pk.seg);
     /* which forms R from S_c under policy R (its recompute stores S_c alone) and loads policy A's saved R */
     CHECK(tc, pk.rev_rf == (pk.rev_ws && c.policy == REWY_POLICY_R), "plan: the fused pass forms R %d (fused pass %d, "
           "policy %d)", pk.rev_rf, pk.rev_ws, (int)c.policy);
