@@ -5,10 +5,10 @@
 #   .carry/s48y.tar.xz  build/y: build/x's with the masked decay as one helper (ws.cuh's ws_masked_decay): main's src
 #                       since 41eb1a5
 # check and bench run build/$AB (AB=y by default; AB=x as session 48 ran them).
-#   .carry/s48z.tar.xz  build/z: build/y's with bench/dev/s48_segt.patch (`git am`; branch dev/s48-segt): the
+#   .carry/s48z.tar.xz  build/z: build/y's with session 48's segt patch (landed in session 49 as 3d49768): the
 #                       backward's segment maps from the forward (its T saved, read transposed by the combine; the
 #                       backward's homogeneous walks return at once). Not run in session 48 (no device time left)
-#   .carry/s48p.tar.xz  build/p: main's (build/y's) with bench/dev/s48_pair.patch (`git am`; branch dev/s48-pair): the
+#   .carry/s48p.tar.xz  build/p: main's (build/y's) with session 48's pair patch (landed in session 49 as a1c97a8): the
 #                       fused pass as a pair of blocks a walk in time windows. Not run in session 48. Both patches
 #                       apply together with `git am -3` (segt first)
 # Modes, in the order given:

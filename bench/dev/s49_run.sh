@@ -1,0 +1,43 @@
+#!/bin/bash
+# Session 49's device calls. Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried as one archive
+# (.carry/s49yq.tar.xz: xz with a 192 MiB dictionary and the same file of each build side by side, so the two builds
+# take 20 MB, not 33):
+#   build/y  main 944e326
+#   build/q  main a1c97a8: y with session 48's two patches (the backward's segment maps from the forward; the fused
+#            pass as a pair of blocks a walk in time windows) and seg_combine's 16-column blocks
+# Modes, in the order given:
+#   all    build/q: test_cuda --quick at the defaults, with segments (the forward's maps, and without them), in windows
+#          (pairs by default there, forced on and off); memcheck with segments, racecheck in windows (--v128); GPU-bound
+#          ms of y and q (and q without pairs) at the four shapes the patches reach; kernel times of q at (1,8192,16) and
+#          (4,4096,16). Beside them (carry .peers) FlashQLA's kernels compiled for the suite, for `bench`
+#   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA, GDN and DeltaNet at the six shapes
+set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
+exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
+source bench/dev/device_helpers.sh
+[ -x build/q/tests/cuda/test_cuda ] || tar xJf .carry/s49yq.tar.xz
+echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+AB=${AB:-q}; export REWY_LIB=$PWD/build/$AB/librewy.so IMPLS=rewy,flashqla
+for mode in "$@"; do case $mode in
+all)
+  if [ -f .peers/peers-site.tar.xz ]; then
+    (OUT=$OUT/fq WARM_PEERS=flashqla bash bench/dev/s41_api.sh warm > /tmp/warm.log 2>&1; echo "warm rc=$?") &
+    warm=$!
+  fi
+  export TB=build/q TC_LIMIT=45
+  oracle -- --quick; oracle REWY_CUDA_SEG=2 -- --quick; oracle REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0 -- --quick
+  oracle REWY_CUDA_WIN=2 -- --quick; oracle REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1 -- --quick
+  oracle REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0 -- --quick
+  SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --quick
+  SAN_LIMIT=90 san racecheck REWY_CUDA_WIN=2 -- --v128
+  unset TB
+  echo "| op | shape | y fwd/bwd | q fwd/bwd | q, REV_PAIR=0 |"
+  for op in gdn delta; do for sh in 1x8192x16 2x16384x8 4x4096x16 8x2048x32; do a=${sh//x/ }
+    echo "| $op | $sh | $(gb build/y/bench/dev/variant_time $op $a) | $(gb build/q/bench/dev/variant_time $op $a) | $(gb env REWY_CUDA_REV_PAIR=0 build/q/bench/dev/variant_time $op $a) |"
+  done; done
+  for sh in "1 8192 16" "4 4096 16"; do echo "kernels q gdn $sh"; kernel_table build/q/bench/dev/variant_time gdn $sh | kernel_sums; done
+  # (wait for the warm-up's pid alone: a bare wait also waits for the log's tee, which ends with the script)
+  [ -z "${warm:-}" ] || wait $warm; tail -3 /tmp/warm.log; echo "checked $(el)" ;;
+bench)
+  OPS=gdn,deltanet API_LIMIT=${API_LIMIT:-500} bash bench/dev/s41_api.sh run; rm -rf $OUT/warm $OUT/fq ;;
+esac; done
+echo "done $(el)"
