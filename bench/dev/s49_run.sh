@@ -10,11 +10,14 @@
 #          (pairs by default there, forced on and off); memcheck with segments, racecheck in windows (--v128); GPU-bound
 #          ms of y and q (and q without pairs) at the four shapes the patches reach; kernel times of q at (1,8192,16) and
 #          (4,4096,16). Beside them (carry .peers) FlashQLA's kernels compiled for the suite, for `bench`
+#   a16    build/a (.carry/s49qa.tar.xz, with q): main a1c97a8 with bench/dev/s49_a16.patch (the saved A in bf16; branch
+#          dev/s49-a16); test_cuda --quick under make test-cuda's whole matrix, q against a, memcheck (racecheck too with
+#          A16_FULL=1). Not run in session 49 (no device time left)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA, GDN and DeltaNet at the six shapes
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
-[ -x build/q/tests/cuda/test_cuda ] || tar xJf .carry/s49yq.tar.xz
+[ -x build/q/tests/cuda/test_cuda ] || [ ! -f .carry/s49yq.tar.xz ] || tar xJf .carry/s49yq.tar.xz
 echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 AB=${AB:-q}; export REWY_LIB=$PWD/build/$AB/librewy.so IMPLS=rewy,flashqla
 for mode in "$@"; do case $mode in
@@ -37,6 +40,35 @@ all)
   for sh in "1 8192 16" "4 4096 16"; do echo "kernels q gdn $sh"; kernel_table build/q/bench/dev/variant_time gdn $sh | kernel_sums; done
   # (wait for the warm-up's pid alone: a bare wait also waits for the log's tee, which ends with the script)
   [ -z "${warm:-}" ] || wait $warm; tail -3 /tmp/warm.log; echo "checked $(el)" ;;
+a16)
+  # build/a: the saved A in bf16 (Layout::a16) against build/q (main a1c97a8). test_cuda --quick under make test-cuda's
+  # whole matrix of settings, four processes at a time; memcheck and racecheck; GPU-bound ms of q and a
+  [ -x build/a/tests/cuda/test_cuda ] || tar xJf .carry/s49qa.tar.xz
+  M=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1"
+     "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1"
+     "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=32"
+     "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_FWD_CHAIN=32
+     REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_FWD_CHAIN=128 "REWY_CUDA_WIN=2 REWY_CUDA_FWD_CHAIN=128" REWY_CUDA_FWD_WS=1
+     "REWY_CUDA_WIN=2 REWY_CUDA_FWD_WS=1" REWY_CUDA_CHAIN_WS=1 "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN_WS=1" REWY_CUDA_CHAIN=1
+     REWY_CUDA_CHAIN=2 "REWY_CUDA_CHAIN=1 REWY_CUDA_CHAIN_BULK=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=2 REWY_CUDA_CHAIN_BULK=0"
+     REWY_CUDA_SCAN_WF=0 REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_WU=0"
+     "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BESIDE=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32
+     REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32"
+     "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0" REWY_CUDA_PB_WS=0
+     "REWY_CUDA_WIN=3 REWY_CUDA_PB_WS=0" REWY_CUDA_REV_WS=1 "REWY_CUDA_REV_WS=1 REWY_CUDA_SCAN_WG=1" REWY_CUDA_SEG=1
+     REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0"
+     "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128" "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128"
+     "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1")
+  mkdir -p /tmp/m; i=0
+  for e in "${M[@]}"; do i=$((i+1)); echo "$i|$e"; done | xargs -P 6 -d '\n' -I{} bash -c \
+    'n=${1%%|*}; e=${1#*|}; env $e timeout 60 build/a/tests/cuda/test_cuda --quick > /tmp/m/$n.log 2>&1; echo "rc=$? [$e] $(tail -1 /tmp/m/$n.log)"; grep FAIL /tmp/m/$n.log | head -4' _ {}
+  echo "matrix $(el)"
+  echo "| op | shape | q fwd/bwd | a fwd/bwd |"
+  for op in gdn delta; do for sh in 4x4096x16 8x2048x32; do row $op $sh build/q/bench/dev/variant_time build/a/bench/dev/variant_time; done; done
+  export TB=build/a
+  SAN_LIMIT=50 san memcheck -- --quick
+  [ -n "${A16_FULL:-}" ] && SAN_LIMIT=70 san racecheck REWY_CUDA_WIN=2 -- --v128
+  unset TB ;;
 bench)
   OPS=gdn,deltanet API_LIMIT=${API_LIMIT:-500} bash bench/dev/s41_api.sh run; rm -rf $OUT/warm $OUT/fq ;;
 esac; done
