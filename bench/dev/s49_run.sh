@@ -12,7 +12,8 @@
 #          (4,4096,16). Beside them (carry .peers) FlashQLA's kernels compiled for the suite, for `bench`
 #   a16    build/a (.carry/s49qa.tar.xz, with q): main a1c97a8 with bench/dev/s49_a16.patch (the saved A in bf16; branch
 #          dev/s49-a16); test_cuda --quick under make test-cuda's whole matrix, q against a, memcheck (racecheck too with
-#          A16_FULL=1). Not run in session 49 (no device time left)
+#          A16_FULL=1); beside them (carry .peers too: 62.7 MB in all) FlashQLA's kernels compiled for
+#          `AB=a bash bench/dev/s49_run.sh bench` on the same warm machine. Not run in session 49 (no device time left)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA, GDN and DeltaNet at the six shapes
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
@@ -44,6 +45,10 @@ a16)
   # build/a: the saved A in bf16 (Layout::a16) against build/q (main a1c97a8). test_cuda --quick under make test-cuda's
   # whole matrix of settings, four processes at a time; memcheck and racecheck; GPU-bound ms of q and a
   [ -x build/a/tests/cuda/test_cuda ] || tar xJf .carry/s49qa.tar.xz
+  if [ -f .peers/peers-site.tar.xz ]; then # FlashQLA's kernels compiled beside the checks, for `AB=a ... bench` next
+    (OUT=$OUT/fq WARM_PEERS=flashqla bash bench/dev/s41_api.sh warm > /tmp/warm.log 2>&1; echo "warm rc=$?") &
+    warm=$!
+  fi
   M=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1"
      "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1"
      "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=32"
@@ -68,7 +73,8 @@ a16)
   export TB=build/a
   SAN_LIMIT=50 san memcheck -- --quick
   [ -n "${A16_FULL:-}" ] && SAN_LIMIT=70 san racecheck REWY_CUDA_WIN=2 -- --v128
-  unset TB ;;
+  unset TB
+  [ -z "${warm:-}" ] || wait $warm; echo "checked $(el)" ;;
 bench)
   OPS=gdn,deltanet API_LIMIT=${API_LIMIT:-500} bash bench/dev/s41_api.sh run; rm -rf $OUT/warm $OUT/fq ;;
 esac; done
