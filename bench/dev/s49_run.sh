@@ -14,13 +14,15 @@
 #          dev/s49-a16); test_cuda --quick under make test-cuda's whole matrix, q against a, memcheck (racecheck too with
 #          A16_FULL=1); beside them (carry .peers too: 62.7 MB in all) FlashQLA's kernels compiled for
 #          `AB=a bash bench/dev/s49_run.sh bench` on the same warm machine. Not run in session 49 (no device time left)
-#   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA, GDN and DeltaNet at the six shapes
+#   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz too: with s49qa and .peers, 62.6 MB)
+#   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
+#          warmfla), GDN and DeltaNet at the six shapes
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
 [ -x build/q/tests/cuda/test_cuda ] || [ ! -f .carry/s49yq.tar.xz ] || tar xJf .carry/s49yq.tar.xz
 echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-AB=${AB:-q}; export REWY_LIB=$PWD/build/$AB/librewy.so IMPLS=rewy,flashqla
+AB=${AB:-q}; export REWY_LIB=$PWD/build/$AB/librewy.so IMPLS=${IMPLS:-rewy,flashqla}
 for mode in "$@"; do case $mode in
 all)
   if [ -f .peers/peers-site.tar.xz ]; then
@@ -75,6 +77,10 @@ a16)
   [ -n "${A16_FULL:-}" ] && SAN_LIMIT=70 san racecheck REWY_CUDA_WIN=2 -- --v128
   unset TB
   [ -z "${warm:-}" ] || wait $warm; echo "checked $(el)" ;;
+warmfla)
+  # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
+  # minutes; carry .carry/e2e/fla.tar.xz), for `IMPLS=rewy,fla,flashqla AB=a ... bench` on the same warm machine
+  OUT=$OUT/fla WARM_PEERS=fla bash bench/dev/s41_api.sh warm 2>&1 | tail -40 ;;
 bench)
   OPS=gdn,deltanet API_LIMIT=${API_LIMIT:-500} bash bench/dev/s41_api.sh run; rm -rf $OUT/warm $OUT/fq ;;
 esac; done
