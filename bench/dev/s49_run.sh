@@ -71,7 +71,7 @@ a16)
     'n=${1%%|*}; e=${1#*|}; env $e timeout 60 build/a/tests/cuda/test_cuda --quick > /tmp/m/$n.log 2>&1; echo "rc=$? [$e] $(tail -1 /tmp/m/$n.log)"; grep FAIL /tmp/m/$n.log | head -4' _ {}
   echo "matrix $(el)"
   echo "| op | shape | q fwd/bwd | a fwd/bwd |"
-  for op in gdn delta; do for sh in 4x4096x16 8x2048x32; do row $op $sh build/q/bench/dev/variant_time build/a/bench/dev/variant_time; done; done
+  for op in gdn delta; do for sh in 4x4096x16 8x2048x32 16x1024x16; do row $op $sh build/q/bench/dev/variant_time build/a/bench/dev/variant_time; done; done
   export TB=build/a
   SAN_LIMIT=50 san memcheck -- --quick
   [ -n "${A16_FULL:-}" ] && SAN_LIMIT=70 san racecheck REWY_CUDA_WIN=2 -- --v128
