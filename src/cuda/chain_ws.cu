@@ -219,7 +219,8 @@ template <int NH> __device__ __forceinline__ void ws_get_rows(__nv_bfloat162 (&f
 }
 /* to rows [0, n) of a row-major [token][64·NH] matrix (row stride ld) in bf16 (o, R, R̄): the thread's two rows, its
  * columns at compile-time offsets */
-template <int NH> __device__ __forceinline__ void ws_store_rows(__nv_bfloat16 *dst, size_t ld, const float (&x)[NH][32], int n) {
+template <int NH>
+__device__ __forceinline__ void ws_store_rows(__nv_bfloat16 *dst, size_t ld, const float (&x)[NH][32], int n) {
     const int i0 = wg_row(0);
     __nv_bfloat16 *const d0 = dst + (size_t)i0 * ld + wg_col(0), *const d1 = d0 + 8 * ld;
     const bool w0 = i0 < n, w1 = i0 + 8 < n;

@@ -17,7 +17,8 @@
  * the SMs idle, two blocks a walk each run the whole chain, S̄ being needed at every chunk, and the pullback of every
  * other chunk (the chunks of iteration parity `half`): a chunk's pullback is about half of its work, so each block does
  * about three quarters of a single block's, on twice the SMs. The other block's chunks release their buffers as the
- * pullback would; only the first block writes dh0 (the same S̄: the walks are identical). Per chunk c the math warpgroups run the chain, then the pullback:
+ * pullback would; only the first block writes dh0 (the same S̄: the walks are identical). Per chunk c the math
+ * warpgroups run the chain, then the pullback:
  *   the chain, warpgroup w holding S̄'s value columns 64·w … (all K features: 64 registers a thread):
  *     S̄⁺ → bf16 boxes;   C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i−G_j}) (columns 32·w …);   RF: K S_c → Y (its columns, in its R box);
  *     R̄ = diag(f) K S̄⁺ + C_qᵀ Ō  (f_i = e^{G_n−G_i});   P = Aᵀ R̄ (bf16: A as the forward chain's);   dv = β ⊙ P, ⟨P, v⟩ by row;
@@ -364,16 +365,17 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                 const float bb = hi ? b1 : b0;
                 vv[e / 2] = __floats2bfloat162_rn(bb * pp[e], bb * pp[e + 1]);
             }
-            if (!own) {
-            } else if (stg) { /* dv staged over V (this warpgroup its only reader, done above) */
-                wg_box_store(my + L::oV, vv);
-                wg_proxy_fence();
-            } else {
+            if (own) { /* (pairs: the chunk's dv is this block's) */
+                if (stg) { /* dv staged over V (this warpgroup its only reader, done above) */
+                    wg_box_store(my + L::oV, vv);
+                    wg_proxy_fence();
+                } else {
 #pragma unroll
-                for (int e = 0; e < 32; e += 2)
-                    if (wg_row(e) < n)
-                        *reinterpret_cast<T2 *>(dv + (size_t)(tok0 + wg_row(e)) * rsv + (size_t)hv * p.V + 64 * w + wg_col(e)) =
-                            vv[e / 2];
+                    for (int e = 0; e < 32; e += 2)
+                        if (wg_row(e) < n)
+                            *reinterpret_cast<T2 *>(dv + (size_t)(tok0 + wg_row(e)) * rsv + (size_t)hv * p.V + 64 * w +
+                                                    wg_col(e)) = vv[e / 2];
+                }
             }
             pv[0] = sum4(pv[0]);
             pv[1] = sum4(pv[1]);
@@ -592,9 +594,10 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
         constexpr size_t smem = RvLayout::TOTAL;
         cudaError_t e = ensure_smem<reverse_ws_kernel<RF>>(smem);
         if (e != cudaSuccess) return e;
-        reverse_ws_kernel<RF><<<p.N * p.HV * (p.plan.rev_pair ? 2 : 1), WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A,
-                                                              (const T *)do_, R, dht, dh0, (T *)dq, (T *)dk, (T *)dv,
-                                                              (T *)dbeta, graw, dg, stage);
+        const unsigned blocks = p.N * p.HV * (p.plan.rev_pair ? 2 : 1); /* pairs: two a walk */
+        reverse_ws_kernel<RF><<<blocks, WS_NT, smem, s>>>(p, m, (const T *)q, (const T *)k, (const T *)v, GB, A,
+                                                          (const T *)do_, R, dht, dh0, (T *)dq, (T *)dk, (T *)dv,
+                                                          (T *)dbeta, graw, dg, stage);
         return cudaGetLastError();
     };
     return rf ? go(std::true_type{}) : go(std::false_type{});
