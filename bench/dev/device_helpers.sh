@@ -75,3 +75,12 @@ smoke() {
   tail -3 /tmp/sm.log; [ $rc = 0 ] || exit 1
   TC_LIMIT=60 oracle "$@" -- --v128
 }
+# warm_bg: FlashQLA's kernels compiled for the suite in the background (s41_api.sh warm with WARM_PEERS=flashqla, a
+# process a shape), where .peers is carried, for a later `s41_api.sh run` on the same warm machine; warm_wait waits for
+# that pid alone (a bare wait also waits for a script's log tee, which ends only with the script)
+warm_bg() {
+  [ -f .peers/peers-site.tar.xz ] || return 0
+  (OUT=$OUT/fq WARM_PEERS=flashqla bash bench/dev/s41_api.sh warm > /tmp/warm.log 2>&1; echo "warm rc=$?") &
+  WARM_PID=$!
+}
+warm_wait() { [ -z "${WARM_PID:-}" ] || wait $WARM_PID; }

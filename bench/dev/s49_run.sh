@@ -25,10 +25,7 @@ echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 AB=${AB:-q}; export REWY_LIB=$PWD/build/$AB/librewy.so IMPLS=${IMPLS:-rewy,flashqla}
 for mode in "$@"; do case $mode in
 all)
-  if [ -f .peers/peers-site.tar.xz ]; then
-    (OUT=$OUT/fq WARM_PEERS=flashqla bash bench/dev/s41_api.sh warm > /tmp/warm.log 2>&1; echo "warm rc=$?") &
-    warm=$!
-  fi
+  warm_bg
   export TB=build/q TC_LIMIT=45
   oracle -- --quick; oracle REWY_CUDA_SEG=2 -- --quick; oracle REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0 -- --quick
   oracle REWY_CUDA_WIN=2 -- --quick; oracle REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1 -- --quick
@@ -41,16 +38,12 @@ all)
     echo "| $op | $sh | $(gb build/y/bench/dev/variant_time $op $a) | $(gb build/q/bench/dev/variant_time $op $a) | $(gb env REWY_CUDA_REV_PAIR=0 build/q/bench/dev/variant_time $op $a) |"
   done; done
   for sh in "1 8192 16" "4 4096 16"; do echo "kernels q gdn $sh"; kernel_table build/q/bench/dev/variant_time gdn $sh | kernel_sums; done
-  # (wait for the warm-up's pid alone: a bare wait also waits for the log's tee, which ends with the script)
-  [ -z "${warm:-}" ] || wait $warm; tail -3 /tmp/warm.log; echo "checked $(el)" ;;
+  warm_wait; tail -3 /tmp/warm.log; echo "checked $(el)" ;;
 a16)
   # build/a: the saved A in bf16 (Layout::a16) against build/q (main a1c97a8). test_cuda --quick under make test-cuda's
   # whole matrix of settings, four processes at a time; memcheck and racecheck; GPU-bound ms of q and a
   [ -x build/a/tests/cuda/test_cuda ] || tar xJf .carry/s49qa.tar.xz
-  if [ -f .peers/peers-site.tar.xz ]; then # FlashQLA's kernels compiled beside the checks, for `AB=a ... bench` next
-    (OUT=$OUT/fq WARM_PEERS=flashqla bash bench/dev/s41_api.sh warm > /tmp/warm.log 2>&1; echo "warm rc=$?") &
-    warm=$!
-  fi
+  warm_bg # FlashQLA's kernels compiled beside the checks, for `AB=a ... bench` next
   M=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1"
      "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1"
      "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=32"
@@ -76,7 +69,7 @@ a16)
   SAN_LIMIT=50 san memcheck -- --quick
   [ -n "${A16_FULL:-}" ] && SAN_LIMIT=70 san racecheck REWY_CUDA_WIN=2 -- --v128
   unset TB
-  [ -z "${warm:-}" ] || wait $warm; echo "checked $(el)" ;;
+  warm_wait; echo "checked $(el)" ;;
 warmfla)
   # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
   # minutes; carry .carry/e2e/fla.tar.xz), for `IMPLS=rewy,fla,flashqla AB=a ... bench` on the same warm machine
