@@ -10,11 +10,12 @@
 #          (pairs by default there, forced on and off); memcheck with segments, racecheck in windows (--v128); GPU-bound
 #          ms of y and q (and q without pairs) at the four shapes the patches reach; kernel times of q at (1,8192,16) and
 #          (4,4096,16). Beside them (carry .peers) FlashQLA's kernels compiled for the suite, for `bench`
-#   a16    build/a (.carry/s49qa.tar.xz, with q): main a1c97a8 with bench/dev/s49_a16.patch (the saved A in bf16; branch
-#          dev/s49-a16); test_cuda --quick under make test-cuda's whole matrix, q against a, memcheck (racecheck too with
-#          A16_FULL=1); beside them (carry .peers too: 62.7 MB in all) FlashQLA's kernels compiled for
-#          `AB=a bash bench/dev/s49_run.sh bench` on the same warm machine. Not run in session 49 (no device time left)
-#   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz too: with s49qa and .peers, 62.6 MB)
+#   a16    build/a (.carry/s50qa.tar.xz, with q: main 06d04ab): q with bench/dev/s50_a16.patch (the saved A in bf16,
+#          with session 50's fix of state_scan_wg's copy; branch dev/s50-a16); test_cuda --quick under make
+#          test-cuda's whole matrix, q against a, memcheck (racecheck too with A16_FULL=1); beside them (carry .peers
+#          too: 62.7 MB in all) FlashQLA's kernels compiled for `AB=a bash bench/dev/s49_run.sh bench` on the same warm
+#          machine. Session 50 ran it without the fix: the wgmma scans and the segments failed, all else passed
+#   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz too: with s50qa and .peers, 62.6 MB)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
 #          warmfla), GDN and DeltaNet at the six shapes
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
@@ -40,9 +41,9 @@ all)
   for sh in "1 8192 16" "4 4096 16"; do echo "kernels q gdn $sh"; kernel_table build/q/bench/dev/variant_time gdn $sh | kernel_sums; done
   warm_wait; tail -3 /tmp/warm.log; echo "checked $(el)" ;;
 a16)
-  # build/a: the saved A in bf16 (Layout::a16) against build/q (main a1c97a8). test_cuda --quick under make test-cuda's
+  # build/a: the saved A in bf16 (Layout::a16) against build/q (main 06d04ab). test_cuda --quick under make test-cuda's
   # whole matrix of settings, four processes at a time; memcheck and racecheck; GPU-bound ms of q and a
-  [ -x build/a/tests/cuda/test_cuda ] || tar xJf .carry/s49qa.tar.xz
+  [ -x build/a/tests/cuda/test_cuda ] || tar xJf .carry/s50qa.tar.xz
   warm_bg # FlashQLA's kernels compiled beside the checks, for `AB=a ... bench` next
   M=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1"
      "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1"
