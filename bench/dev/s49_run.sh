@@ -13,9 +13,13 @@
 #   a16    build/a (.carry/s50qa.tar.xz, with q: main 06d04ab): q with bench/dev/s50_a16.patch (the saved A in bf16,
 #          with session 50's fix of state_scan_wg's copy; branch dev/s50-a16); test_cuda --quick under make
 #          test-cuda's whole matrix, q against a, memcheck (racecheck too with A16_FULL=1); beside them (carry .peers
-#          too: 62.7 MB in all) FlashQLA's kernels compiled for `AB=a bash bench/dev/s49_run.sh bench` on the same warm
-#          machine. Session 50 ran it without the fix: the wgmma scans and the segments failed, all else passed
-#   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz too: with s50qa and .peers, 62.6 MB)
+#          too: 63.0 MB in all; s50qa holds q, a and c, 25.2 MB) FlashQLA's kernels compiled for
+#          `AB=a bash bench/dev/s49_run.sh bench` on the same warm machine. Session 50 ran it without the fix: the wgmma scans and the segments failed, all else passed
+#   ck     build/c (in .carry/s50qa.tar.xz too): q with bench/dev/s50_ck.patch (the forward chain's window checkpoint
+#          stored beside the next chunk's K S; branch dev/s50-ck): test_cuda --quick at the defaults, in windows and with
+#          segments, racecheck in windows; GPU-bound ms of q and c where the forward has windows
+#   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz too: with s50qa and .peers, 63.7 MB,
+#          near the 64 MiB a call carries with the tree: leave s50qa out of this call where it is already unpacked)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
 #          warmfla), GDN and DeltaNet at the six shapes
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
@@ -71,6 +75,17 @@ a16)
   [ -n "${A16_FULL:-}" ] && SAN_LIMIT=70 san racecheck REWY_CUDA_WIN=2 -- --v128
   unset TB
   warm_wait; echo "checked $(el)" ;;
+ck)
+  [ -x build/c/tests/cuda/test_cuda ] || tar xJf .carry/s50qa.tar.xz
+  export TB=build/c TC_LIMIT=60
+  oracle -- --quick; oracle REWY_CUDA_WIN=1 -- --quick; oracle REWY_CUDA_WIN=2 -- --quick
+  oracle REWY_CUDA_WIN=3 REWY_CUDA_FWD_WS=1 -- --quick; oracle REWY_CUDA_SEG=2 -- --quick
+  SAN_LIMIT=90 san racecheck REWY_CUDA_WIN=2 REWY_CUDA_FWD_WS=1 -- --quick
+  unset TB
+  echo "| op | shape | q fwd/bwd | c fwd/bwd |"
+  for op in gdn delta; do for sh in 1x8192x16 4x4096x16 2x16384x8; do
+    row $op $sh build/q/bench/dev/variant_time build/c/bench/dev/variant_time; done; done
+  echo "checked $(el)" ;;
 warmfla)
   # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
   # minutes; carry .carry/e2e/fla.tar.xz), for `IMPLS=rewy,fla,flashqla AB=a ... bench` on the same warm machine
