@@ -14,7 +14,8 @@ from collections import defaultdict
 from elftools.elf.elffile import ELFFile
 
 
-def varint(b, i):
+def varint(b, i, signed=False):
+    """LEB128 at b[i] (protobuf's varints and DWARF's unsigned ones; signed: DWARF's SLEB128), and the next index"""
     r = s = 0
     while True:
         x = b[i]
@@ -22,7 +23,7 @@ def varint(b, i):
         r |= (x & 0x7F) << s
         s += 7
         if x < 128:
-            return r, i
+            return (r - (1 << s) if signed and x & 0x40 else r), i
 
 
 def fields(b):
@@ -110,16 +111,9 @@ def line_table(elf):
             elif op == 2:
                 a, j = varint(data, j)
                 addr += a * min_inst
-            elif op == 3:  # signed LEB128
-                r = s = 0
-                while True:
-                    x = data[j]
-                    j += 1
-                    r |= (x & 0x7F) << s
-                    s += 7
-                    if x < 128:
-                        break
-                line += r - (1 << s) if x & 0x40 else r
+            elif op == 3:
+                a, j = varint(data, j, signed=True)
+                line += a
             elif op == 4:
                 file, j = varint(data, j)
             elif op == 5:
