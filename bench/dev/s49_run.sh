@@ -17,7 +17,7 @@
 #          `AB=a bash bench/dev/s49_run.sh bench` on the same warm machine. Session 50 ran it without the fix: the wgmma scans and the segments failed, all else passed
 #   ck     build/c (in .carry/s50qa.tar.xz too): q with bench/dev/s50_ck.patch (the forward chain's window checkpoint
 #          stored beside the next chunk's K S; branch dev/s50-ck): test_cuda --quick at the defaults, in windows and with
-#          segments, racecheck in windows; GPU-bound ms of q and c where the forward has windows
+#          segments, racecheck of --v128 in windows; GPU-bound ms of q and c where the forward has windows
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz too: with s50qa and .peers, 63.7 MB,
 #          near the 64 MiB a call carries with the tree: leave s50qa out of this call where it is already unpacked)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
@@ -77,11 +77,11 @@ a16)
   warm_wait; echo "checked $(el)" ;;
 ck)
   [ -x build/c/tests/cuda/test_cuda ] || tar xJf .carry/s50qa.tar.xz
-  export TB=build/c TC_LIMIT=60
-  oracle -- --quick; oracle REWY_CUDA_WIN=1 -- --quick; oracle REWY_CUDA_WIN=2 -- --quick
-  oracle REWY_CUDA_WIN=3 REWY_CUDA_FWD_WS=1 -- --quick; oracle REWY_CUDA_SEG=2 -- --quick
-  SAN_LIMIT=90 san racecheck REWY_CUDA_WIN=2 REWY_CUDA_FWD_WS=1 -- --quick
-  unset TB
+  mkdir -p /tmp/m
+  printf '%s\n' " " REWY_CUDA_WIN=1 REWY_CUDA_WIN=2 "REWY_CUDA_WIN=3 REWY_CUDA_FWD_WS=1" REWY_CUDA_SEG=2 | xargs -P 5 -d '\n' \
+    -I{} bash -c 'e="$1"; env $e timeout 60 build/c/tests/cuda/test_cuda --quick > "/tmp/m/c${e// /_}.log" 2>&1
+      echo "rc=$? [$e] $(tail -1 "/tmp/m/c${e// /_}.log")"; grep -m4 FAIL "/tmp/m/c${e// /_}.log"' _ {}
+  TB=build/c SAN_LIMIT=90 san racecheck REWY_CUDA_WIN=2 REWY_CUDA_FWD_WS=1 -- --v128
   echo "| op | shape | q fwd/bwd | c fwd/bwd |"
   for op in gdn delta; do for sh in 1x8192x16 4x4096x16 2x16384x8; do
     row $op $sh build/q/bench/dev/variant_time build/c/bench/dev/variant_time; done; done
