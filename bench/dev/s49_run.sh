@@ -18,6 +18,9 @@
 #   ck     build/c (in .carry/s50qa.tar.xz too): q with bench/dev/s50_ck.patch (the forward chain's window checkpoint
 #          stored beside the next chunk's K S; branch dev/s50-ck): test_cuda --quick at the defaults, in windows and with
 #          segments, racecheck of --v128 in windows; GPU-bound ms of q and c where the forward has windows
+#   kkt5   build/d (.carry/s50d.tar.xz, carried alone to the machine where q already is): q with
+#          bench/dev/s50_kkt5.patch (kkt_fast at five blocks an SM where it forms A alone; branch dev/s50-kkt5):
+#          test_cuda --quick at the defaults and in windows; GPU-bound ms of q and d at the three large grids, kkt's time
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz too: with s50qa and .peers, 63.7 MB,
 #          near the 64 MiB a call carries with the tree: leave s50qa out of this call where it is already unpacked)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
@@ -85,6 +88,14 @@ ck)
   echo "| op | shape | q fwd/bwd | c fwd/bwd |"
   for op in gdn delta; do for sh in 1x8192x16 4x4096x16 2x16384x8; do
     row $op $sh build/q/bench/dev/variant_time build/c/bench/dev/variant_time; done; done
+  echo "checked $(el)" ;;
+kkt5)
+  [ -x build/d/tests/cuda/test_cuda ] || tar xJf .carry/s50d.tar.xz
+  TB=build/d TC_LIMIT=60 oracle -- --quick; TB=build/d TC_LIMIT=60 oracle REWY_CUDA_WIN=2 -- --quick
+  echo "| op | shape | q fwd/bwd | d fwd/bwd |"
+  for op in gdn delta; do for sh in 4x4096x16 8x2048x32 16x1024x16; do
+    row $op $sh build/q/bench/dev/variant_time build/d/bench/dev/variant_time; done; done
+  for b in q d; do echo "kkt, build $b, gdn 4 4096 16:"; kernel_table build/$b/bench/dev/variant_time gdn 4 4096 16 | kernel_sums | grep kkt; done
   echo "checked $(el)" ;;
 warmfla)
   # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
