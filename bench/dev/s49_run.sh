@@ -21,6 +21,9 @@
 #   kkt5   build/d (.carry/s50d.tar.xz, carried alone to the machine where q already is): q with
 #          bench/dev/s50_kkt5.patch (kkt_fast at five blocks an SM where it forms A alone; branch dev/s50-kkt5):
 #          test_cuda --quick at the defaults and in windows; GPU-bound ms of q and d at the three large grids, kkt's time
+#   trace  build/t (.carry/s50t.tar.xz: variant_time alone): main 06d04ab with bench/dev/s50_trace.patch (clock64 at
+#          each role's meeting points in block 0 of the forward chain, printed after each launch: never to land); one
+#          forward and backward at the three large grids, the mean step and each event's offset from BAR_S
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz too: with s50qa and .peers, 63.7 MB,
 #          near the 64 MiB a call carries with the tree: leave s50qa out of this call where it is already unpacked)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
@@ -97,6 +100,11 @@ kkt5)
     row $op $sh build/q/bench/dev/variant_time build/d/bench/dev/variant_time; done; done
   for b in q d; do echo "kkt, build $b, gdn 4 4096 16:"; kernel_table build/$b/bench/dev/variant_time gdn 4 4096 16 | kernel_sums | grep kkt; done
   echo "checked $(el)" ;;
+trace)
+  [ -x build/t/bench/dev/variant_time ] || tar xJf .carry/s50t.tar.xz
+  for sh in "4 4096 16" "16 1024 16" "8 2048 32"; do echo "gdn $sh"
+    timeout 60 build/t/bench/dev/variant_time gdn $sh once 2>&1 | grep -A20 -m1 "ws trace" | grep -v "^GDN"; done
+  echo "traced $(el)" ;;
 warmfla)
   # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
   # minutes; carry .carry/e2e/fla.tar.xz), for `IMPLS=rewy,fla,flashqla AB=a ... bench` on the same warm machine
