@@ -14,7 +14,8 @@
 #          with session 50's fix of state_scan_wg's copy; branch dev/s50-a16); test_cuda --quick under make
 #          test-cuda's whole matrix, q against a, memcheck (racecheck too with A16_FULL=1); beside them (carry .peers
 #          too: 63.0 MB in all; s50qa holds q, a and c, 25.2 MB) FlashQLA's kernels compiled for
-#          `AB=a bash bench/dev/s49_run.sh bench` on the same warm machine. Session 50 ran it without the fix: the wgmma scans and the segments failed, all else passed
+#          `AB=a bash bench/dev/s49_run.sh bench` on the same warm machine. Session 50 ran it without the fix: the wgmma
+#          scans and the segments failed, all else passed
 #   ck     build/c (in .carry/s50qa.tar.xz too): q with bench/dev/s50_ck.patch (the forward chain's window checkpoint
 #          stored beside the next chunk's K S; branch dev/s50-ck): test_cuda --quick at the defaults, in windows and with
 #          segments, racecheck of --v128 in windows; GPU-bound ms of q and c where the forward has windows
