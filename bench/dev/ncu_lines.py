@@ -75,7 +75,8 @@ def line_table(elf):
         end = i + 4 + struct.unpack("<I", data[i:i + 4])[0]
         hl = struct.unpack("<I", data[i + 6:i + 10])[0]
         j = i + 10
-        min_inst, line_base, line_range, opbase = data[j], struct.unpack("b", data[j + 2:j + 3])[0], data[j + 3], data[j + 4]
+        min_inst, line_range, opbase = data[j], data[j + 3], data[j + 4]
+        line_base = struct.unpack("b", data[j + 2:j + 3])[0]
         std_len = list(data[j + 5:j + 4 + opbase])
         j += 4 + opbase
         while data[j]:  # include directories
@@ -199,8 +200,8 @@ def main():
         ti = sum(inst.values()) or 1
         for line, v in sorted(samples.items(), key=lambda x: -x[1])[:top]:
             why = sorted(((s[line], k) for k, s in stalls.items()), reverse=True)[:3]
-            print("  %5.1f%% samples %5.1f%% inst  %-28s %s" % (100 * v / total, 100 * inst[line] / ti, line,
-                                                               ", ".join("%s %.0f%%" % (k, 100 * x / v) for x, k in why)))
+            why = ", ".join("%s %.0f%%" % (k, 100 * x / v) for x, k in why)
+            print("  %5.1f%% samples %5.1f%% inst  %-28s %s" % (100 * v / total, 100 * inst[line] / ti, line, why))
 
 
 if __name__ == "__main__":
