@@ -1,32 +1,33 @@
 #!/bin/bash
-# Session 49's device calls. Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried as one archive
-# (.carry/s49yq.tar.xz: xz with a 192 MiB dictionary and the same file of each build side by side, so the two builds
-# take 20 MB, not 33):
-#   build/y  main 944e326
-#   build/q  main a1c97a8: y with session 48's two patches (the backward's segment maps from the forward; the fused
-#            pass as a pair of blocks a walk in time windows) and seg_combine's 16-column blocks
+# Session 49's and 50's device calls. Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried as one
+# archive (xz with a large dictionary and the same file of each build side by side, so that builds differing in a few
+# kernels cost little more than one):
+#   session 49, .carry/s49yq.tar.xz (gone): build/y main 944e326; build/q main a1c97a8 (y with session 48's two patches
+#     and seg_combine's 16-column blocks)
+#   session 50, .carry/s50all.tar.xz (25.5 MB): build/q main 06d04ab; a, c, d: q with the patches of the modes below;
+#     t: the trace build's variant_time
 # Modes, in the order given:
 #   all    build/q: test_cuda --quick at the defaults, with segments (the forward's maps, and without them), in windows
 #          (pairs by default there, forced on and off); memcheck with segments, racecheck in windows (--v128); GPU-bound
 #          ms of y and q (and q without pairs) at the four shapes the patches reach; kernel times of q at (1,8192,16) and
 #          (4,4096,16). Beside them (carry .peers) FlashQLA's kernels compiled for the suite, for `bench`
-#   a16    build/a (.carry/s50qa.tar.xz, with q: main 06d04ab): q with bench/dev/s50_a16.patch (the saved A in bf16,
+#   a16    build/a (.carry/s50all.tar.xz, with q: main 06d04ab): q with bench/dev/s50_a16.patch (the saved A in bf16,
 #          with session 50's fix of state_scan_wg's copy; branch dev/s50-a16); test_cuda --quick under make
 #          test-cuda's whole matrix, q against a, memcheck (racecheck too with A16_FULL=1); beside them (carry .peers
-#          too: 63.0 MB in all; s50qa holds q, a and c, 25.2 MB) FlashQLA's kernels compiled for
+#          too: 63.3 MB in all) FlashQLA's kernels compiled for
 #          `AB=a bash bench/dev/s49_run.sh bench` on the same warm machine. Session 50 ran it without the fix: the wgmma
 #          scans and the segments failed, all else passed
-#   ck     build/c (in .carry/s50qa.tar.xz too): q with bench/dev/s50_ck.patch (the forward chain's window checkpoint
+#   ck     build/c (in .carry/s50all.tar.xz too): q with bench/dev/s50_ck.patch (the forward chain's window checkpoint
 #          stored beside the next chunk's K S; branch dev/s50-ck): test_cuda --quick at the defaults, in windows and with
 #          segments, racecheck of --v128 in windows; GPU-bound ms of q and c where the forward has windows
-#   kkt5   build/d (.carry/s50d.tar.xz, carried alone to the machine where q already is): q with
-#          bench/dev/s50_kkt5.patch (kkt_fast at five blocks an SM where it forms A alone; branch dev/s50-kkt5):
+#   kkt5   build/d (in .carry/s50all.tar.xz too): q with bench/dev/s50_kkt5.patch (kkt_fast at five blocks an SM
+#          where it forms A alone; branch dev/s50-kkt5):
 #          test_cuda --quick at the defaults and in windows; GPU-bound ms of q and d at the three large grids, kkt's time
-#   trace  build/t (.carry/s50t.tar.xz: variant_time alone): main 06d04ab with bench/dev/s50_trace.patch (clock64 at
-#          each role's meeting points in block 0 of the forward chain, printed after each launch: never to land); one
-#          forward and backward at the three large grids, the mean step and each event's offset from BAR_S
-#   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz too: with s50qa and .peers, 63.7 MB,
-#          near the 64 MiB a call carries with the tree: leave s50qa out of this call where it is already unpacked)
+#   trace  build/t (in .carry/s50all.tar.xz: variant_time alone): main 06d04ab with bench/dev/s50_trace.patch
+#          (clock64 at each role's meeting points in block 0 of the forward chain, printed after each launch: never to
+#          land); one forward and backward at the three large grids, the mean step and each event's offset from BAR_S
+#   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz and .peers;
+#          s50all too only where it is not unpacked yet: the three come near the 64 MiB a call carries with the tree)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
 #          warmfla), GDN and DeltaNet at the six shapes
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
@@ -54,7 +55,7 @@ all)
 a16)
   # build/a: the saved A in bf16 (Layout::a16) against build/q (main 06d04ab). test_cuda --quick under make test-cuda's
   # whole matrix of settings, four processes at a time; memcheck and racecheck; GPU-bound ms of q and a
-  [ -x build/a/tests/cuda/test_cuda ] || tar xJf .carry/s50qa.tar.xz
+  [ -x build/a/tests/cuda/test_cuda ] || tar xJf .carry/s50all.tar.xz
   warm_bg # FlashQLA's kernels compiled beside the checks, for `AB=a ... bench` next
   M=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1"
      "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1"
@@ -83,7 +84,7 @@ a16)
   unset TB
   warm_wait; echo "checked $(el)" ;;
 ck)
-  [ -x build/c/tests/cuda/test_cuda ] || tar xJf .carry/s50qa.tar.xz
+  [ -x build/c/tests/cuda/test_cuda ] || tar xJf .carry/s50all.tar.xz
   mkdir -p /tmp/m
   printf '%s\n' " " REWY_CUDA_WIN=1 REWY_CUDA_WIN=2 "REWY_CUDA_WIN=3 REWY_CUDA_FWD_WS=1" REWY_CUDA_SEG=2 | xargs -P 5 -d '\n' \
     -I{} bash -c 'e="$1"; env $e timeout 60 build/c/tests/cuda/test_cuda --quick > "/tmp/m/c${e// /_}.log" 2>&1
@@ -94,7 +95,7 @@ ck)
     row $op $sh build/q/bench/dev/variant_time build/c/bench/dev/variant_time; done; done
   echo "checked $(el)" ;;
 kkt5)
-  [ -x build/d/tests/cuda/test_cuda ] || tar xJf .carry/s50d.tar.xz
+  [ -x build/d/tests/cuda/test_cuda ] || tar xJf .carry/s50all.tar.xz
   TB=build/d TC_LIMIT=60 oracle -- --quick; TB=build/d TC_LIMIT=60 oracle REWY_CUDA_WIN=2 -- --quick
   echo "| op | shape | q fwd/bwd | d fwd/bwd |"
   for op in gdn delta; do for sh in 4x4096x16 8x2048x32 16x1024x16; do
@@ -102,7 +103,7 @@ kkt5)
   for b in q d; do echo "kkt, build $b, gdn 4 4096 16:"; kernel_table build/$b/bench/dev/variant_time gdn 4 4096 16 | kernel_sums | grep kkt; done
   echo "checked $(el)" ;;
 trace)
-  [ -x build/t/bench/dev/variant_time ] || tar xJf .carry/s50t.tar.xz
+  [ -x build/t/bench/dev/variant_time ] || tar xJf .carry/s50all.tar.xz
   for sh in "4 4096 16" "16 1024 16" "8 2048 32"; do echo "gdn $sh"
     timeout 60 build/t/bench/dev/variant_time gdn $sh once 2>&1 | grep -A20 -m1 "ws trace" | grep -v "^GDN"; done
   echo "traced $(el)" ;;
