@@ -29,6 +29,14 @@ oracle() {
   echo "test_cuda [${a[*]} $*] rc=$? $(tail -1 /tmp/tc.log) $(el)"
   grep -E "FAIL" /tmp/tc.log | head -6
 }
+# oracle_par TB P SETTING…: test_cuda --quick of build TB under each SETTING (an ENV list; " " for none), P processes at a
+# time, each setting's last line and first failures as it ends (logs in /tmp/m)
+oracle_par() {
+  local tb=$1 np=$2; shift 2; mkdir -p /tmp/m
+  printf '%s\n' "$@" | xargs -P "$np" -d '\n' -I{} bash -c 'e="$1"; l="/tmp/m/${2//\//_}${e// /_}.log"
+    env $e timeout ${TC_LIMIT:-60} "$2/tests/cuda/test_cuda" --quick > "$l" 2>&1
+    echo "rc=$? [$e] $(tail -1 "$l")"; grep -m4 FAIL "$l"' _ {} "$tb"
+}
 # gb ENV… TOOL ARGS…: the GPU-bound ms of variant_time's forward and backward, "fwd/bwd/"
 gb() { timeout 40 env "$@" 2>&1 | tr -s ' ' | grep -oE '(forward|backward) median [0-9.]+ ms, GPU-bound [0-9.]+' | awk '{print $NF}' | tr '\n' '/'; }
 # kernel_table TOOL ARGS…: each kernel's device time in one run of TOOL (ncu, clocks and caches left alone; TOOL's

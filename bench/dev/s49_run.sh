@@ -54,7 +54,7 @@ all)
   warm_wait; tail -3 /tmp/warm.log; echo "checked $(el)" ;;
 a16)
   # build/a: the saved A in bf16 (Layout::a16) against build/q (main 06d04ab). test_cuda --quick under make test-cuda's
-  # whole matrix of settings, four processes at a time; memcheck and racecheck; GPU-bound ms of q and a
+  # whole matrix of settings, six processes at a time (oracle_par); memcheck and racecheck; GPU-bound ms of q and a
   [ -x build/a/tests/cuda/test_cuda ] || tar xJf .carry/s50all.tar.xz
   warm_bg # FlashQLA's kernels compiled beside the checks, for `AB=a ... bench` next
   M=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1"
@@ -72,9 +72,7 @@ a16)
      REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0"
      "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128" "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128"
      "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1")
-  mkdir -p /tmp/m; i=0
-  for e in "${M[@]}"; do i=$((i+1)); echo "$i|$e"; done | xargs -P 6 -d '\n' -I{} bash -c \
-    'n=${1%%|*}; e=${1#*|}; env $e timeout 60 build/a/tests/cuda/test_cuda --quick > /tmp/m/$n.log 2>&1; echo "rc=$? [$e] $(tail -1 /tmp/m/$n.log)"; grep FAIL /tmp/m/$n.log | head -4' _ {}
+  oracle_par build/a 6 "${M[@]}"
   echo "matrix $(el)"
   echo "| op | shape | q fwd/bwd | a fwd/bwd |"
   for op in gdn delta; do for sh in 4x4096x16 8x2048x32 16x1024x16; do row $op $sh build/q/bench/dev/variant_time build/a/bench/dev/variant_time; done; done
@@ -85,10 +83,7 @@ a16)
   warm_wait; echo "checked $(el)" ;;
 ck)
   [ -x build/c/tests/cuda/test_cuda ] || tar xJf .carry/s50all.tar.xz
-  mkdir -p /tmp/m
-  printf '%s\n' " " REWY_CUDA_WIN=1 REWY_CUDA_WIN=2 "REWY_CUDA_WIN=3 REWY_CUDA_FWD_WS=1" REWY_CUDA_SEG=2 | xargs -P 5 -d '\n' \
-    -I{} bash -c 'e="$1"; env $e timeout 60 build/c/tests/cuda/test_cuda --quick > "/tmp/m/c${e// /_}.log" 2>&1
-      echo "rc=$? [$e] $(tail -1 "/tmp/m/c${e// /_}.log")"; grep -m4 FAIL "/tmp/m/c${e// /_}.log"' _ {}
+  oracle_par build/c 5 " " REWY_CUDA_WIN=1 REWY_CUDA_WIN=2 "REWY_CUDA_WIN=3 REWY_CUDA_FWD_WS=1" REWY_CUDA_SEG=2
   TB=build/c SAN_LIMIT=90 san racecheck REWY_CUDA_WIN=2 REWY_CUDA_FWD_WS=1 -- --v128
   echo "| op | shape | q fwd/bwd | c fwd/bwd |"
   for op in gdn delta; do for sh in 1x8192x16 4x4096x16 2x16384x8; do
