@@ -47,8 +47,9 @@ def fields(b):
     return out
 
 
-def get(msg, f):
-    return [v for ff, _, v in fields(msg) if ff == f]
+def get(fl, f):
+    """the values of field f in a parsed message"""
+    return [v for ff, _, v in fl if ff == f]
 
 
 def records(path):
@@ -138,15 +139,17 @@ def main():
     recs = records(path)
     names = []  # the metric names, which the results index
     modules = {}  # function address → (line table rows of that function)
+    parsed = []  # each record's fields, parsed once
     for r in recs:
         try:
-            f = fields(r)
+            parsed.append(fields(r))
         except (ValueError, IndexError):
-            continue
+            pass
+    for f in parsed:
         tags = {ff for ff, _, _ in f}
         if 4 in tags and not names:
             try:
-                strs = [v.decode() for ff, _, v in fields(get(r, 4)[0]) if ff == 1]
+                strs = [v.decode() for v in get(fields(get(f, 4)[0]), 1)]
                 if strs and strs[0].startswith("launch__"):
                     names = strs
                     continue
@@ -154,22 +157,18 @@ def main():
                 pass
         elf = [v for ff, w, v in f if ff == 4 and w == 2 and v[:4] == b"\x7fELF"]
         if elf and 9 in tags:
-            fn = fields(get(get(r, 9)[0], 1)[0])  # (1: symbol, 2: address)
+            fn = fields(get(fields(get(f, 9)[0]), 1)[0])  # (1: symbol, 2: address)
             sym, base = fn[0][2].decode(), fn[1][2]
             rows = sorted(line_table(elf[0]).get(sym, []))
             modules[base] = (sym, rows)
-    for r in recs:
-        try:
-            f = fields(r)
-        except (ValueError, IndexError):
-            continue
+    for f in parsed:
         mangled = [v for ff, w, v in f if ff == 5 and w == 2]
         shown = [v for ff, w, v in f if ff == 7 and w == 2]
         if not mangled or not shown or want not in shown[0].decode(errors="replace"):
             continue
         per = defaultdict(lambda: defaultdict(float))  # metric → file:line → value
         base = rows = None
-        for e in get(r, 13):
+        for e in get(f, 13):
             ef = fields(e)
             if ef[0][0] != 1 or ef[0][2] >= len(names):
                 continue
