@@ -26,6 +26,15 @@
 #   trace  build/t (in .carry/s50all.tar.xz: variant_time alone): main 06d04ab with bench/dev/s50_trace.patch
 #          (clock64 at each role's meeting points in block 0 of the forward chain, printed after each launch: never to
 #          land); one forward and backward at the three large grids, the mean step and each event's offset from BAR_S
+#   s51    session 51, .carry/s51.tar.xz (21.8 MB): q (main 06d04ab) as in s50all; s: main 261de35 with the three
+#          patches above stacked (branch dev/s51-all); r: s with kkt's streamed A (kkt_stream_kernel, the branch's
+#          head). test_cuda --quick of r under make test-cuda's whole matrix, memcheck and racecheck (windows,
+#          --v128), GPU-bound ms of q, s and r at the three large grids; FlashQLA's kernels compiled beside, for
+#          `AB=r ... bench` next on the same warm machine
+#   s51b   .carry/s51b.tar.xz: q; u: main 261de35 with s50_ck and s50_kkt5 (branch dev/s51-ck-k5); w: u with the bf16 A
+#          and its widening copy's loads batched (branch dev/s51-a16w; s lost 8-17 % of the backward at the segments'
+#          shapes to the one-load-at-a-time widening). The matrix of u and w, memcheck and racecheck of w, GPU-bound ms
+#          of q, u and w, then issue 24's benchmark (rewy and FlashQLA) on u and on w, twice each
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz and .peers;
 #          s50all too only where it is not unpacked yet: the three come near the 64 MiB a call carries with the tree)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
@@ -36,6 +45,22 @@ source bench/dev/device_helpers.sh
 [ -x build/q/tests/cuda/test_cuda ] || [ ! -f .carry/s49yq.tar.xz ] || tar xJf .carry/s49yq.tar.xz
 echo "unpacked $(el); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 AB=${AB:-q}; export REWY_LIB=$PWD/build/$AB/librewy.so IMPLS=${IMPLS:-rewy,flashqla}
+# make test-cuda's matrix of settings (ENV lists; " " for none), for oracle_par
+MATRIX=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1"
+    "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1"
+    "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=32"
+    "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_FWD_CHAIN=32
+    REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_FWD_CHAIN=128 "REWY_CUDA_WIN=2 REWY_CUDA_FWD_CHAIN=128" REWY_CUDA_FWD_WS=1
+    "REWY_CUDA_WIN=2 REWY_CUDA_FWD_WS=1" REWY_CUDA_CHAIN_WS=1 "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN_WS=1" REWY_CUDA_CHAIN=1
+    REWY_CUDA_CHAIN=2 "REWY_CUDA_CHAIN=1 REWY_CUDA_CHAIN_BULK=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=2 REWY_CUDA_CHAIN_BULK=0"
+    REWY_CUDA_SCAN_WF=0 REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_WU=0"
+    "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BESIDE=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32
+    REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32"
+    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0" REWY_CUDA_PB_WS=0
+    "REWY_CUDA_WIN=3 REWY_CUDA_PB_WS=0" REWY_CUDA_REV_WS=1 "REWY_CUDA_REV_WS=1 REWY_CUDA_SCAN_WG=1" REWY_CUDA_SEG=1
+    REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0"
+    "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128" "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128"
+    "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1")
 for mode in "$@"; do case $mode in
 all)
   warm_bg
@@ -57,22 +82,7 @@ a16)
   # whole matrix of settings, six processes at a time (oracle_par); memcheck and racecheck; GPU-bound ms of q and a
   [ -x build/a/tests/cuda/test_cuda ] || tar xJf .carry/s50all.tar.xz
   warm_bg # FlashQLA's kernels compiled beside the checks, for `AB=a ... bench` next
-  M=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1"
-     "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_OUT=1"
-     "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_WIN=1 REWY_CUDA_SCAN_BV=32"
-     "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_FWD_CHAIN=1 REWY_CUDA_FWD_CHAIN=32
-     REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_FWD_CHAIN=128 "REWY_CUDA_WIN=2 REWY_CUDA_FWD_CHAIN=128" REWY_CUDA_FWD_WS=1
-     "REWY_CUDA_WIN=2 REWY_CUDA_FWD_WS=1" REWY_CUDA_CHAIN_WS=1 "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN_WS=1" REWY_CUDA_CHAIN=1
-     REWY_CUDA_CHAIN=2 "REWY_CUDA_CHAIN=1 REWY_CUDA_CHAIN_BULK=0" "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=2 REWY_CUDA_CHAIN_BULK=0"
-     REWY_CUDA_SCAN_WF=0 REWY_CUDA_SCAN_OUT=1 "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_WU=0"
-     "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BESIDE=0" "REWY_CUDA_SCAN_OUT=1 REWY_CUDA_SCAN_BV=64" REWY_CUDA_SCAN_BV=32
-     REWY_CUDA_SCAN_BV=64 "REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_8W=1" REWY_CUDA_SCAN_WG=1 "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32"
-     "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0" REWY_CUDA_PB_WS=0
-     "REWY_CUDA_WIN=3 REWY_CUDA_PB_WS=0" REWY_CUDA_REV_WS=1 "REWY_CUDA_REV_WS=1 REWY_CUDA_SCAN_WG=1" REWY_CUDA_SEG=1
-     REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0"
-     "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128" "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128"
-     "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1")
-  oracle_par build/a 6 "${M[@]}"
+  oracle_par build/a 6 "${MATRIX[@]}"
   echo "matrix $(el)"
   echo "| op | shape | q fwd/bwd | a fwd/bwd |"
   for op in gdn delta; do for sh in 4x4096x16 8x2048x32 16x1024x16; do row $op $sh build/q/bench/dev/variant_time build/a/bench/dev/variant_time; done; done
@@ -102,6 +112,37 @@ trace)
   for sh in "4 4096 16" "16 1024 16" "8 2048 32"; do echo "gdn $sh"
     timeout 60 build/t/bench/dev/variant_time gdn $sh once 2>&1 | grep -A20 -m1 "ws trace" | grep -v "^GDN"; done
   echo "traced $(el)" ;;
+s51)
+  [ -x build/r/tests/cuda/test_cuda ] || tar xJf .carry/s51.tar.xz
+  warm_bg
+  oracle_par build/r 6 "${MATRIX[@]}"
+  echo "matrix $(el)"
+  export TB=build/r
+  SAN_LIMIT=50 san memcheck -- --quick
+  SAN_LIMIT=90 san racecheck REWY_CUDA_WIN=2 REWY_CUDA_FWD_WS=1 -- --v128
+  unset TB
+  echo "| op | shape | q (main) | s (a16, ck, kkt5) | r (s, streamed kkt) |"
+  for op in gdn delta; do for sh in 4x4096x16 8x2048x32 16x1024x16; do a=${sh//x/ }; r="| $op | $sh |"
+    for b in q s r; do r="$r $(gb build/$b/bench/dev/variant_time $op $a) |"; done; echo "$r"; done; done
+  for b in q r; do echo "kernels $b gdn 4 4096 16"; kernel_table build/$b/bench/dev/variant_time gdn 4 4096 16 | kernel_sums | head -6; done
+  warm_wait; tail -2 /tmp/warm.log; echo "checked $(el)" ;;
+s51b)
+  [ -x build/w/tests/cuda/test_cuda ] || tar xJf .carry/s51b.tar.xz
+  warm_bg
+  for b in u w; do oracle_par build/$b 6 "${MATRIX[@]}" | sed "s/^/$b /" | grep -v "^$b rc=0"; echo "matrix $b $(el)"; done
+  export TB=build/w
+  SAN_LIMIT=50 san memcheck -- --quick
+  SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128
+  SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 -- --v128
+  unset TB
+  echo "| op | shape | q (main) | u (ck, kkt5) | w (u, bf16 A) |"
+  for op in gdn delta; do for sh in 1x8192x16 2x16384x8 4x4096x16 8x2048x32 16x1024x16; do
+    [ $op = delta ] && [ $sh = 2x16384x8 ] && continue
+    row3=$(for b in q u w; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$row3"
+  done; done
+  warm_wait; tail -1 /tmp/warm.log; echo "checked $(el)"
+  for ab in u w u w; do echo "== bench $ab"; REWY_LIB=$PWD/build/$ab/librewy.so OPS=gdn,deltanet API_LIMIT=100 \
+    bash bench/dev/s41_api.sh run | grep -E "^(gdn|deltanet) .*rewy|PASS|FAIL"; cp $OUT/bench_api.jsonl $OUT/bench_$ab.$(el | tr -d ' ').jsonl; done ;;
 warmfla)
   # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
   # minutes; carry .carry/e2e/fla.tar.xz), for `IMPLS=rewy,fla,flashqla AB=a ... bench` on the same warm machine
