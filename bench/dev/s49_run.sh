@@ -34,7 +34,9 @@
 #   s51b   .carry/s51b.tar.xz: q; u: main 261de35 with s50_ck and s50_kkt5 (branch dev/s51-ck-k5); w: u with the bf16 A
 #          and its widening copy's loads batched (branch dev/s51-a16w; s lost 8-17 % of the backward at the segments'
 #          shapes to the one-load-at-a-time widening). The matrix of u and w, memcheck and racecheck of w, GPU-bound ms
-#          of q, u and w, then issue 24's benchmark (rewy and FlashQLA) on u and on w, twice each
+#          of q, u and w; with S51B_BENCH=1 then issue 24's benchmark (rewy and FlashQLA) on u and on w, twice each
+#   s51v   .carry/s51v.tar.xz: q and v: main b7352f9 with the bf16 A and its batched widening alone (branch
+#          dev/s51-land, what lands): the matrix of v, GPU-bound ms of q and v at two shapes
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz and .peers;
 #          s50all too only where it is not unpacked yet: the three come near the 64 MiB a call carries with the tree)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
@@ -128,21 +130,25 @@ s51)
   warm_wait; tail -2 /tmp/warm.log; echo "checked $(el)" ;;
 s51b)
   [ -x build/w/tests/cuda/test_cuda ] || tar xJf .carry/s51b.tar.xz
-  warm_bg
+  [ -n "${S51B_BENCH:-}" ] && warm_bg
   for b in u w; do oracle_par build/$b 6 "${MATRIX[@]}" | sed "s/^/$b /" | grep -v "^$b rc=0"; echo "matrix $b $(el)"; done
   export TB=build/w
-  SAN_LIMIT=50 san memcheck -- --quick
   SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128
   SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 -- --v128
   unset TB
   echo "| op | shape | q (main) | u (ck, kkt5) | w (u, bf16 A) |"
-  for op in gdn delta; do for sh in 1x8192x16 2x16384x8 4x4096x16 8x2048x32 16x1024x16; do
-    [ $op = delta ] && [ $sh = 2x16384x8 ] && continue
+  for sh in gdn:1x8192x16 gdn:2x16384x8 gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16; do op=${sh%:*}; sh=${sh#*:}
     row3=$(for b in q u w; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$row3"
-  done; done
-  warm_wait; tail -1 /tmp/warm.log; echo "checked $(el)"
+  done
+  echo "checked $(el)"
+  [ -z "${S51B_BENCH:-}" ] && exit 0
+  warm_wait; tail -1 /tmp/warm.log
   for ab in u w u w; do echo "== bench $ab"; REWY_LIB=$PWD/build/$ab/librewy.so OPS=gdn,deltanet API_LIMIT=100 \
     bash bench/dev/s41_api.sh run | grep -E "^(gdn|deltanet) .*rewy|PASS|FAIL"; cp $OUT/bench_api.jsonl $OUT/bench_$ab.$(el | tr -d ' ').jsonl; done ;;
+s51v)
+  [ -x build/v/tests/cuda/test_cuda ] || tar xJf .carry/s51v.tar.xz
+  oracle_par build/v 6 "${MATRIX[@]}" | grep -v "^rc=0"; echo "matrix v, ${#MATRIX[@]} settings $(el)"
+  for sh in gdn:4x4096x16 gdn:1x8192x16; do op=${sh%:*}; sh=${sh#*:}; row $op $sh build/q/bench/dev/variant_time build/v/bench/dev/variant_time; done ;;
 warmfla)
   # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
   # minutes; carry .carry/e2e/fla.tar.xz), for `IMPLS=rewy,fla,flashqla AB=a ... bench` on the same warm machine
