@@ -90,6 +90,7 @@ struct Layout : Geometry {                         /* NC, N, HV, BT, Kp */
     size_t fsco, fX;                                   /* and the forward's (fwd ws): offsets, end states */
     size_t segT, segok;                                /* the forward's maps T and whether it left them (saved) */
     bool sT_dq;                                        /* segments: Tᵀ in the caller's dq, not at sT (seg_tt_in_dq) */
+    bool a16;                                          /* the saved A in bf16 (Prob::a16), else fp32 */
     size_t saved_end;                                  /* the saved buffer's size: regions, record, checkpoints */
 };
 
@@ -333,7 +334,12 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
     L.coff = o; o += al(sizeof(int) * (L.N + 1));
     L.G = o;
     if (!L.ws_gate) o += al(r.gate);
-    L.A = o; o += al(sizeof(float) * chh * nn);
+    /* A = (I + L)⁻¹ in bf16 on the scalar gates' bf16 path (kkt's fast path: chunk 64, K tile of 64, 128 or 256), where
+     * the forward chains and the fused reverse pass multiply by it in bf16 anyway: kkt then writes that one copy (8 KB a
+     * chunk and value head, not 16 KB in fp32 and 8 again in bf16), and the other readers widen it, so that every path's
+     * gradient is that of the forward computed; else fp32 */
+    L.a16 = !Op::vector_gates && c->dtype == REWY_BF16 && L.BT == MAXBT && (L.Kp == 64 || L.Kp == 128 || L.Kp == 256);
+    L.A = o; o += al((L.a16 ? sizeof(__nv_bfloat16) : sizeof(float)) * chh * nn);
     if (polA) cq_sc_r(L.Cq, L.Sc, L.R, chh);
     L.saved = o;
     /* time windows: every window's start state but the first's (the forward's checkpoints, Prob::ck), fp32
@@ -416,6 +422,7 @@ inline Prob make_prob(const rewy_config *c, const Layout &L, const void *saved, 
     p.gated = c->op != REWY_OP_DELTANET; /* GDN, KDA, GDN2 */
     p.svf = c->state_v_first != 0;
     p.zero_h0 = 0;
+    p.a16 = L.a16;
     p.scale = c->scale != 0.f ? c->scale : 1.f / sqrtf((float)c->K);
     p.plan = pl;
     p.ctab = (const ChunkInfo *)((const char *)saved + L.ctab);
@@ -535,7 +542,11 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A;
     float *Gc = L.ws_gate ? at<float>(a->workspace, L.fG) : at<float>(a->saved, L.G);
-    float *A = at<float>(a->saved, L.A);
+    /* the saved A: fp32 for kkt to write, or (L.a16) bf16, which kkt writes as the chains' wu.Ab; A carries either to
+     * the readers (Prob::a16 tells them which) */
+    float *const A = at<float>(a->saved, L.A);
+    __nv_bfloat16 *const A16 = L.a16 ? at<__nv_bfloat16>(a->saved, L.A) : nullptr;
+    float *const A32 = L.a16 ? nullptr : A;
     cq_t *Cq = polA ? at<cq_t>(a->saved, L.Cq) : at<cq_t>(a->workspace, L.fCq);
     REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
     ScanGates sg;
@@ -548,11 +559,11 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     int *const segok = pl.seg ? at<int>(a->saved, L.segok) : nullptr;
     if (pl.fwd_seg && L.has_wu && !polA && !Op::vector_gates) {
         WuOut wu;
-        wu.Ab = at<__nv_bfloat16>(a->workspace, L.fW);
+        wu.Ab = A16 ? A16 : at<__nv_bfloat16>(a->workspace, L.fW);
         int *const sco = at<int>(a->workspace, L.fsco);
         float *const xs = at<float>(a->workspace, L.fX), *const t = at<float>(a->saved, L.segT);
         const Prob ps = segment_prob(p, sco);
-        REWY_TRY(Op::gates(p, a, L, Gc, A, nullptr, Gc, &sg, s, wu));
+        REWY_TRY(Op::gates(p, a, L, Gc, A32, nullptr, Gc, &sg, s, wu));
         REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, sco, s));
         REWY_TRY(launch_seg_walks(ps, pl.nwin, a->k, a->v, sg.GB, A, a->h0, xs, t, s));
         REWY_TRY(cudaMemsetAsync(segok, 1, sizeof(int), s)); /* (bytes of 1: nonzero) */
@@ -568,8 +579,8 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     const bool chain = !Op::vector_gates && pl.fwd_chain > 0 && L.has_wu;
     const bool fo = !Op::vector_gates && pl.fuse_output;
     WuOut wu;
-    if (chain) {
-        wu.Ab = at<__nv_bfloat16>(a->workspace, L.fW); /* the chain's A-and-V form: A in bf16 over W's region, no W or U */
+    if (chain) { /* the chain's A-and-V form: A in bf16 (the saved one, or over W's region), no W or U */
+        wu.Ab = A16 ? A16 : at<__nv_bfloat16>(a->workspace, L.fW);
     } else if (fo && L.has_wu && pl.scan_wu) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
@@ -579,9 +590,10 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
             REWY_TRY(cudaMemsetAsync(wu.ready, 0, sizeof(int) * (size_t)p.NC * p.HV, s));
         }
     }
+    if (A16) wu.Ab = A16; /* every path's saved A */
     /* the warp-specialized forward chain forms C_q itself (and stores it where policy A saves it) */
     const bool ws = chain && pl.fwd_ws;
-    REWY_TRY(Op::gates(p, a, L, Gc, A, ws ? nullptr : Cq, Gc, &sg, s, wu));
+    REWY_TRY(Op::gates(p, a, L, Gc, A32, ws ? nullptr : Cq, Gc, &sg, s, wu));
     /* the sequential stage: one walk of every sequence, which under time windows also leaves each later window's
      * start state in the saved checkpoints (Prob::ck), from which the backward recomputes that window */
     Prob pf = p;

@@ -128,7 +128,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
             if (!share && !WF) issue_q(KQ1, ci);
         }
         issue_o(ci);
-        if (!WF) issue_nn(As, A, c_last); /* WF: Q and W are issued inside the step */
+        if (!WF) scan_copy_a<CR, NT>(As, A, p, hv, BT, c_last); /* WF: Q and W are issued inside the step */
         issue_nn(Cs, Cq, chunk_slot(p, c_last, ci)); /* C_q, W: the backward's own, by workspace slot */
         issue_gb(0, c_last);
     }
@@ -220,7 +220,7 @@ __device__ __forceinline__ void bwd_state_scan_block(const int bid, const Prob &
                 else Pst[j * LDX + i] = pv;
             });
             __syncthreads();
-            if (has_next) issue_nn(As, A, c - 1);
+            if (has_next) scan_copy_a<CR, NT>(As, A, p, hv, BT, c - 1);
         }
         /* S̄ ← Λ S̄⁺ + Q_gᵀ Ō − Eᵀ P */
         const float gn = gexp(p, gl);

@@ -36,12 +36,11 @@
  *
  * The recompute form (REC): policy R's recompute before the fused reverse pass (reverse_ws.cu) as the same
  * chain without the output, storing S_c and R (in a time window's backward, the window's chunks from its checkpoint,
- * by the window's slots). The backward holds the saved A in fp32 (the reverse pass's Aᵀ R̄ is a
- * tf32 product); the forward's bf16 copy of it lived in the forward's workspace. So A comes by one bulk copy into Q's
- * slot of the stage (no Q is needed), and the O warpgroup, which has no output to form, rounds it to the bf16 box of
- * A Y while K S runs (BAR_A): the rounding kkt_inverse did for the forward, so the recomputed S_c and R are the forward
- * chain's own. It takes the place of state_scan_wg.cu's recompute (two 64-column chains a block, tf32 A X, every copy
- * by the math warps' cp.async). */
+ * by the window's slots). A is the saved one, in bf16 (Prob::a16: the one copy kkt writes on this path), by the same
+ * tensor copy as the forward's, so the recomputed S_c and R are the forward chain's own; the O warpgroup has no output
+ * to form and only keeps the meetings. (Until session 49 the saved A was fp32, and that warpgroup rounded a bulk copy
+ * of it to bf16 while K S ran.) It takes the place of state_scan_wg.cu's recompute (two 64-column chains a block, tf32
+ * A X, every copy by the math warps' cp.async). */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 #include "tma.cuh"
@@ -64,9 +63,8 @@ template <int KPC, int NH = 2> struct WsLayout {
     static constexpr int oMB = oGB + 2 * GB_BYTES, TOTAL = oMB + 16;
     static constexpr unsigned BYTES = 2 * KT + (NH + 1) * HT + GB_BYTES; /* a stage's copies: K, Q, V, A, G and β */
     static constexpr unsigned ROW_BYTES = 2 * KT + NH * HT;              /* of which K, Q, V (a tail chunk's by cp.async) */
-    /* the recompute form's: K, V, the fp32 A (in Q's slot), G and β; of which K, V */
-    static constexpr int A32 = MAXBT * MAXBT * 4;
-    static constexpr unsigned BYTES_REC = KT + NH * HT + A32 + GB_BYTES, ROW_BYTES_REC = KT + NH * HT;
+    /* the recompute form's: K, V, A, G and β (no Q); of which K, V */
+    static constexpr unsigned BYTES_REC = KT + NH * HT + HT + GB_BYTES, ROW_BYTES_REC = KT + NH * HT;
     static_assert(STAGE % TMA_BOX == 0, "WsLayout: the copied boxes 1024-B aligned");
 };
 
@@ -265,17 +263,15 @@ template <int KPC, bool REC = false, int NH = 2>
 __global__ void __launch_bounds__(WsLayout<KPC, NH>::NT, 1)
 chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                 const __nv_bfloat16 *v, const float *GB, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
-                __nv_bfloat16 *o, const float *A32) {
+                __nv_bfloat16 *o) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WsLayout<KPC, NH>;
     constexpr int VT = 64 * NH; /* the block's value columns */
-    static_assert(!REC || L::A32 <= L::KT, "chain_ws: the recompute form's fp32 A in Q's slot");
     /* the named barriers (the file-top comment); SC + w: state warpgroup w's own */
     constexpr int WS_BAR_S = 1, WS_BAR_P = 2, WS_BAR_F = 3, WS_BAR_Y = 4, WS_BAR_K = 5, WS_BAR_SC = 6;
     constexpr int MB = L::MB, NT = L::NT, NL = 128 * MB; /* NL: the state warpgroups, which also issue the copies */
     constexpr int WS_BAR_CQ = WS_BAR_SC + MB;            /* the O warpgroup's own: its C_q tile is in */
-    constexpr int WS_BAR_A = WS_BAR_CQ + 1;              /* REC: the O warpgroup's bf16 A is in (O and R) */
     extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
     const int wg = threadIdx.x >> 7;
     const int nvt = p.V / VT, sh = blockIdx.x / nvt, sq = sh / p.HV, hv = sh % p.HV, h = hv / p.G;
@@ -306,8 +302,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             if constexpr (!REC) tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
             tma_tile<VT>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
         }
-        if constexpr (REC) bulk_g2s(st + L::oQ, A32 + cw * MAXBT * MAXBT, L::A32, mbb); /* the fp32 A, into Q's slot */
-        else tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
+        tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
         bulk_g2s(smem_u32(gates(b)), GB + cw * 2 * MAXBT, GB_BYTES, mbb);
     };
     auto issue_tail = [&](int c, int b) {
@@ -388,7 +383,6 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             }
             wg_proxy_fence();
             ws_sync(WS_BAR_Y, 128);
-            if constexpr (REC) ws_sync(WS_BAR_A, 256); /* the O warpgroup's bf16 A is in */
             /* R = A Y */
             ws_times<OpSk, OpN, 64>(x, st + L::oA, Yb);
             /* R (the B operand of C_q R) and R̃ = diag(f) R (of Kᵀ R̃; zero on rows from n on) */
@@ -401,16 +395,9 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             ws_arrive(WS_BAR_P, NT);
         }
     } else if constexpr (REC) {
-        /* ---- the recompute form's O warpgroup: no output; the stage's fp32 A (in Q's slot) rounded to the bf16 box of
-         * A Y while K S runs, then the meetings of the O warpgroup (K S done: S's copy is read) */
-        const int t = threadIdx.x - 128 * (MB + 1);
+        /* ---- the recompute form's O warpgroup: no output; the meetings of the O warpgroup (K S done: S's copy is read) */
         for (int it = 0; it < nch; it++) {
-            const int b = it & 1;
             ws_sync(WS_BAR_S, NT);
-            ws_a_to_bf16<128, 4>(reinterpret_cast<T *>(stage(b) + L::oA), reinterpret_cast<const float *>(stage(b) + L::oQ),
-                                 t);
-            wg_proxy_fence();
-            ws_arrive(WS_BAR_A, 256);
             ws_sync(WS_BAR_K, 256);
             if (it + 1 < nch) ws_arrive(WS_BAR_F, NL + 128);
             ws_sync(WS_BAR_P, NT);
@@ -453,7 +440,6 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
     }
 #else
     (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)Cq, (void)h0, (void)ht, (void)Sc, (void)R, (void)o;
-    (void)A32;
 #endif
 }
 
@@ -692,7 +678,7 @@ bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, con
 template <int KPC, bool REC>
 static cudaError_t launch_chain_ws(int VT, const Prob &p, const WsMaps &m, const void *q, const void *k, const void *v,
                                    const float *GB, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R, void *o,
-                                   const float *A32, cudaStream_t s) {
+                                   cudaStream_t s) {
     auto go = [&](auto nh) -> cudaError_t {
         constexpr int NH = decltype(nh)::value;
         using L = WsLayout<KPC, NH>;
@@ -700,7 +686,7 @@ static cudaError_t launch_chain_ws(int VT, const Prob &p, const WsMaps &m, const
         if (e != cudaSuccess) return e;
         chain_ws_kernel<KPC, REC, NH><<<p.N * p.HV * (p.V / (64 * NH)), L::NT, L::TOTAL, s>>>(
             p, m, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, Cq, h0, ht, Sc, R,
-            (__nv_bfloat16 *)o, A32);
+            (__nv_bfloat16 *)o);
         return cudaGetLastError();
     };
     return VT == 64 ? go(std::integral_constant<int, 1>{}) : go(std::integral_constant<int, 2>{});
@@ -718,8 +704,8 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
         return cudaErrorInvalidValue;
     /* the plan's value tile (Plan::fwd_chain): 64 columns, two blocks a head, where 128 would leave SMs idle */
     const int vt = p.plan.fwd_chain == 64 ? 64 : 128;
-    return p.Kp == 64 ? launch_chain_ws<64, false>(vt, p, m, q, k, v, GB, Cq, h0, ht, Sc, R, o, nullptr, s)
-                      : launch_chain_ws<128, false>(vt, p, m, q, k, v, GB, Cq, h0, ht, Sc, R, o, nullptr, s);
+    return p.Kp == 64 ? launch_chain_ws<64, false>(vt, p, m, q, k, v, GB, Cq, h0, ht, Sc, R, o, s)
+                      : launch_chain_ws<128, false>(vt, p, m, q, k, v, GB, Cq, h0, ht, Sc, R, o, s);
 }
 
 /* The recompute form's launch: wherever the fused reverse pass runs under policy R (Plan::rev_ws: bf16, scalar gates,
@@ -729,13 +715,14 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
  * alike (docs/PERF.md). */
 cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                 const float *h0, state_t *Sc, rp_t *R, cudaStream_t s) {
-    if (p.V != 128 || p.K != 128 || p.Kp != 128 || !Sc) return cudaErrorInvalidValue;
+    if (p.V != 128 || p.K != 128 || p.Kp != 128 || !Sc || !p.a16) return cudaErrorInvalidValue;
     const TmaEncoder enc;
     WsMaps m{};
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.x, p, v, p.HV, p.V) ||
+        !ws_slot_map(enc, &m.a, A, (uint64_t)p.NC * p.HV * MAXBT, MAXBT) || /* the saved A, bf16 (Prob::a16) */
         !ws_slot_map(enc, &m.sc, Sc, (uint64_t)chunk_slots(p) * p.HV * p.K, 128))
         return cudaErrorInvalidValue;
-    return launch_chain_ws<128, true>(p.plan.rec_vt, p, m, nullptr, k, v, GB, nullptr, h0, nullptr, Sc, R, nullptr, A, s);
+    return launch_chain_ws<128, true>(p.plan.rec_vt, p, m, nullptr, k, v, GB, nullptr, h0, nullptr, Sc, R, nullptr, s);
 }
 
 /* Whether policy R's two chains run as chain_pair_ws_kernel (Plan::chain_ws; the plan then takes the register chains'

@@ -95,6 +95,7 @@ struct Prob {
     int gated;                    /* GDN: 1; DeltaNet: 0 */
     int svf;                      /* states [V,K] */
     int zero_h0;                  /* no initial state: each sequence starts from S = 0 (rewy_first_gate_grad) */
+    int a16;                      /* the saved A = (I + L)⁻¹ in bf16, not fp32 (Layout::a16; a16_of, copy_a_tile) */
     Plan plan;                    /* host only: this call's choices */
     float scale;
     const ChunkInfo *ctab;        /* [NC] */
@@ -885,12 +886,40 @@ struct ScanBlock {
         return {sh / p.HV, sh % p.HV, (b % nvt) * BVT};
     }
 };
+/* The saved A (MATH §2's (I + L)⁻¹, [chunk][hv][BT][BT]) is fp32, or bf16 where the layout says (Prob::a16: the
+ * scalar gates' bf16 path, whose forward chain and fused reverse pass take A in bf16 anyway, so kkt writes that copy
+ * alone). Its pointer travels as const float *; a16_of gives the bf16 view. */
+__device__ __forceinline__ const __nv_bfloat16 *a16_of(const float *A) { return reinterpret_cast<const __nv_bfloat16 *>(A); }
+/* chunk entry ch's A as fp32 [BT][BT] rows (stride ld, 16-B aligned) by NT threads: the fp32 A by cp.async
+ * (copy_tile_k), the bf16 A widened (exact) by plain loads and stores, visible after the barrier that follows the
+ * copies' wait, as the cp.async ones are */
+template <int CR, int NT>
+__device__ __forceinline__ void copy_a_tile(float *dst, int ld, const float *A, const Prob &p, size_t ch, int BT) {
+    if (!p.a16) {
+        copy_tile_k<float, CR, CR, NT>(dst, ld, BT, BT, A + ch * BT * BT, BT, BT, 0, BT);
+        return;
+    }
+    const uint2 *src = reinterpret_cast<const uint2 *>(a16_of(A) + ch * BT * BT);
+#pragma unroll 1
+    for (int e = threadIdx.x; e < BT * BT / 4; e += NT) { /* four elements a thread at a time: few registers */
+        const uint2 u = src[e];
+        const int i = e / (BT / 4), j = (e % (BT / 4)) * 4;
+        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
+                     b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+        *reinterpret_cast<float4 *>(dst + i * ld + j) = make_float4(a.x, a.y, b.x, b.y);
+    }
+}
+
 /* The copies of chunk cj's tiles that both scans take (cp.async; CR > 0: the fast path's compile-time
- * shapes): an n×n tile (A fp32 or C_q cq_t, row stride LDA), the G/β table and, for vector gates (VEC), Λ = γ_n, a factor tile
- * (E, F or Q_g) */
+ * shapes): an n×n tile (C_q cq_t, row stride LDA; A by scan_copy_a), the G/β table and, for vector gates (VEC), Λ = γ_n,
+ * a factor tile (E, F or Q_g) */
 template <int CR, int NT, class E>
 __device__ __forceinline__ void scan_copy_nn(E *dst, const E *src, const Prob &p, int hv, int BT, int cj) {
     copy_tile_k<E, CR, CR, NT>(dst, LDA, BT, BT, src + ((size_t)cj * p.HV + hv) * BT * BT, BT, BT, 0, BT);
+}
+template <int CR, int NT>
+__device__ __forceinline__ void scan_copy_a(float *dst, const float *A, const Prob &p, int hv, int BT, int cj) {
+    copy_a_tile<CR, NT>(dst, LDA, A, p, (size_t)cj * p.HV + hv, BT);
 }
 template <bool VEC>
 __device__ __forceinline__ void scan_copy_gates(float *gb, float *lam, const float *GB, const float *vlam, const Prob &p,

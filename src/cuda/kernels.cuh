@@ -29,6 +29,7 @@ struct WuOut {
      * the scans need them: rank within the sequence first where every sequence has seq_nc chunks (else 0) */
     int *ready = nullptr;
     int seq_nc = 0;
+    int form_a = 0; /* set by launch_kkt_inverse: A is formed (fp32 A or Ab asked) */
 };
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                                const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s,

@@ -213,7 +213,9 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     const int n = ci.n;
     if (n == 0) return;
     const int h = hv / p.G, tid = threadIdx.x;
-    const bool needA = Aout != nullptr;
+    /* A in fp32, and/or in bf16 (Prob::a16: that alone); a flag of its own, as testing wu.Ab here kept that pointer in a
+     * register to the end (one spilled at 64) */
+    const bool needA = wu.form_a != 0;
     T *Ks = reinterpret_cast<T *>(smc);  /* [64][KS+8] */
     T *Qs = Ks + MAXBT * LDK;            /* [64][KS+8] */
     /* over Ks/Qs once the products are done; with W, U over Qs only (K is read again), then V's tile */
@@ -232,8 +234,7 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
             copy_tile_k<T, MAXBT, VS, KKT_THREADS>(Vs, VS + 8, MAXBT, VS, v + ((size_t)ci.tok0 * p.HV + hv) * p.V,
                                                    (size_t)p.HV * p.V, n, 0, p.V);
         if (WA)
-            copy_tile_k<float, MAXBT, MAXBT, KKT_THREADS>(Ad, LDN, MAXBT, MAXBT, wu.A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0,
-                                                          MAXBT);
+            copy_a_tile<MAXBT, KKT_THREADS>(Ad, LDN, wu.A, p, ch, MAXBT);
     }
     /* G: chunk_gate_cumsum (rows ≥ n repeat G_{n-1}); β (0 on rows ≥ n); GB directly */
     float *gbd = GB ? GB + ch * 2 * MAXBT : nullptr;
@@ -301,8 +302,8 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
         });
     __syncthreads();
     tri_inverse64(Ls, As, n);
-    /* and A in bf16 for the forward chain's A-and-V form */
-    tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n, wu.Ab ? wu.Ab + cw * MAXBT * MAXBT : nullptr);
+    /* A in fp32, and/or in bf16 (the saved A of Prob::a16, which the forward chain's A-and-V form reads) */
+    tri_store_A(Aout ? Aout + ch * MAXBT * MAXBT : nullptr, Ls, As, n, wu.Ab ? wu.Ab + cw * MAXBT * MAXBT : nullptr);
     if constexpr (WU)
         kkt_wu<KS, VS>(p, Ks, Vs, Ls, As, Gs, bs, n, wu.W + cw * MAXBT * KS, wu.U + cw * MAXBT * VS);
 }
@@ -358,8 +359,10 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                     const long tasks = (long)p.NC * p.HV, sms = p.plan.sms;
                     grid = dim3((unsigned)(sms < tasks ? sms : tasks));
                 }
+                WuOut w = wu;
+                w.form_a = A != nullptr || wu.Ab != nullptr;
                 kkt_fast_kernel<T, KS, VS, WA><<<grid, KKT_THREADS, sm, s>>>(
-                    p, (const T *)q, (const T *)k, g, (const T *)beta, GB, A, Cq, (const T *)v, wu);
+                    p, (const T *)q, (const T *)k, g, (const T *)beta, GB, A, Cq, (const T *)v, w);
                 return cudaGetLastError();
             };
             using I0 = std::integral_constant<int, 0>;
@@ -376,8 +379,8 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                     if (wu.U) return with_u(std::true_type{});
                     return p.Kp == 64 ? go(I64{}, I0{}, std::true_type{}) : go(I128{}, I0{}, std::true_type{});
                 }
-                if (wu.W) { /* state_scan_uses_wu: with U, A asked */
-                    if (!A || !v || !wu.U) return cudaErrorInvalidValue;
+                if (wu.W) { /* state_scan_uses_wu: with U, A asked (fp32, or bf16 in wu.Ab) */
+                    if ((!A && !wu.Ab) || !v || !wu.U) return cudaErrorInvalidValue;
                     return with_u(NO{});
                 }
             }

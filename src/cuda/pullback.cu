@@ -132,7 +132,7 @@ pullback_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB, con
         const PbSlices<T> hs = pb_slices<T>(p, cs, tok0, hv, R, PR, Sc, Sbar, do_, v); /* this chunk and value head's */
         float *Wc = wsm ? Wsm : Wbar + ch * BT * Kp;
         copy_tile<float>(Gs, 2 * BT, 1, 2 * BT, GB + ch * 2 * BT, 2 * BT, 1, 0, 2 * BT);
-        if (wy) copy_tile<float>(As, LDN, BT, BT, A + ch * BT * BT, BT, BT, 0, BT);
+        if (wy) copy_a_tile<0, PB_THREADS>(As, LDN, A, p, ch, BT);
         for (int e = tid; e < MAXBT * LDN; e += blockDim.x) {
             Dm[e] = 0.f;
             Hm[e] = 0.f;
@@ -521,8 +521,7 @@ pullback_fast_kernel(Prob p, const T *q, const T *k, const T *v, const float *GB
         copy_tile_k<float, 1, 2 * MAXBT, PF_THREADS>(Gs, 2 * MAXBT, 1, 2 * MAXBT, GB + ch * 2 * MAXBT, 2 * MAXBT, 1, 0,
                                                       2 * MAXBT);
         if (WY)
-            copy_tile_k<float, MAXBT, MAXBT, PF_THREADS>(As, PF_LDF, MAXBT, MAXBT, A + ch * MAXBT * MAXBT, MAXBT, MAXBT, 0,
-                                                         MAXBT);
+            copy_a_tile<MAXBT, PF_THREADS>(As, PF_LDF, A, p, ch, MAXBT);
     };
     /* K and Q of the chunk ([token][feature]; the K-side products read them as k-major B operands through
      * ldmatrix.trans), copied with the first value head's G, β in one cp.async group: one exposed load */

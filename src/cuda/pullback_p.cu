@@ -3,8 +3,10 @@
  * Wᵀ R̄ instead of Eᵀ P, so P leaves the chain: the scan stores R̄, and this pass forms P for the ReWY pullback
  * (the WY pullback starts from R̄ itself). Grid (NC, HV), 256 threads, value slabs of 64 columns.
  *
- * A is fp32 (MATH §10). R̄ is bf16 (rp_t): the product runs on bf_mma as Pᵀ = R̄ᵀ A with A as a hi/lo pair of
- * bf16 tiles (16 mantissa bits, more than tf32's 10), both operands through ldmatrix.trans, and P leaves
+ * A is the saved one: fp32 (MATH §10), or bf16 where the layout saves it so (Prob::a16: the forward's chain took
+ * that A, so the gradient is the one of the forward computed). R̄ is bf16 (rp_t): the product runs on bf_mma as
+ * Pᵀ = R̄ᵀ A with A as a hi/lo pair of bf16 tiles (16 mantissa bits, more than tf32's 10; lo = 0 for the bf16 A), both
+ * operands through ldmatrix.trans, and P leaves
  * through a transposed staging tile in 16-B rows. H200, DeltaNet (2,16384,8): 0.075 ms, against 0.127 as the
  * general tf32 product it replaced (PERF.md, session 12). */
 #include "kernels.cuh"
@@ -20,15 +22,25 @@ __global__ void __launch_bounds__(PP_THREADS) p_from_rbar_kernel(Prob p, const f
     const int n = p.ctab[c].n, hv = blockIdx.y, BT = p.BT;
     if (n == 0) return;
     rp_t *pr = PR + ((size_t)blockIdx.x * p.HV + hv) * BT * p.V;
-    const float *a = A + ((size_t)c * p.HV + hv) * BT * BT;
+    const size_t at = ((size_t)c * p.HV + hv) * BT * BT;
     using bf16 = __nv_bfloat16;
     __shared__ __align__(16) bf16 Ah[MAXBT * PP_LD], Al[MAXBT * PP_LD]; /* A [k][i] as hi + lo */
     __shared__ __align__(16) bf16 Rs[MAXBT * PP_LD];                    /* R̄ slab [k][j] */
     __shared__ __align__(16) bf16 Ps[MAXBT * PP_LD];                    /* P slab [i][j] */
     for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += PP_THREADS) {
         const int k = e / (MAXBT / 4), i = (e % (MAXBT / 4)) * 4;
-        const float4 x = k < BT && i < BT ? *reinterpret_cast<const float4 *>(a + k * BT + i) : make_float4(0, 0, 0, 0);
-        const float xs[4] = {x.x, x.y, x.z, x.w};
+        float xs[4] = {0.f, 0.f, 0.f, 0.f};
+        if (k < BT && i < BT) { /* the saved A, fp32 or bf16 (Prob::a16: then lo is 0) */
+            if (p.a16) {
+                const uint2 u = *reinterpret_cast<const uint2 *>(a16_of(A) + at + k * BT + i);
+                const float2 x0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
+                             x1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+                xs[0] = x0.x; xs[1] = x0.y; xs[2] = x1.x; xs[3] = x1.y;
+            } else {
+                const float4 x = *reinterpret_cast<const float4 *>(A + at + k * BT + i);
+                xs[0] = x.x; xs[1] = x.y; xs[2] = x.z; xs[3] = x.w;
+            }
+        }
 #pragma unroll
         for (int u = 0; u < 4; u++) st_hilo(Ah, Al, k * PP_LD + i + u, xs[u]);
     }

@@ -35,10 +35,10 @@
  * warpgroup, then the Γ tiles); C_q; A in bf16; the gates of chunks it & 1. The producer refills each
  * input once its last reader of the chunk has released it: A after P (RF: after R; a_empty), a slab's Ō,
  * R (not RF), V, S_c after the pullback's V-long products (empty[s]), K, Q and the gates after the K-side products
- * (kq_empty). Copies: tensor copies of the boxes (tma.cuh), the gates by a bulk copy; a sequence's tail chunk's token
- * rows (K, Q, Ō, V, R) by the producer lanes' zero-filling cp.async; the saved fp32 A rounded to bf16 by their loads and
- * stores (kkt_inverse's rounding for the forward chain, whose A this pass's gradient then is; the transposed tf32 Aᵀ it
- * replaced took the producer 4,096 four-byte copies a chunk, session 46). Outputs: dv, k̄ and q̄
+ * (kq_empty). Copies: tensor copies of the boxes (tma.cuh), A too (the saved A is bf16 here, Prob::a16: the forward
+ * chain's own, whose gradient this pass then forms; until session 49 the producer rounded a bulk copy of an fp32 A), the
+ * gates by a bulk copy; a sequence's tail chunk's token rows (K, Q, Ō, V, R) by the producer lanes' zero-filling
+ * cp.async. Outputs: dv, k̄ and q̄
  * of a full chunk by tensor stores from boxes staged over the warpgroup's V box and S̄⁺ boxes (each drained before the
  * box is released or written again), a tail chunk's by per-thread stores; dβ, dg and dh0 by per-thread stores. */
 #include "kernels.cuh"
@@ -52,8 +52,7 @@ struct RvLayout : WsSlab {
     static constexpr int oX = oQ + 2 * B;                  /* scratch: R̄ (bf16, a box a warpgroup), P', Γ, Γ_β, Γ_H' */
     static constexpr int oCq = oX + 4 * B;                 /* C_q [i][j], one box */
     static constexpr int oAb = oCq + B; /* A in bf16, [i][j], one box: K-major the A of R = A Y (RF), MN-major Aᵀ of Aᵀ R̄ */
-    static constexpr int oAf = oAb + B;                    /* the saved fp32 A as copied, [i][j] (the producer's) */
-    static constexpr int oGB = oAf + MAXBT * MAXBT * 4;    /* the gates of chunks it & 1: G, then β */
+    static constexpr int oGB = oAb + B;                    /* the gates of chunks it & 1: G, then β */
     static constexpr int oRed = oGB + 2 * GB_BYTES; /* β̄, Ḡ row terms [2][64] each, ⟨P, v⟩ [2][64], sums [16] */
     static constexpr int oMB = oRed + (6 * MAXBT + 16) * 4; /* full[2], empty[2], kq full, kq empty, a full, a empty, a copy */
     static constexpr int TOTAL = oMB + 9 * 8;
@@ -65,7 +64,8 @@ static_assert(RvLayout::TOTAL <= 227 * 1024, "reverse_ws: a Hopper block's share
 
 /* the maps: k, q [token][H·K]; v, o (dO) [token][HV·V]; r (R, not RF) [chunk·HV·64][V]; sc (S_c) [chunk·HV·K][V] */
 struct RvMaps {
-    CUtensorMap k, q, v, o, r, sc, dk, dq, dv; /* dk, dq [token][H·K], dv [token][HV·V]: the staged stores (`stage`) */
+    CUtensorMap k, q, v, o, r, sc, a, dk, dq, dv; /* a: the saved A (bf16, Prob::a16); dk, dq [token][H·K], dv [token][HV·V]:
+                                                   * the staged stores (`stage`) */
 };
 
 /* The bracket of R = A Y for this thread's elements (MATH §2, the forward chain's A-and-V form): Y = diag(β)(V − γ ⊙ K S_c),
@@ -131,10 +131,9 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             /* (chunk, value head): xa in the saved A, x in the workspace's S_c and R (a time window's slot) */
             const int xa = c * p.HV + hv, x = chunk_slot(p, c, ci) * p.HV + hv;
             if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
-            if (lane == 0) {
-                bulk_fence(); /* this warp's reads of the fp32 A (the last chunk's rounding) before the copy's writes */
-                mbar_expect(a_copy, MAXBT * MAXBT * 4);
-                bulk_g2s(smem_u32(smc + L::oAf), A + (size_t)xa * MAXBT * MAXBT, MAXBT * MAXBT * 4, a_copy);
+            if (lane == 0) { /* the saved bf16 A, one box straight into A's (the math warpgroups released it: a_empty) */
+                mbar_expect(a_copy, TMA_BOX);
+                tma_tile<64>(smem_u32(Abs), &m.a, 0, xa * MAXBT, a_copy);
             }
 #pragma unroll 1
             for (int s = 0; s < 2; s++) {
@@ -191,12 +190,11 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
                         tma_prefetch_box(&m.sc, 64 * j, x1 * KD);
                         tma_prefetch_box(&m.sc, 64 * j, x1 * KD + 64);
                     }
-                    bulk_prefetch_l2(A + (size_t)xa1 * MAXBT * MAXBT, MAXBT * MAXBT * 4);
+                    tma_prefetch_box(&m.a, 0, xa1 * MAXBT);
                     bulk_prefetch_l2(GB + (size_t)xa1 * 2 * MAXBT, GB_BYTES);
                 }
             }
             mbar_wait(a_copy, it & 1);
-            ws_a_to_bf16<32, 2>(Abs, reinterpret_cast<const float *>(smc + L::oAf), lane);
             ws_rows_done();
             mbar_arrive(a_full);
         }
@@ -577,14 +575,15 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
                               const void *do_, const state_t *Sc, const rp_t *R, const float *dht, float *dh0, void *dq,
                               void *dk, void *dv, void *dbeta, const float *graw, float *dg, cudaStream_t s) {
     using T = __nv_bfloat16;
-    if (p.K != 128 || p.Kp != 128 || p.V != 128 || p.G != 1) return cudaErrorInvalidValue;
+    if (p.K != 128 || p.Kp != 128 || p.V != 128 || p.G != 1 || !p.a16) return cudaErrorInvalidValue;
     const bool rf = p.plan.rev_rf; /* R formed here (R unused: policy R, Plan::rev_rf), else loaded */
     const TmaEncoder enc;
     RvMaps m{};
     const uint64_t rows = (uint64_t)chunk_slots(p) * p.HV * MAXBT; /* R's rows (a time window's slots) */
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
         !ws_token_map(enc, &m.v, p, v, p.HV, p.V) || !ws_token_map(enc, &m.o, p, do_, p.HV, p.V) ||
-        (!rf && !ws_slot_map(enc, &m.r, R, rows, p.V)) || !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V))
+        (!rf && !ws_slot_map(enc, &m.r, R, rows, p.V)) || !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V) ||
+        !ws_slot_map(enc, &m.a, A, (uint64_t)p.NC * p.HV * MAXBT, MAXBT))
         return cudaErrorInvalidValue;
     /* dv, k̄, q̄ of full chunks by tensor stores where dv, dk, dq take a map (16-B aligned); per-thread stores otherwise */
     const int stage = ws_token_map(enc, &m.dk, p, dk, p.H, p.K) && ws_token_map(enc, &m.dq, p, dq, p.H, p.K) &&

@@ -97,10 +97,21 @@ __device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)), "l"(gmem));
 }
 /* Aᵀ of chunk cj, value head hv as the tf32 K-major tile cm_t<64> (element (j, i) = A[i][j]: tf32 operands must be
- * K-major), by NT threads (t: this one's index among them), one 4-byte copy an element */
+ * K-major), by NT threads (t: this one's index among them), one 4-byte copy an element; the bf16 A (Prob::a16) widened
+ * by plain loads and stores (covered by the proxy fence and barrier after the copies' wait, as the cp.async ones) */
 template <int NT>
 __device__ __forceinline__ void wg_copy_at(float *dst, const float *A, const Prob &p, int hv, int cj, int t) {
-    const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
+    const size_t at = ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
+    if (p.a16) {
+        const __nv_bfloat16 *src = a16_of(A) + at;
+#pragma unroll 1
+        for (int m = 0; m < MAXBT * MAXBT / NT; m++) {
+            const int q = t + NT * m, i = q / MAXBT, j = q % MAXBT;
+            dst[cm_t<MAXBT>(j, i)] = __bfloat162float(src[q]);
+        }
+        return;
+    }
+    const float *src = A + at;
 #pragma unroll 1
     for (int m = 0; m < MAXBT * MAXBT / NT; m++) {
         const int q = t + NT * m, i = q / MAXBT, j = q % MAXBT;

@@ -123,14 +123,13 @@ __device__ __forceinline__ void state_scan_block(const int bid, const Prob &p, c
             copy_tile_k<T, CR, CV, NT>(Ws, ldvt, BT, BVT, wg + (size_t)cj.tok0 * rsv + (size_t)hv * p.V, rsv,
                                                  cj.n, v0, p.V);
     };
-    auto issue_nn = [&](float *dst, const float *src, int cj) { scan_copy_nn<CR, NT>(dst, src, p, hv, BT, cj); };
     /* chunk c's A and V tiles (WU: W and U) into buffer b (DAV; else the one buffer) */
     auto issue_av = [&](int c, const ChunkInfo &cj, int b) {
         if constexpr (WU) { /* W: [chunk][hv][64][K], K = Kp (a factor tile's layout); U: [chunk][hv][64][V] */
             scan_copy_factor<T, CR, CK, NT>(Wt, ldk, so.W, p, hv, BT, Kp, c);
             copy_tile_k<T, CR, CV, NT>(Vs, ldvt, BT, BVT, so.U + ((size_t)c * p.HV + hv) * MAXBT * p.V, p.V, cj.n, v0, p.V);
         } else {
-            issue_nn(a_buf(b), A, c);
+            scan_copy_a<CR, NT>(a_buf(b), A, p, hv, BT, c);
             issue_v(cj, v_buf(b));
         }
     };

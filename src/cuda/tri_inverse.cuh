@@ -185,16 +185,17 @@ __device__ __forceinline__ void tri_inverse64(float *Ls, float *As, int n) {
     __syncthreads();
 }
 
-/* the dense A ([64][64] fp32, 16-B aligned) from tri_inverse64's result: zero above the diagonal
+/* the dense A ([64][64] fp32, 16-B aligned; where dst is given) from tri_inverse64's result: zero above the diagonal
  * blocks and on rows ≥ n; and from the same reads, where dst_bf is given, a bf16 copy (the forward chain's A-and-V
- * form reads A as a bf16 operand; four elements per 8-B store) */
+ * form reads A as a bf16 operand; four elements per 8-B store; the saved A of the scalar gates' bf16 path, Prob::a16,
+ * is that copy alone) */
 __device__ __forceinline__ void tri_store_A(float *dst, const float *Ls, const float *As, int n,
                                             __nv_bfloat16 *dst_bf = nullptr) {
     for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += blockDim.x) {
         const int i = e >> 4, j = (e & 15) << 2, bi = i >> 4, bj = j >> 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (i < n && bi >= bj) v = *reinterpret_cast<const float4 *>((bi == bj ? As : Ls) + i * LDN + j);
-        reinterpret_cast<float4 *>(dst)[e] = v;
+        if (dst) reinterpret_cast<float4 *>(dst)[e] = v;
         if (dst_bf) {
             const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
             reinterpret_cast<uint2 *>(dst_bf)[e] =

@@ -260,34 +260,7 @@ __device__ __forceinline__ void ws_copy_tail(char *tile, const __nv_bfloat16 *x,
     }
 }
 
-/* A of a chunk (fp32 [64][64], row-major, at src in global or shared memory) as bf16 into a 64 × 64 box at dst, K-major
- * with the 128-B swizzle (a tensor copy's layout, tma.cuh): the A of R = A Y, rounded as kkt_inverse rounds the forward
- * chain's. By NL threads (t: this one's index among them), a 16-byte piece of the box (8 columns of a row) each, U at a
- * time (a producer warp keeps its 40 registers at U = 2); a warp's loads take whole rows. */
-template <int NL, int U>
-__device__ __forceinline__ void ws_a_to_bf16(__nv_bfloat16 *dst, const float *src, int t) {
-    static_assert(MAXBT * 8 % (NL * U) == 0, "ws_a_to_bf16: whole rounds");
-#pragma unroll 1
-    for (int q0 = t; q0 < MAXBT * 8; q0 += NL * U) {
-        float4 a[2 * U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const float4 *s4 = reinterpret_cast<const float4 *>(src) + 2 * (q0 + NL * u);
-            a[2 * u] = s4[0];
-            a[2 * u + 1] = s4[1];
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int q = q0 + NL * u, i = q >> 3, c8 = (q & 7) * 8;
-            const float4 lo = a[2 * u], hi = a[2 * u + 1];
-            const __nv_bfloat162 h[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
-                                         __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
-            *reinterpret_cast<uint4 *>(dst + sw128(i, c8)) = *reinterpret_cast<const uint4 *>(h);
-        }
-    }
-}
-
-/* a producer lane's cp.async copies (tail rows, Aᵀ) landed and visible to the products, before the arrival that publishes
+/* a producer lane's cp.async copies (tail rows) landed and visible to the products, before the arrival that publishes
  * them */
 __device__ __forceinline__ void ws_rows_done() {
     cp_async_commit();
