@@ -131,7 +131,8 @@ reverse_ws_kernel(Prob p, const __grid_constant__ RvMaps m, const __nv_bfloat16 
             /* (chunk, value head): xa in the saved A, x in the workspace's S_c and R (a time window's slot) */
             const int xa = c * p.HV + hv, x = chunk_slot(p, c, ci) * p.HV + hv;
             if (it > 0) mbar_wait(a_empty, (it - 1) & 1);
-            if (lane == 0) { /* the saved bf16 A, one box straight into A's (the math warpgroups released it: a_empty) */
+            if (lane == 0) { /* the saved bf16 A, one box straight into A's */
+                bulk_fence(); /* the math warps' reads of A's box (released on a_empty) before the copy's writes */
                 mbar_expect(a_copy, TMA_BOX);
                 tma_tile<64>(smem_u32(Abs), &m.a, 0, xa * MAXBT, a_copy);
             }
