@@ -542,11 +542,10 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
     cudaStream_t s = (cudaStream_t)c->stream;
     const bool polA = c->policy == REWY_POLICY_A;
     float *Gc = L.ws_gate ? at<float>(a->workspace, L.fG) : at<float>(a->saved, L.G);
-    /* the saved A: fp32 for kkt to write, or (L.a16) bf16, which kkt writes as the chains' wu.Ab; A carries either to
-     * the readers (Prob::a16 tells them which) */
+    /* the saved A, fp32 or (L.a16) bf16: A carries either to kkt and the readers (Prob::a16 tells them which); the
+     * forward chains' A-and-V form takes the bf16 one as A16 (they run only where it is: bf16, chunk 64, K of 64 or 128) */
     float *const A = at<float>(a->saved, L.A);
-    __nv_bfloat16 *const A16 = L.a16 ? at<__nv_bfloat16>(a->saved, L.A) : nullptr;
-    float *const A32 = L.a16 ? nullptr : A;
+    const __nv_bfloat16 *const A16 = L.a16 ? at<const __nv_bfloat16>(a->saved, L.A) : nullptr;
     cq_t *Cq = polA ? at<cq_t>(a->saved, L.Cq) : at<cq_t>(a->workspace, L.fCq);
     REWY_TRY(launch_chunk_plan(p, c->cu_seqlens, at<ChunkInfo>(a->saved, L.ctab), at<int>(a->saved, L.coff), s));
     ScanGates sg;
@@ -557,31 +556,27 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
      * state and into the checkpoints; the chain over all segments from their starts, with o, leaving each segment's end
      * state in its place: the last segments' are ht. Without it, the backward's segments walk their maps themselves. */
     int *const segok = pl.seg ? at<int>(a->saved, L.segok) : nullptr;
-    if (pl.fwd_seg && L.has_wu && !polA && !Op::vector_gates) {
-        WuOut wu;
-        wu.Ab = A16 ? A16 : at<__nv_bfloat16>(a->workspace, L.fW);
+    if (pl.fwd_seg && L.has_wu && !polA && !Op::vector_gates && A16) {
         int *const sco = at<int>(a->workspace, L.fsco);
         float *const xs = at<float>(a->workspace, L.fX), *const t = at<float>(a->saved, L.segT);
         const Prob ps = segment_prob(p, sco);
-        REWY_TRY(Op::gates(p, a, L, Gc, A32, nullptr, Gc, &sg, s, wu));
+        REWY_TRY(Op::gates(p, a, L, Gc, A, nullptr, Gc, &sg, s));
         REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, sco, s));
         REWY_TRY(launch_seg_walks(ps, pl.nwin, a->k, a->v, sg.GB, A, a->h0, xs, t, s));
         REWY_TRY(cudaMemsetAsync(segok, 1, sizeof(int), s)); /* (bytes of 1: nonzero) */
         REWY_TRY(launch_seg_combine_fwd(p, pl.nwin, a->h0, t, xs, L.nwin > 1 ? at<float>(a->saved, L.wck) : nullptr, s));
-        REWY_TRY(launch_chain_forward_ws(ps, a->q, a->k, a->v, sg.GB, wu.Ab, nullptr, xs, xs, nullptr, nullptr, a->o, s));
+        REWY_TRY(launch_chain_forward_ws(ps, a->q, a->k, a->v, sg.GB, A16, nullptr, xs, xs, nullptr, nullptr, a->o, s));
         if (a->ht) REWY_TRY(copy_segment_states(a->ht, xs, p, pl.nwin, pl.nwin - 1, s)); /* the last segments' ends */
         return REWY_OK;
     }
     if (segok) REWY_TRY(cudaMemsetAsync(segok, 0, sizeof(int), s));
-    /* the register chain with the output in its steps (the whole forward after kkt; its A-and-V form, with A in bf16
-     * from kkt over W's region and v the input), or the scan computing o itself, on the two-product chain with W and U
+    /* the register chain with the output in its steps (the whole forward after kkt; its A-and-V form, with the saved A
+     * in bf16 and v the input), or the scan computing o itself, on the two-product chain with W and U
      * from kkt where the shapes allow (scalar gates only: vector gates' operands come from the gates stage) */
-    const bool chain = !Op::vector_gates && pl.fwd_chain > 0 && L.has_wu;
+    const bool chain = !Op::vector_gates && pl.fwd_chain > 0 && L.has_wu && A16;
     const bool fo = !Op::vector_gates && pl.fuse_output;
     WuOut wu;
-    if (chain) { /* the chain's A-and-V form: A in bf16 (the saved one, or over W's region), no W or U */
-        wu.Ab = A16 ? A16 : at<__nv_bfloat16>(a->workspace, L.fW);
-    } else if (fo && L.has_wu && pl.scan_wu) {
+    if (!chain && fo && L.has_wu && pl.scan_wu) {
         wu.W = at<__nv_bfloat16>(a->workspace, L.fW);
         wu.U = at<__nv_bfloat16>(a->workspace, L.fU);
         if (pl.beside_kkt) { /* the scan starts beside kkt and waits per chunk on its flags */
@@ -590,10 +585,9 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
             REWY_TRY(cudaMemsetAsync(wu.ready, 0, sizeof(int) * (size_t)p.NC * p.HV, s));
         }
     }
-    if (A16) wu.Ab = A16; /* every path's saved A */
     /* the warp-specialized forward chain forms C_q itself (and stores it where policy A saves it) */
     const bool ws = chain && pl.fwd_ws;
-    REWY_TRY(Op::gates(p, a, L, Gc, A32, ws ? nullptr : Cq, Gc, &sg, s, wu));
+    REWY_TRY(Op::gates(p, a, L, Gc, A, ws ? nullptr : Cq, Gc, &sg, s, wu));
     /* the sequential stage: one walk of every sequence, which under time windows also leaves each later window's
      * start state in the saved checkpoints (Prob::ck), from which the backward recomputes that window */
     Prob pf = p;
@@ -603,10 +597,10 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
         pf.ck_win = pl.win;
     }
     if (ws) { /* S_c, R and C_q only where policy A saves them */
-        REWY_TRY(launch_chain_forward_ws(pf, a->q, a->k, a->v, sg.GB, wu.Ab, polA ? Cq : nullptr, a->h0, a->ht,
+        REWY_TRY(launch_chain_forward_ws(pf, a->q, a->k, a->v, sg.GB, A16, polA ? Cq : nullptr, a->h0, a->ht,
                                          polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
     } else if (chain) { /* S_c and R only where policy A saves them */
-        REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, a->v, sg.GB, wu.Ab, Cq, a->h0, a->ht,
+        REWY_TRY(launch_chain_forward(pf, pl.fwd_chain, a->q, a->k, a->v, sg.GB, A16, Cq, a->h0, a->ht,
                                       polA ? Sc : nullptr, polA ? R : nullptr, a->o, s));
     } else if (fo) { /* the scan writes o itself; under policy R nothing else reads S_c and R in the forward */
         ScanOut so;

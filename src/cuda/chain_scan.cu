@@ -13,7 +13,7 @@
  * output in the same step, from the same register operands (MATH §2):
  *   Oᵀ = diag(scale·γ) ⊙ (S_cᵀ Qᵀ) + Rᵀ C_qᵀ,
  * whose products do not feed the chain: they fill its latency. S_c and R are stored only where policy A saves them.
- * It forms R in the A-and-V form, FlashQLA's: R = A diag(β)(V − γ ⊙ K S), with A in bf16 from kkt_inverse (wu.Ab)
+ * It forms R in the A-and-V form, FlashQLA's: R = A diag(β)(V − γ ⊙ K S), with A in bf16 (the saved A, Prob::a16)
  * and V the input, so kkt forms no W or U, and a step reads K, V, A, Q and C_q: 56 KB at 64 columns against 64 KB
  * with W and U, for one more dependent product a step (Yᵀ Aᵀ, 32 mma a warp). Measured (H100, session 31, GDN
  * (4,4096,16)): kkt 215 → 143 µs, the chain 258 → 307 µs, the forward 0.473 → 0.452 ms GPU-bound.
@@ -211,7 +211,7 @@ __device__ __forceinline__ void store_acc(const float (&X)[NB][4], char *stg, bf
 /* PAIR: blocks [0, nb) the reverse chain, [nb, 2nb) the forward (policy R's recompute: S_c and R for the pullback);
  * else every block the forward pass's chain with its output (FO), which also stores the final state ht. W, U: the
  * pair's, kkt's ([chunk][hv][64][K] and [64][V]; U in R's region, R written in its place); FO's (the A-and-V form):
- * A in bf16 ([chunk][hv][64][64], wu.Ab) and the input v ([token][HV][V]). Sc, R: NULL where nothing reads them (the
+ * A in bf16 ([chunk][hv][64][64]: the saved A, Prob::a16) and the input v ([token][HV][V]). Sc, R: NULL where nothing reads them (the
  * forward pass under policy R). The pointers are separate parameters: in one struct (by value) the compiler held
  * them in registers (the pair: 252 registers a thread, 216 without). */
 template <int KS, int BVC, int VV, bool PAIR>

@@ -3,7 +3,7 @@
  * scalar gates, bf16, chunk 64, K of 64 or 128, V = 128 (sm_90a):
  *   store S_c;   Y = diag(β)(V − γ ⊙ K S);   R = A Y;   O = diag(scale·γ) Q S + C_q R;
  *   S ← γ_n S + Kᵀ diag(f) R,   f_j = e^{G_n − G_j} (j < n),
- * with A in bf16 (kkt_inverse's wu.Ab) and C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i − G_j}) formed in the block (ws_cq_issue), so
+ * with A in bf16 (the saved A, Prob::a16) and C_q = 𝓛_≤(scale·Q Kᵀ ⊙ e^{G_i − G_j}) formed in the block (ws_cq_issue), so
  * that kkt_inverse neither reads Q nor writes C_q for it.
  *
  * Why roles: a step of chain_scan.cu's chains is a sequence of short phases (copies, products, epilogues, barriers)

@@ -14,7 +14,8 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
 
 /* kkt_inverse.cu: chunk-local gate cumsum (G, MATH §2), L = 𝓛_<(E Yᵀ), A = (I+L)⁻¹, C_q = 𝓛_≤(Q_g Yᵀ).
  * GB: per chunk and value head, [2][BT] fp32 = G then β (the gather every later stage reads with one
- * 16-B copy). Any output pointer may be NULL (skipped); A NULL also skips L and the inverse. */
+ * 16-B copy). Any output pointer may be NULL (skipped); A NULL also skips L and the inverse. A is written in the saved
+ * A's format: fp32, or bf16 where Prob::a16 (the forward chains' A-and-V form reads that copy). */
 /* wu (bf16, chunk 64, K = Kp of 64 or 128): also MATH §2's W = A E (bf16, [chunk][hv][BT][K]) and
  *   U = A Z (bf16, [chunk][hv][BT][V], V of 64 or 128; v then required), from the inverse it forms (A asked):
  *     the forward scan's two-product chain (state_scan_uses_wu);
@@ -22,14 +23,12 @@ cudaError_t launch_chunk_plan(const Prob &p, const int32_t *cu_seqlens, ChunkInf
  *     policy R's register chains (chain_scan_bvc). */
 struct WuOut {
     __nv_bfloat16 *W = nullptr, *U = nullptr;
-    __nv_bfloat16 *Ab = nullptr; /* A in bf16 [slot][hv][64][64] beside the fp32 A (the forward chain's A-and-V form) */
     const float *A = nullptr;
     /* with W, U: where the scan runs beside (state_scan_beside_kkt), one flag per chunk and value head, zeroed,
      * set once the chunk's outputs are stored; the grid is then one block per SM, taking the chunks in the order
      * the scans need them: rank within the sequence first where every sequence has seq_nc chunks (else 0) */
     int *ready = nullptr;
     int seq_nc = 0;
-    int form_a = 0; /* set by launch_kkt_inverse: A is formed (fp32 A or Ab asked) */
 };
 cudaError_t launch_kkt_inverse(const Prob &p, rewy_dtype dt, const void *q, const void *k, const float *g,
                                const void *beta, float *GB, float *A, cq_t *Cq, cudaStream_t s,

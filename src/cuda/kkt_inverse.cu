@@ -1,11 +1,10 @@
 /* kkt_inverse.cu: per chunk and value head (MATH §2, scalar gate):
  *   G   = chunk-local cumsum of g (gate_cumsum, fused here; fp32, natural log)
  *   L   = 𝓛_<(E Yᵀ),  L_ij = β_i (k_i·k_j) e^{G_i − G_j}     (tensor cores, tf32)
- *   A   = (I + L)⁻¹  by forward substitution, fp32
+ *   A   = (I + L)⁻¹  by forward substitution, fp32 (stored in fp32, or in bf16 where Prob::a16: the saved A's format)
  *   C_q = 𝓛_≤(Q_g Yᵀ), (C_q)_ij = (scale q_i·k_j) e^{G_i − G_j}
- *   W = A E, U = A Z (bf16, kkt_wu) where the forward asks (WuOut: the fused-output scan's two-product chain);
- *   or A again in bf16 (WuOut::Ab: the forward register chain's A-and-V form)
- * Grid (NC, HV), 256 threads. Outputs A (fp32) and C_q (cq_t, bf16) are [chunk][hv][BT][BT] (zero outside the valid rows);
+ *   W = A E, U = A Z (bf16, kkt_wu) where the forward asks (WuOut: the fused-output scan's two-product chain)
+ * Grid (NC, HV), 256 threads. Outputs A and C_q (cq_t, bf16) are [chunk][hv][BT][BT] (zero outside the valid rows);
  * GB [chunk][hv][2][BT] holds G (rows ≥ n repeat G_{n-1}) and β as fp32 (0 on rows ≥ n) for the later stages.
  * kkt_inverse_kernel is the general path (fp32 inputs, other chunk sizes and K); kkt_fast_kernel below is the
  * 2-byte, chunk-64, Kp ∈ {64, 128, 256} path. */
@@ -108,11 +107,13 @@ kkt_inverse_kernel(Prob p, const T *q, const T *k, const float *g, const T *beta
  * memory (bf16 pairs), its upper zeros by 16-B stores. L stays in registers over one barrier and
  * then goes over the dead K/Q tiles; A = (I + L)⁻¹ by blocks (tri_inverse.cuh: five barriers instead
  * of 63), fp32 throughout. Shared memory: max(K and Q tiles, two 64×68 fp32 tiles) + G, β. */
+constexpr int LDA16 = MAXBT + 8; /* the saved bf16 A's tile in shared memory (WA): 36 words a row, conflict-free pairs */
 template <int KS, class T, int VS = 0, bool WA = false>
 __host__ __device__ constexpr int kkt_fast_region() {
     /* VS > 0 (W, U): K survives the inverse, so L goes over Q alone and A after it, then V [64][VS+8];
-     * WA (W from the saved A): K, Q, then A [64][LDN] (and V with VS > 0: U too, for the register chains) */
-    return WA ? 2 * MAXBT * (KS + 8) * (int)sizeof(T) + MAXBT * LDN * 4 + (VS > 0 ? MAXBT * (VS + 8) * (int)sizeof(T) : 0)
+     * WA (W from the saved A, bf16: Prob::a16): K, Q, then A [64][LDA16] (and V with VS > 0: U too, for the register
+     * chains) */
+    return WA ? 2 * MAXBT * (KS + 8) * (int)sizeof(T) + MAXBT * LDA16 * 2 + (VS > 0 ? MAXBT * (VS + 8) * (int)sizeof(T) : 0)
            : VS > 0 ? MAXBT * (KS + 8) * (int)sizeof(T) + 2 * MAXBT * LDN * 4 + MAXBT * (VS + 8) * (int)sizeof(T)
            : 2 * MAXBT * (KS + 8) * (int)sizeof(T) > 2 * MAXBT * LDN * 4 ? 2 * MAXBT * (KS + 8) * (int)sizeof(T)
                                                                        : 2 * MAXBT * LDN * 4;
@@ -129,11 +130,13 @@ template <int KS, class T, int VS = 0, bool WA = false> constexpr size_t kkt_fas
  * bi needs only k blocks 0…bi: diagonal blocks in As, the ones below in Ls (tri_inverse64's layout, as
  * tri_store_A reads it). A's fragments come from fp32 with the column scale applied before rounding; K and V
  * enter as they were loaded ([token][feature]: the k = token operand through ldmatrix.trans). The results
- * are staged over K and V and leave as 16-B rows. VS = 0: W alone (from a dense A: Ls = As). H200, DeltaNet (2,16384,8): kkt 0.085 → 0.215 ms with
- * both products' accumulators live (97 registers, two blocks per SM); one at a time: PERF.md session 12. */
-template <int KS, int VS>
-__device__ __forceinline__ void kkt_wu(const Prob &p, __nv_bfloat16 *Ks, __nv_bfloat16 *Vs, const float *Ls,
-                                       const float *As, const float *Gs, const float *bs, int n, __nv_bfloat16 *W,
+ * are staged over K and V and leave as 16-B rows. VS = 0: W alone (from a dense A: Ls = As). AT, LDT: A's element type
+ * and row stride (fp32 at LDN from the inverse; the saved bf16 A at LDA16, WA). H200, DeltaNet (2,16384,8): kkt
+ * 0.085 → 0.215 ms with both products' accumulators live (97 registers, two blocks per SM); one at a time: PERF.md
+ * session 12. */
+template <int KS, int VS, class AT = float, int LDT = LDN>
+__device__ __forceinline__ void kkt_wu(const Prob &p, __nv_bfloat16 *Ks, __nv_bfloat16 *Vs, const AT *Ls,
+                                       const AT *As, const float *Gs, const float *bs, int n, __nv_bfloat16 *W,
                                        __nv_bfloat16 *U) {
     constexpr int LDK = KS + 8, LDV = VS + 8;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -150,13 +153,17 @@ __device__ __forceinline__ void kkt_wu(const Prob &p, __nv_bfloat16 *Ks, __nv_bf
         const int j0 = (warp >> 2) * (N / 2);
         float acc[NS][4] = {};
         for (int bj = 0; bj <= bi; bj++) {
-            const float *Ab = bj == bi ? As : Ls;
+            const AT *Ab = bj == bi ? As : Ls;
             const int k0 = 16 * bj;
             uint32_t f[4];
 #pragma unroll
             for (int q = 0; q < 4; q++) { /* a fragment: rows g (q even), g + 8 (q odd); k 2t, 2t+1 (+8 for q ≥ 2) */
                 const int i = i0 + g + (q & 1) * 8, j = k0 + 2 * t + (q >> 1) * 8;
-                const float2 a = i < n ? *reinterpret_cast<const float2 *>(Ab + i * LDN + j) : make_float2(0.f, 0.f);
+                float2 a = make_float2(0.f, 0.f);
+                if (i < n) {
+                    if constexpr (std::is_same<AT, float>::value) a = *reinterpret_cast<const float2 *>(Ab + i * LDT + j);
+                    else a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Ab + i * LDT + j));
+                }
                 float s0 = bs[j], s1 = bs[j + 1];
                 if (decltype(gam)::value) {
                     s0 *= gexp(p, Gs[j]);
@@ -213,15 +220,13 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     const int n = ci.n;
     if (n == 0) return;
     const int h = hv / p.G, tid = threadIdx.x;
-    /* A in fp32, and/or in bf16 (Prob::a16: that alone); a flag of its own, as testing wu.Ab here kept that pointer in a
-     * register to the end (one spilled at 64) */
-    const bool needA = wu.form_a != 0;
+    const bool needA = Aout != nullptr;
     T *Ks = reinterpret_cast<T *>(smc);  /* [64][KS+8] */
     T *Qs = Ks + MAXBT * LDK;            /* [64][KS+8] */
     /* over Ks/Qs once the products are done; with W, U over Qs only (K is read again), then V's tile */
     float *Ls = reinterpret_cast<float *>(WU ? smc + MAXBT * LDK * sizeof(T) : smc), *As = Ls + MAXBT * LDN;
-    float *Ad = reinterpret_cast<float *>(Qs + MAXBT * LDK); /* WA: the saved A, dense [64][LDN] */
-    T *Vs = reinterpret_cast<T *>(WA ? Ad + MAXBT * LDN : As + MAXBT * LDN);
+    __nv_bfloat16 *Ad = reinterpret_cast<__nv_bfloat16 *>(Qs + MAXBT * LDK); /* WA: the saved bf16 A, [64][LDA16] */
+    T *Vs = WA ? reinterpret_cast<T *>(Ad + MAXBT * LDA16) : reinterpret_cast<T *>(As + MAXBT * LDN);
     float *Gs = reinterpret_cast<float *>(smc + REG), *bs = Gs + MAXBT;
 
     /* G, β and A by chunk; C_q, W, U by workspace slot (the backward's window) */
@@ -234,7 +239,8 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
             copy_tile_k<T, MAXBT, VS, KKT_THREADS>(Vs, VS + 8, MAXBT, VS, v + ((size_t)ci.tok0 * p.HV + hv) * p.V,
                                                    (size_t)p.HV * p.V, n, 0, p.V);
         if (WA)
-            copy_a_tile<MAXBT, KKT_THREADS>(Ad, LDN, wu.A, p, ch, MAXBT);
+            copy_tile_k<__nv_bfloat16, MAXBT, MAXBT, KKT_THREADS>(Ad, LDA16, MAXBT, MAXBT, a16_of(wu.A) + ch * MAXBT * MAXBT,
+                                                                  MAXBT, MAXBT, 0, MAXBT);
     }
     /* G: chunk_gate_cumsum (rows ≥ n repeat G_{n-1}); β (0 on rows ≥ n); GB directly */
     float *gbd = GB ? GB + ch * 2 * MAXBT : nullptr;
@@ -291,7 +297,8 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
     }
     if (Cq) tri_store_upper_zeros(cqd);
     if constexpr (WA) { /* the backward: W (and U) from the saved A (K is intact: no L was formed) */
-        kkt_wu<KS, VS>(p, Ks, Vs, Ad, Ad, Gs, bs, n, wu.W + cw * MAXBT * KS, VS > 0 ? wu.U + cw * MAXBT * VS : nullptr);
+        kkt_wu<KS, VS, __nv_bfloat16, LDA16>(p, Ks, Vs, Ad, Ad, Gs, bs, n, wu.W + cw * MAXBT * KS,
+                                             VS > 0 ? wu.U + cw * MAXBT * VS : nullptr);
         return;
     }
     if (!needA) return;
@@ -302,8 +309,9 @@ __device__ __forceinline__ void kkt_fast_chunk(const Prob &p, const T *q, const 
         });
     __syncthreads();
     tri_inverse64(Ls, As, n);
-    /* A in fp32, and/or in bf16 (the saved A of Prob::a16, which the forward chain's A-and-V form reads) */
-    tri_store_A(Aout ? Aout + ch * MAXBT * MAXBT : nullptr, Ls, As, n, wu.Ab ? wu.Ab + cw * MAXBT * MAXBT : nullptr);
+    /* the saved A's format: fp32, or bf16 (Prob::a16), which the forward chains' A-and-V form reads */
+    if (p.a16) tri_store_A(nullptr, Ls, As, n, reinterpret_cast<__nv_bfloat16 *>(Aout) + ch * MAXBT * MAXBT);
+    else tri_store_A(Aout + ch * MAXBT * MAXBT, Ls, As, n);
     if constexpr (WU)
         kkt_wu<KS, VS>(p, Ks, Vs, Ls, As, Gs, bs, n, wu.W + cw * MAXBT * KS, wu.U + cw * MAXBT * VS);
 }
@@ -359,10 +367,8 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                     const long tasks = (long)p.NC * p.HV, sms = p.plan.sms;
                     grid = dim3((unsigned)(sms < tasks ? sms : tasks));
                 }
-                WuOut w = wu;
-                w.form_a = A != nullptr || wu.Ab != nullptr;
                 kkt_fast_kernel<T, KS, VS, WA><<<grid, KKT_THREADS, sm, s>>>(
-                    p, (const T *)q, (const T *)k, g, (const T *)beta, GB, A, Cq, (const T *)v, w);
+                    p, (const T *)q, (const T *)k, g, (const T *)beta, GB, A, Cq, (const T *)v, wu);
                 return cudaGetLastError();
             };
             using I0 = std::integral_constant<int, 0>;
@@ -375,12 +381,12 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
                     return p.V == 64 ? go(I128{}, I64{}, wa) : go(I128{}, I128{}, wa);
                 };
                 if (wu.W && wu.A) { /* from the saved A: W alone (bwd_scan_uses_w), or W and U (chain_scan_bvc) */
-                    if (A || (wu.U && !v)) return cudaErrorInvalidValue;
+                    if (A || (wu.U && !v) || !p.a16) return cudaErrorInvalidValue; /* (the saved A is bf16 on this path) */
                     if (wu.U) return with_u(std::true_type{});
                     return p.Kp == 64 ? go(I64{}, I0{}, std::true_type{}) : go(I128{}, I0{}, std::true_type{});
                 }
-                if (wu.W) { /* state_scan_uses_wu: with U, A asked (fp32, or bf16 in wu.Ab) */
-                    if ((!A && !wu.Ab) || !v || !wu.U) return cudaErrorInvalidValue;
+                if (wu.W) { /* state_scan_uses_wu: with U, A asked */
+                    if (!A || !v || !wu.U) return cudaErrorInvalidValue;
                     return with_u(NO{});
                 }
             }
@@ -391,7 +397,7 @@ static cudaError_t run(const Prob &p, const void *q, const void *k, const float 
         }
     }
     if (p.win_len) return cudaErrorInvalidValue; /* a window's backward takes the fast path only (plan_windows) */
-    if (wu.Ab) return cudaErrorInvalidValue;      /* so does the forward chain's A-and-V form (chain_forward_bvc) */
+    if (p.a16) return cudaErrorInvalidValue;      /* the bf16 saved A is the fast path's (Layout::a16 says where) */
     const int ldk = p.Kp + 8;
     const size_t smem = sizeof(T) * (size_t)MAXBT * ldk * (Cq ? 2 : 1) + sizeof(float) * (2 * MAXBT * LDN + 2 * MAXBT);
     auto kern = kkt_inverse_kernel<T>;
