@@ -118,6 +118,25 @@ __device__ __forceinline__ void wg_copy_at(float *dst, const float *A, const Pro
         cp_async4(dst + cm_t<MAXBT>(j, i), src + q);
     }
 }
+/* A of chunk cj, value head hv as the tf32 K-major tile cm_t<64> (element (i, j) = A[i][j]: rows of 16 B), by NT
+ * threads (t: this one's index among them): the fp32 A by 16-byte cp.async, the bf16 A (Prob::a16) widened by plain
+ * loads and stores (covered, as in wg_copy_at, by the proxy fence and barrier after the copies' wait) */
+template <int NT>
+__device__ __forceinline__ void wg_copy_a(float *dst, const float *A, const Prob &p, int hv, int cj, int t) {
+    const size_t at = ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
+#pragma unroll 1
+    for (int m = 0; m < MAXBT * MAXBT / 4 / NT; m++) {
+        const int q = t + NT * m, r = q / 16, c = (q % 16) * 4;
+        if (p.a16) {
+            const uint2 u = *reinterpret_cast<const uint2 *>(a16_of(A) + at + r * MAXBT + c);
+            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
+                         b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+            *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(r, c)) = make_float4(a.x, a.y, b.x, b.y);
+        } else {
+            cp_async16(dst + cm_t<MAXBT>(r, c), A + at + r * MAXBT + c, true);
+        }
+    }
+}
 /* G, β of chunk cj, value head hv (the GB table) */
 __device__ __forceinline__ void wg_copy_gates(float *dst, const float *GB, const Prob &p, int hv, int cj) {
     const int t = threadIdx.x;

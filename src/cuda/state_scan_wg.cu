@@ -64,19 +64,12 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G, tid = threadIdx.x;
     if (nwin > 0 && sq % nwin == (hom ? 0 : nwin - 1)) return; /* the whole block: not read */
 
-    /* cp.async copies of chunk cj's tiles (scan_wg.cuh; A here: fp32 rows as tf32 K-major cm_t) */
+    /* cp.async copies of chunk cj's tiles (scan_wg.cuh; A here: its rows as tf32 K-major cm_t, wg_copy_a) */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) { wg_copy_kq<KPC, NT>(dst, k, p, cj, h); };
     auto issue_v = [&](const ChunkInfo &cj) {
         if (!hom) wg_copy_cols<BVT>(Vs, v, p, cj, hv, v0);
     };
-    auto issue_a = [&](int cj) {
-        const float *src = A + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
-#pragma unroll 1
-        for (int m = 0; m < MAXBT * MAXBT / 4 / NT; m++) {
-            const int q = tid + NT * m, r = q / 16, c = (q % 16) * 4;
-            cp_async16(As + cm_t<MAXBT>(r, c), src + r * MAXBT + c, true);
-        }
-    };
+    auto issue_a = [&](int cj) { wg_copy_a<NT>(As, A, p, hv, cj, tid); };
     auto issue_gb = [&](float *dst, int cj) { wg_copy_gates(dst, GB, p, hv, cj); };
 
     /* the state: feature 64·mb + wg_row(e), column wg_col(e) */
