@@ -96,21 +96,45 @@ __device__ __forceinline__ void wg_copy_cols(wg_bf16 *dst, const wg_bf16 *x, con
 __device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)), "l"(gmem));
 }
+/* The bf16 saved A (Prob::a16) of chunk cj, value head hv, as this thread's V vectors of 8 (vector q = t + NT·m: row
+ * q / 8, columns 8·(q % 8) …): all loads first, then f(row, column, 8 values) for each, so that one load latency is
+ * exposed, not one a vector (plain loads, covered, as cp.async's copies, by the proxy fence and barrier after the
+ * copies' wait; one at a time they cost bwd_state_scan_wg 174 → 254 µs at GDN (1,8192,16), H100, session 51) */
+template <int NT, class F>
+__device__ __forceinline__ void wg_widen_a16(const float *A, const Prob &p, int hv, int cj, int t, F f) {
+    constexpr int V = MAXBT * MAXBT / 8 / NT;
+    static_assert(V * 8 * NT == MAXBT * MAXBT, "NT divides the tile's vectors");
+    const uint4 *src = reinterpret_cast<const uint4 *>(a16_of(A) + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT);
+    uint4 u[V];
+#pragma unroll
+    for (int m = 0; m < V; m++) u[m] = src[t + NT * m];
+#pragma unroll
+    for (int m = 0; m < V; m++) {
+        const int q = t + NT * m;
+        const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u[m]);
+        float x[8];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float2 y = __bfloat1622float2(h[e]);
+            x[2 * e] = y.x;
+            x[2 * e + 1] = y.y;
+        }
+        f(q / 8, 8 * (q % 8), x);
+    }
+}
 /* Aᵀ of chunk cj, value head hv as the tf32 K-major tile cm_t<64> (element (j, i) = A[i][j]: tf32 operands must be
- * K-major), by NT threads (t: this one's index among them), one 4-byte copy an element; the bf16 A (Prob::a16) widened
- * by plain loads and stores (covered by the proxy fence and barrier after the copies' wait, as the cp.async ones) */
+ * K-major), by NT threads (t: this one's index among them): the fp32 A one 4-byte copy an element, the bf16 A widened
+ * (wg_widen_a16) */
 template <int NT>
 __device__ __forceinline__ void wg_copy_at(float *dst, const float *A, const Prob &p, int hv, int cj, int t) {
-    const size_t at = ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
     if (p.a16) {
-        const __nv_bfloat16 *src = a16_of(A) + at;
-#pragma unroll 1
-        for (int m = 0; m < MAXBT * MAXBT / NT; m++) {
-            const int q = t + NT * m, i = q / MAXBT, j = q % MAXBT;
-            dst[cm_t<MAXBT>(j, i)] = __bfloat162float(src[q]);
-        }
+        wg_widen_a16<NT>(A, p, hv, cj, t, [&](int i, int j0, const float (&x)[8]) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) dst[cm_t<MAXBT>(j0 + e, i)] = x[e];
+        });
         return;
     }
+    const size_t at = ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
     const float *src = A + at;
 #pragma unroll 1
     for (int m = 0; m < MAXBT * MAXBT / NT; m++) {
@@ -119,22 +143,21 @@ __device__ __forceinline__ void wg_copy_at(float *dst, const float *A, const Pro
     }
 }
 /* A of chunk cj, value head hv as the tf32 K-major tile cm_t<64> (element (i, j) = A[i][j]: rows of 16 B), by NT
- * threads (t: this one's index among them): the fp32 A by 16-byte cp.async, the bf16 A (Prob::a16) widened by plain
- * loads and stores (covered, as in wg_copy_at, by the proxy fence and barrier after the copies' wait) */
+ * threads (t: this one's index among them): the fp32 A by 16-byte cp.async, the bf16 A widened (wg_widen_a16) */
 template <int NT>
 __device__ __forceinline__ void wg_copy_a(float *dst, const float *A, const Prob &p, int hv, int cj, int t) {
+    if (p.a16) {
+        wg_widen_a16<NT>(A, p, hv, cj, t, [&](int i, int j0, const float (&x)[8]) {
+            *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(i, j0)) = make_float4(x[0], x[1], x[2], x[3]);
+            *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(i, j0 + 4)) = make_float4(x[4], x[5], x[6], x[7]);
+        });
+        return;
+    }
     const size_t at = ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
 #pragma unroll 1
     for (int m = 0; m < MAXBT * MAXBT / 4 / NT; m++) {
         const int q = t + NT * m, r = q / 16, c = (q % 16) * 4;
-        if (p.a16) {
-            const uint2 u = *reinterpret_cast<const uint2 *>(a16_of(A) + at + r * MAXBT + c);
-            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
-                         b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
-            *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(r, c)) = make_float4(a.x, a.y, b.x, b.y);
-        } else {
-            cp_async16(dst + cm_t<MAXBT>(r, c), A + at + r * MAXBT + c, true);
-        }
+        cp_async16(dst + cm_t<MAXBT>(r, c), A + at + r * MAXBT + c, true);
     }
 }
 /* G, β of chunk cj, value head hv (the GB table) */
