@@ -11,6 +11,8 @@
 #          (pairs by default there, forced on and off); memcheck with segments, racecheck in windows (--v128); GPU-bound
 #          ms of y and q (and q without pairs) at the four shapes the patches reach; kernel times of q at (1,8192,16) and
 #          (4,4096,16). Beside them (carry .peers) FlashQLA's kernels compiled for the suite, for `bench`
+#   (the patches of a16, ck and kkt5 are gone since session 51: the first landed, the others lost; their builds remain
+#   in .carry/s50all.tar.xz where it is kept)
 #   a16    build/a (.carry/s50all.tar.xz, with q: main 06d04ab): q with bench/dev/s50_a16.patch (the saved A in bf16,
 #          with session 50's fix of state_scan_wg's copy; branch dev/s50-a16); test_cuda --quick under make
 #          test-cuda's whole matrix, q against a, memcheck (racecheck too with A16_FULL=1); beside them (carry .peers
