@@ -39,6 +39,13 @@
 #          of q, u and w; with S51B_BENCH=1 then issue 24's benchmark (rewy and FlashQLA) on u and on w, twice each
 #   s51v   .carry/s51v.tar.xz: q and v: main b7352f9 with the bf16 A and its batched widening alone (branch
 #          dev/s51-land, what lands): the matrix of v, GPU-bound ms of q and v at two shapes
+#   s52    next session's, .carry/s52.tar.xz: m = main (the bf16 A landed; build v of s51v); three patches on it, built
+#          here, not yet run: x = bench/dev/s51_tri.patch (tri_inverse64's T2 split over P1–P3; branch dev/s51-tri), y =
+#          s51_swbf.patch (state_scan_wg's A X on bf16 operands; dev/s51-swbf), z = s51_walkws.patch (the forward
+#          segments' walks on chain_ws's recompute form, Plan::seg_walk_ws; dev/s51-walkws). The matrix of x, y and z,
+#          GPU-bound ms of m, x, y, z (x: every forward's kkt, and KDA's intra, which variant_time does not time; y: the
+#          SCAN_WG scan and, without z, the segments' walks; z: the segments' forward); FlashQLA compiled beside
+#   s52san the sanitizers of s52's builds where each reaches (then `AB=<winner> ... bench` on the same warm machine)
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz and .peers;
 #          s50all too only where it is not unpacked yet: the three come near the 64 MiB a call carries with the tree)
 #   bench  issue 24's benchmark on build/$AB (q by default), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
@@ -63,7 +70,8 @@ MATRIX=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0
     "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0" REWY_CUDA_PB_WS=0
     "REWY_CUDA_WIN=3 REWY_CUDA_PB_WS=0" REWY_CUDA_REV_WS=1 "REWY_CUDA_REV_WS=1 REWY_CUDA_SCAN_WG=1" REWY_CUDA_SEG=1
     REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0"
-    "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128" "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128"
+    "REWY_CUDA_SEG=2 REWY_CUDA_SEG_WALK=0" "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128"
+    "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128"
     "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1")
 for mode in "$@"; do case $mode in
 all)
@@ -151,6 +159,24 @@ s51v)
   [ -x build/v/tests/cuda/test_cuda ] || tar xJf .carry/s51v.tar.xz
   oracle_par build/v 6 "${MATRIX[@]}" | grep -v "^rc=0"; echo "matrix v, ${#MATRIX[@]} settings $(el)"
   for sh in gdn:4x4096x16 gdn:1x8192x16; do op=${sh%:*}; sh=${sh#*:}; row $op $sh build/q/bench/dev/variant_time build/v/bench/dev/variant_time; done ;;
+s52)
+  [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
+  warm_bg
+  for b in x y z; do oracle_par build/$b 6 "${MATRIX[@]}" | sed "s/^/$b /" | grep -v "^$b rc=0"; echo "matrix $b $(el)"; done
+  echo "| op | shape | m (main) | x (tri) | y (swbf) | z (walkws) |"
+  for sh in gdn:1x8192x16 gdn:2x16384x8 gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16; do
+    op=${sh%:*}; sh=${sh#*:}
+    row4=$(for b in m x y z; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$row4"
+  done
+  for b in m z; do echo "kernels $b gdn 1 8192 16"; kernel_table build/$b/bench/dev/variant_time gdn 1 8192 16 | kernel_sums | head -8; done
+  warm_wait; tail -1 /tmp/warm.log; echo "checked $(el)" ;;
+s52san)
+  [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
+  TB=build/x SAN_LIMIT=60 san memcheck -- --quick; TB=build/x SAN_LIMIT=90 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
+  TB=build/y SAN_LIMIT=60 san memcheck REWY_CUDA_SCAN_WG=1 -- --quick
+  TB=build/y SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 REWY_CUDA_SEG_WALK=0 -- --v128
+  TB=build/z SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/z SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 -- --v128
+  echo "checked $(el)" ;;
 warmfla)
   # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
   # minutes; carry .carry/e2e/fla.tar.xz), for `IMPLS=rewy,fla,flashqla AB=a ... bench` on the same warm machine
