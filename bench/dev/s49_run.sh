@@ -39,16 +39,17 @@
 #          of q, u and w; with S51B_BENCH=1 then issue 24's benchmark (rewy and FlashQLA) on u and on w, twice each
 #   s51v   .carry/s51v.tar.xz: q and v: main b7352f9 with the bf16 A and its batched widening alone (branch
 #          dev/s51-land, what lands): the matrix of v, GPU-bound ms of q and v at two shapes
-#   s52    next session's, .carry/s52.tar.xz (carried alone, no .peers: it is too large for both): m = main (the bf16 A
+#   s52    next session's, .carry/s52.tar.xz (25.3 MB; with .peers 62.3 MB and the tree about 3 more): m = main (the bf16 A
 #          landed); four patches on it, each built here and not yet run: x = bench/dev/s51_tri.patch (tri_inverse64's
 #          T2 split over P1–P3; branch dev/s51-tri), k = s51_trimma.patch (the same split with P1–P4 on the tensor cores
 #          as tf32 hi/lo pairs; dev/s51-trimma; it replaces x where it wins), y = s51_swbf.patch (state_scan_wg's A X
 #          on bf16 operands; dev/s51-swbf), z = s51_walkws.patch (the forward segments' walks on chain_ws's recompute
 #          form, Plan::seg_walk_ws; dev/s51-walkws). The matrix of x, k, y and z; GPU-bound ms of all five (x, k: every
 #          forward's kkt, and KDA's intra, which variant_time does not time; y: the SCAN_WG scan and, without z, the
-#          segments' walks; z: the segments' forward); kernel sums of m, k and z at two shapes
+#          segments' walks; z: the segments' forward); kernel sums of m, k and z at two shapes; FlashQLA compiled
+#          beside (with .peers), for s52bench next on the same warm machine
 #   s52san the sanitizers of s52's builds where each reaches
-#   s52bench  .carry/s52lib.tar.xz (the five builds' librewy.so alone) with .peers: FlashQLA compiled, then issue 24's
+#   s52bench  with .peers too: FlashQLA compiled (warm_bg, or already, on the same warm machine), then issue 24's
 #          benchmark (rewy and FlashQLA) on each build of BUILDS (default "m k z"), twice
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz and .peers;
 #          s50all too only where it is not unpacked yet: the three come near the 64 MiB a call carries with the tree)
@@ -165,6 +166,7 @@ s51v)
   for sh in gdn:4x4096x16 gdn:1x8192x16; do op=${sh%:*}; sh=${sh#*:}; row $op $sh build/q/bench/dev/variant_time build/v/bench/dev/variant_time; done ;;
 s52)
   [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
+  warm_bg
   for b in x k y z; do oracle_par build/$b 6 "${MATRIX[@]}" | sed "s/^/$b /" | grep -v "^$b rc=0"; echo "matrix $b $(el)"; done
   echo "| op | shape | m (main) | x (tri) | k (trimma) | y (swbf) | z (walkws) |"
   for sh in gdn:1x8192x16 gdn:2x16384x8 gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16; do
@@ -173,7 +175,7 @@ s52)
   done
   for b in m k; do echo "kernels $b gdn 4 4096 16"; kernel_table build/$b/bench/dev/variant_time gdn 4 4096 16 | kernel_sums | head -6; done
   for b in m z; do echo "kernels $b gdn 1 8192 16"; kernel_table build/$b/bench/dev/variant_time gdn 1 8192 16 | kernel_sums | head -9; done
-  echo "checked $(el)" ;;
+  warm_wait; tail -1 /tmp/warm.log; echo "checked $(el)" ;;
 s52san)
   [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
   TB=build/k SAN_LIMIT=60 san memcheck -- --quick; TB=build/k SAN_LIMIT=90 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
@@ -182,8 +184,9 @@ s52san)
   TB=build/z SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/z SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 -- --v128
   echo "checked $(el)" ;;
 s52bench)
-  [ -f build/m/librewy.so ] || tar xJf .carry/s52lib.tar.xz
-  warm_bg; warm_wait; tail -1 /tmp/warm.log
+  [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
+  [ -f /tmp/warm.log ] || { warm_bg; warm_wait; } # (s52 compiled FlashQLA beside its checks on a warm machine)
+  tail -1 /tmp/warm.log
   for ab in ${BUILDS:-m k z} ${BUILDS:-m k z}; do echo "== bench $ab"; REWY_LIB=$PWD/build/$ab/librewy.so OPS=gdn,deltanet \
     API_LIMIT=100 bash bench/dev/s41_api.sh run | grep -E "^(gdn|deltanet) |PASS|FAIL"; cp $OUT/bench_api.jsonl $OUT/bench_$ab.$(el | tr -d ' ').jsonl; done ;;
 warmfla)
