@@ -237,6 +237,7 @@ cudaError_t launch_bwd_state_scan_wg(const Prob &p, const void *q, const void *k
                                      const void *do_, const float *dht, float *dh0, state_t *Sbar, rp_t *PR, int wy,
                                      cudaStream_t s, float *tout, const int *tskip) {
     using bf16 = __nv_bfloat16;
+    if (!p.a16) return cudaErrorInvalidValue; /* the bf16 saved A (bwd_state_scan_wg_ok's problems have it; wg_copy_at) */
     auto go = [&](auto kp, auto bv, auto nwg) {
         constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value, NWG = decltype(nwg)::value;
         constexpr size_t smem = WgBscanLayout<KPC, BVT, NWG>::BYTES;

@@ -890,6 +890,12 @@ struct ScanBlock {
  * scalar gates' bf16 path, whose forward chain and fused reverse pass take A in bf16 anyway, so kkt writes that copy
  * alone). Its pointer travels as const float *; a16_of gives the bf16 view. */
 __device__ __forceinline__ const __nv_bfloat16 *a16_of(const float *A) { return reinterpret_cast<const __nv_bfloat16 *>(A); }
+/* four bf16 as loaded (8 bytes) widened to fp32, exactly (the bf16 A's readers that multiply in fp32 or tf32) */
+__device__ __forceinline__ float4 widen_bf16x4(uint2 u) {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
+                 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
 /* chunk entry ch's A as fp32 [BT][BT] rows (stride ld, 16-B aligned) by NT threads: the fp32 A by cp.async
  * (copy_tile_k), the bf16 A widened (exact) by plain loads and stores, visible after the barrier that follows the
  * copies' wait, as the cp.async ones are */
@@ -902,11 +908,8 @@ __device__ __forceinline__ void copy_a_tile(float *dst, int ld, const float *A, 
     const uint2 *src = reinterpret_cast<const uint2 *>(a16_of(A) + ch * BT * BT);
 #pragma unroll 1
     for (int e = threadIdx.x; e < BT * BT / 4; e += NT) { /* four elements a thread at a time: few registers */
-        const uint2 u = src[e];
         const int i = e / (BT / 4), j = (e % (BT / 4)) * 4;
-        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
-                     b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
-        *reinterpret_cast<float4 *>(dst + i * ld + j) = make_float4(a.x, a.y, b.x, b.y);
+        *reinterpret_cast<float4 *>(dst + i * ld + j) = widen_bf16x4(src[e]);
     }
 }
 

@@ -29,18 +29,11 @@ __global__ void __launch_bounds__(PP_THREADS) p_from_rbar_kernel(Prob p, const f
     __shared__ __align__(16) bf16 Ps[MAXBT * PP_LD];                    /* P slab [i][j] */
     for (int e = threadIdx.x; e < MAXBT * MAXBT / 4; e += PP_THREADS) {
         const int k = e / (MAXBT / 4), i = (e % (MAXBT / 4)) * 4;
-        float xs[4] = {0.f, 0.f, 0.f, 0.f};
-        if (k < BT && i < BT) { /* the saved A, fp32 or bf16 (Prob::a16: then lo is 0) */
-            if (p.a16) {
-                const uint2 u = *reinterpret_cast<const uint2 *>(a16_of(A) + at + k * BT + i);
-                const float2 x0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
-                             x1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
-                xs[0] = x0.x; xs[1] = x0.y; xs[2] = x1.x; xs[3] = x1.y;
-            } else {
-                const float4 x = *reinterpret_cast<const float4 *>(A + at + k * BT + i);
-                xs[0] = x.x; xs[1] = x.y; xs[2] = x.z; xs[3] = x.w;
-            }
-        }
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (k < BT && i < BT) /* the saved A, fp32 or bf16 (Prob::a16: then lo is 0) */
+            x = p.a16 ? widen_bf16x4(*reinterpret_cast<const uint2 *>(a16_of(A) + at + k * BT + i))
+                      : *reinterpret_cast<const float4 *>(A + at + k * BT + i);
+        const float xs[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
         for (int u = 0; u < 4; u++) st_hilo(Ah, Al, k * PP_LD + i + u, xs[u]);
     }

@@ -92,14 +92,11 @@ __device__ __forceinline__ void wg_copy_cols(wg_bf16 *dst, const wg_bf16 *x, con
         cp_async16(dst + cm_mn<BVT>(c, r), ok ? src + (size_t)r * rs + c : x, ok);
     }
 }
-/* one 4-byte cp.async (common.cuh's cp_async16, narrow) */
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)), "l"(gmem));
-}
-/* The bf16 saved A (Prob::a16) of chunk cj, value head hv, as this thread's V vectors of 8 (vector q = t + NT·m: row
- * q / 8, columns 8·(q % 8) …): all loads first, then f(row, column, 8 values) for each, so that one load latency is
- * exposed, not one a vector (plain loads, covered, as cp.async's copies, by the proxy fence and barrier after the
- * copies' wait; one at a time they cost bwd_state_scan_wg 174 → 254 µs at GDN (1,8192,16), H100, session 51) */
+/* The saved A of chunk cj, value head hv, for the wgmma scans: always bf16 on their problems (bf16, scalar gates, chunk
+ * 64: Prob::a16; their launches check), as this thread's V vectors of 8 (vector q = t + NT·m: row q / 8, columns
+ * 8·(q % 8) …): all loads first, then f(row, column, 8 values widened) for each, so that one load latency is exposed,
+ * not one a vector (plain loads, covered, as cp.async's copies, by the proxy fence and barrier after the copies' wait;
+ * one at a time they cost bwd_state_scan_wg 174 → 254 µs at GDN (1,8192,16), H100, session 51) */
 template <int NT, class F>
 __device__ __forceinline__ void wg_widen_a16(const float *A, const Prob &p, int hv, int cj, int t, F f) {
     constexpr int V = MAXBT * MAXBT / 8 / NT;
@@ -111,54 +108,28 @@ __device__ __forceinline__ void wg_widen_a16(const float *A, const Prob &p, int 
 #pragma unroll
     for (int m = 0; m < V; m++) {
         const int q = t + NT * m;
-        const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u[m]);
-        float x[8];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float2 y = __bfloat1622float2(h[e]);
-            x[2 * e] = y.x;
-            x[2 * e + 1] = y.y;
-        }
+        const float4 lo = widen_bf16x4(make_uint2(u[m].x, u[m].y)), hi = widen_bf16x4(make_uint2(u[m].z, u[m].w));
+        const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
         f(q / 8, 8 * (q % 8), x);
     }
 }
 /* Aᵀ of chunk cj, value head hv as the tf32 K-major tile cm_t<64> (element (j, i) = A[i][j]: tf32 operands must be
- * K-major), by NT threads (t: this one's index among them): the fp32 A one 4-byte copy an element, the bf16 A widened
- * (wg_widen_a16) */
+ * K-major), by NT threads (t: this one's index among them) */
 template <int NT>
 __device__ __forceinline__ void wg_copy_at(float *dst, const float *A, const Prob &p, int hv, int cj, int t) {
-    if (p.a16) {
-        wg_widen_a16<NT>(A, p, hv, cj, t, [&](int i, int j0, const float (&x)[8]) {
+    wg_widen_a16<NT>(A, p, hv, cj, t, [&](int i, int j0, const float (&x)[8]) {
 #pragma unroll
-            for (int e = 0; e < 8; e++) dst[cm_t<MAXBT>(j0 + e, i)] = x[e];
-        });
-        return;
-    }
-    const size_t at = ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
-    const float *src = A + at;
-#pragma unroll 1
-    for (int m = 0; m < MAXBT * MAXBT / NT; m++) {
-        const int q = t + NT * m, i = q / MAXBT, j = q % MAXBT;
-        cp_async4(dst + cm_t<MAXBT>(j, i), src + q);
-    }
+        for (int e = 0; e < 8; e++) dst[cm_t<MAXBT>(j0 + e, i)] = x[e];
+    });
 }
 /* A of chunk cj, value head hv as the tf32 K-major tile cm_t<64> (element (i, j) = A[i][j]: rows of 16 B), by NT
- * threads (t: this one's index among them): the fp32 A by 16-byte cp.async, the bf16 A widened (wg_widen_a16) */
+ * threads (t: this one's index among them) */
 template <int NT>
 __device__ __forceinline__ void wg_copy_a(float *dst, const float *A, const Prob &p, int hv, int cj, int t) {
-    if (p.a16) {
-        wg_widen_a16<NT>(A, p, hv, cj, t, [&](int i, int j0, const float (&x)[8]) {
-            *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(i, j0)) = make_float4(x[0], x[1], x[2], x[3]);
-            *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(i, j0 + 4)) = make_float4(x[4], x[5], x[6], x[7]);
-        });
-        return;
-    }
-    const size_t at = ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
-#pragma unroll 1
-    for (int m = 0; m < MAXBT * MAXBT / 4 / NT; m++) {
-        const int q = t + NT * m, r = q / 16, c = (q % 16) * 4;
-        cp_async16(dst + cm_t<MAXBT>(r, c), A + at + r * MAXBT + c, true);
-    }
+    wg_widen_a16<NT>(A, p, hv, cj, t, [&](int i, int j0, const float (&x)[8]) {
+        *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(i, j0)) = make_float4(x[0], x[1], x[2], x[3]);
+        *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(i, j0 + 4)) = make_float4(x[4], x[5], x[6], x[7]);
+    });
 }
 /* G, β of chunk cj, value head hv (the GB table) */
 __device__ __forceinline__ void wg_copy_gates(float *dst, const float *GB, const Prob &p, int hv, int cj) {

@@ -208,6 +208,7 @@ bool wgmma_binary_ok() { return wg_kernel_ok<state_scan_wg_kernel<128, 64, 1>>()
 /* nwin > 0, tout: the forward's segment walks (the file-top comment), the homogeneous grid after the ordinary one */
 static cudaError_t launch_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A, const float *h0,
                              float *ht, state_t *Sc, rp_t *R, int nwin, float *tout, cudaStream_t s) {
+    if (!p.a16) return cudaErrorInvalidValue; /* the bf16 saved A (state_scan_wg_ok's problems have it; wg_copy_a) */
     auto go = [&](auto kp, auto bv, auto nwg) {
         constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value, NWG = decltype(nwg)::value;
         constexpr size_t smem = WgScanLayout<KPC, BVT, NWG>::BYTES;
