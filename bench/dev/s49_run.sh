@@ -1,7 +1,7 @@
 #!/bin/bash
-# Sessions 49 to 52's device calls (the earlier modes went with their patches and archives; `git log` has them). Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried as one
-# archive (xz with a large dictionary and the same file of each build side by side, so that builds differing in a few
-# kernels cost little more than one):
+# Sessions 49 to 52's device calls (the earlier modes went with their patches and archives; `git log` has them).
+# Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried as one archive (xz with a large dictionary
+# and the same file of each build side by side, so that builds differing in a few kernels cost little more than one):
 #   session 50, .carry/s50all.tar.xz (25.5 MB): build/q main 06d04ab; t: the trace build's variant_time (and the builds
 #     of session 50's patches, gone since)
 # Modes, in the order given:
@@ -22,8 +22,8 @@
 #          benchmark (rewy and FlashQLA) on each build of BUILDS (default "m k z"), twice
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz and .peers;
 #          s50all too only where it is not unpacked yet: the three come near the 64 MiB a call carries with the tree)
-#   bench  issue 24's benchmark on build/$AB (m by default: carry .carry/s52.tar.xz), rewy and FlashQLA (IMPLS=rewy,fla,flashqla: FLA too, after
-#          warmfla), GDN and DeltaNet at the six shapes
+#   bench  issue 24's benchmark on build/$AB (m by default: carry .carry/s52.tar.xz), rewy and FlashQLA
+#          (IMPLS=rewy,fla,flashqla: FLA too, after warmfla), GDN and DeltaNet at the six shapes
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
 source bench/dev/device_helpers.sh
