@@ -16,7 +16,9 @@
 #          form, Plan::seg_walk_ws; dev/s51-walkws). The matrix of x, k, y and z; GPU-bound ms of all five (x, k: every
 #          forward's kkt, and KDA's intra, which variant_time does not time; y: the SCAN_WG scan and, without z, the
 #          segments' walks; z: the segments' forward); kernel sums of m, k and z at two shapes; FlashQLA compiled
-#          beside (with .peers), for s52bench next on the same warm machine
+#          beside (with .peers), for s52bench next on the same warm machine. Session 52 rebuilt all five on main 6d3de73
+#          and added s = k, y and z stacked (dev/s52-stack): the matrix of s and x (MATS), timings of all six
+#          (s52san: the sanitizers on s, whose kernels are k's, y's and z's)
 #   s52san the sanitizers of s52's builds where each reaches
 #   s52bench  with .peers too: FlashQLA compiled (warm_bg, or already, on the same warm machine), then issue 24's
 #          benchmark (rewy and FlashQLA) on each build of BUILDS (default "m k z"), twice
@@ -55,21 +57,21 @@ trace)
 s52)
   [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
   warm_bg
-  for b in x k y z; do oracle_par build/$b 6 "${MATRIX[@]}" | sed "s/^/$b /" | grep -v "^$b rc=0"; echo "matrix $b $(el)"; done
-  echo "| op | shape | m (main) | x (tri) | k (trimma) | y (swbf) | z (walkws) |"
+  for b in ${MATS:-s x}; do oracle_par build/$b 6 "${MATRIX[@]}" | sed "s/^/$b /" | grep -v "^$b rc=0"; echo "matrix $b $(el)"; done
+  echo "| op | shape | m (main) | x (tri) | k (trimma) | y (swbf) | z (walkws) | s (k, y, z) |"
   for sh in gdn:1x8192x16 gdn:2x16384x8 gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16; do
     op=${sh%:*}; sh=${sh#*:}
-    r=$(for b in m x k y z; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$r"
+    r=$(for b in m x k y z s; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$r"
   done
-  for b in m k; do echo "kernels $b gdn 4 4096 16"; kernel_table build/$b/bench/dev/variant_time gdn 4 4096 16 | kernel_sums | head -6; done
-  for b in m z; do echo "kernels $b gdn 1 8192 16"; kernel_table build/$b/bench/dev/variant_time gdn 1 8192 16 | kernel_sums | head -9; done
+  for b in m s; do echo "kernels $b gdn 4 4096 16"; kernel_table build/$b/bench/dev/variant_time gdn 4 4096 16 | kernel_sums | head -6; done
+  for b in m s; do echo "kernels $b gdn 1 8192 16"; kernel_table build/$b/bench/dev/variant_time gdn 1 8192 16 | kernel_sums | head -9; done
   warm_wait; tail -1 /tmp/warm.log; echo "checked $(el)" ;;
 s52san)
   [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
-  TB=build/k SAN_LIMIT=60 san memcheck -- --quick; TB=build/k SAN_LIMIT=90 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
-  TB=build/y SAN_LIMIT=60 san memcheck REWY_CUDA_SCAN_WG=1 -- --quick
-  TB=build/y SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 REWY_CUDA_SEG_WALK=0 -- --v128
-  TB=build/z SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/z SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 -- --v128
+  TB=build/s SAN_LIMIT=60 san memcheck -- --quick; TB=build/s SAN_LIMIT=90 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
+  TB=build/s SAN_LIMIT=60 san memcheck REWY_CUDA_SCAN_WG=1 -- --quick
+  TB=build/s SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 REWY_CUDA_SEG_WALK=0 -- --v128
+  TB=build/s SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/s SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 -- --v128
   echo "checked $(el)" ;;
 s52bench)
   [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
