@@ -66,6 +66,19 @@ s52)
   for b in m s; do echo "kernels $b gdn 4 4096 16"; kernel_table build/$b/bench/dev/variant_time gdn 4 4096 16 | kernel_sums | head -6; done
   for b in m s; do echo "kernels $b gdn 1 8192 16"; kernel_table build/$b/bench/dev/variant_time gdn 1 8192 16 | kernel_sums | head -9; done
   warm_wait; tail -1 /tmp/warm.log; echo "checked $(el)" ;;
+s52lean)
+  # s52's decisive part in one call (session 52: machine starts kept failing): timings of the six builds first, then
+  # the matrix of s, then s's sanitizers where its new kernels run
+  [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
+  echo "| op | shape | m (main) | x (tri) | k (trimma) | y (swbf) | z (walkws) | s (k, y, z) |"
+  for sh in gdn:4x4096x16 gdn:1x8192x16 gdn:2x16384x8 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16; do
+    op=${sh%:*}; sh=${sh#*:}
+    r=$(for b in m x k y z s; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$r"
+  done; echo "timed $(el)"
+  oracle_par build/s 6 "${MATRIX[@]}" | sed "s/^/s /" | grep -v "^s rc=0"; echo "matrix s $(el)"
+  TB=build/s SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/s SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
+  TB=build/s SAN_LIMIT=60 san memcheck -- --quick; TB=build/s SAN_LIMIT=60 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
+  echo "checked $(el)" ;;
 s52san)
   [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
   TB=build/s SAN_LIMIT=60 san memcheck -- --quick; TB=build/s SAN_LIMIT=90 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
