@@ -481,6 +481,11 @@ static int fill_inputs(gbuf *b, uint64_t seed) {
     rc |= put_f32(b->g, b->g64, b->ng, gen_gate, NULL);
     rc |= put_f32(b->h0, b->h064, b->ns, gen_normal, &tenth);
     rc |= put_f32(b->dht, b->dht64, b->ns, gen_normal, &tenth);
+    /* cudaMemcpy from pageable memory may return before its DMA lands, and the graph test's stream is non-blocking
+     * (no order with the legacy stream those copies run on): without this wait a replay could read the previous
+     * inputs in part (sessions 51 and 52: one "replay differs from the direct call" each, under a matrix's six
+     * concurrent processes, never alone) */
+    rc |= cudaDeviceSynchronize() != cudaSuccess;
     return rc;
 }
 

@@ -152,6 +152,8 @@ static int setup(problem *p, const spec *s, rewy_op op, uint64_t seed) {
     if (ng) add_out(p, "dg", dalloc(p, ng * 4), ng * 4);
     if (nbeta) add_out(p, "dbeta", dalloc(p, nbeta * es), nbeta * es);
     if (nb) { add_out(p, "db", dalloc(p, nb * es), nb * es); add_out(p, "dw", dalloc(p, nw * es), nw * es); }
+    /* the uploads (pageable cudaMemcpy on the legacy stream) landed before the non-blocking streams read them */
+    if (cudaDeviceSynchronize() != cudaSuccess) p->failed = 1;
     return p->failed;
 }
 
