@@ -4,13 +4,16 @@
  *  - tri_tile: the 20 warp tiles of 16 rows × 8 columns that cover the lower triangle (diagonal
  *    included) of a 64×64 matrix: row tile r (rows 16r…16r+15) takes column blocks 0 … 2r+1.
  *    Everything right of them (columns ≥ 16r+16) is zero in L and C_q.
- *  - tri_inverse64: A = (I + L)⁻¹ for strictly lower L (64×64, fp32, CUDA-core fp32 FMAs: L and A
- *    stay fp32, MATH §10) by blocks instead of 63 sequential rows:
+ *  - tri_inverse64: A = (I + L)⁻¹ for strictly lower L (64×64; L and A stay fp32, MATH §10) by blocks
+ *    instead of 63 sequential rows:
  *      P0  the four 16×16 diagonal blocks A_bb = (I + L_bb)⁻¹: one thread per column, forward
  *          substitution in registers (no barriers; L rows are broadcast reads);
  *      P1  T = L_10 A_00,  T' = L_32 A_22;          P2  A_10 = −A_11 T,  A_32 = −A_33 T'
  *      P3  T2 = L[32:64, 0:32] A[0:32, 0:32];       P4  A[32:64, 0:32] = −A[32:64, 32:64] T2
  *    (doubling: the 32×32 diagonal halves are inverted by P0–P2, the lower-left quadrant by P3–P4).
+ *    P1–P4 on the tensor cores, one 16 × 8 tile a warp, fp32 operands as tf32 hi/lo pairs (tri_mma3); T2's products
+ *    that need no A_10 (L[32:64, 0:16] A_00, L[32:64, 16:32] A_11) run in P1 and P2 on the warps T and A_10 leave
+ *    idle, so P3 adds only L[32:64, 16:32] A_10.
  *    Five barriers in all. Two 64×LDN fp32 buffers: Ls (L on entry) and As. On return the diagonal
  *    blocks of A lie in As and its strictly lower blocks in Ls (each L block is dead before the A block
  *    that replaces it is written); tri_store_A writes the dense 64×64 result.
@@ -30,24 +33,6 @@ __device__ __forceinline__ void tri_tile(int u, int &i0, int &j0) {
     const int r = u < 2 ? 0 : (u < 6 ? 1 : (u < 12 ? 2 : 3));
     i0 = 16 * r;
     j0 = 8 * (u - r * (r + 1));
-}
-
-/* a += Σ_{m<M} x[m] · y[m*LDN + 0..3]   (x: a row, 16-B aligned; y: 4 columns of M rows, 16-B aligned) */
-template <int M>
-__device__ __forceinline__ void tri_mac(float4 &a, const float *x, const float *y) {
-#pragma unroll
-    for (int m = 0; m < M; m += 4) {
-        const float4 xv = *reinterpret_cast<const float4 *>(x + m);
-        const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const float4 yv = *reinterpret_cast<const float4 *>(y + (m + u) * LDN);
-            a.x = fmaf(xs[u], yv.x, a.x);
-            a.y = fmaf(xs[u], yv.y, a.y);
-            a.z = fmaf(xs[u], yv.z, a.z);
-            a.w = fmaf(xs[u], yv.w, a.w);
-        }
-    }
 }
 
 /* This warp's tasks of the intra kernels (256 threads): tasks warp, warp + 8, …, warp + 32 of
@@ -110,6 +95,52 @@ __device__ __forceinline__ void tri_put_strip(E *dst, int i0, int j0, const floa
     }
 }
 
+/* c += X Y on one warp's 16 × 8 tile (mma.sync m16n8k8's layouts: lane (g, t) = (lane / 4, lane % 4) holds c at rows
+ * g, g + 8 and columns 2t, 2t + 1): X 16 rows × KD at x, Y KD rows × 8 at y, both row-major at stride LDN, fp32. Each
+ * operand as a tf32 pair hi + lo (lo = tf32(x − hi)) and three products a step, lo·hi + hi·lo + hi·hi: about fp32's
+ * accuracy (MATH §10: A stays fp32). CUDA-core FMAs (a thread's 1 × 4 slice) read four times their operands' bytes
+ * from shared memory, and kkt is bound by its shared-memory pipe, the inverse's products its largest reader (session
+ * 50's profile). */
+template <int KD>
+__device__ __forceinline__ void tri_mma3(float (&c)[4], const float *x, const float *y) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int k = 0; k < KD; k += 8) {
+        const float av[4] = {x[g * LDN + k + t], x[(g + 8) * LDN + k + t], x[g * LDN + k + t + 4],
+                             x[(g + 8) * LDN + k + t + 4]};
+        const float bv[2] = {y[(k + t) * LDN + g], y[(k + t + 4) * LDN + g]};
+        uint32_t ah[4], al[4], bh[2], bl[2];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            ah[e] = to_tf32(av[e]);
+            al[e] = to_tf32(av[e] - __uint_as_float(ah[e]));
+        }
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            bh[e] = to_tf32(bv[e]);
+            bl[e] = to_tf32(bv[e] - __uint_as_float(bh[e]));
+        }
+        mma_tf32(c, al, bh[0], bh[1]); /* the small terms first */
+        mma_tf32(c, ah, bl[0], bl[1]);
+        mma_tf32(c, ah, bh[0], bh[1]);
+    }
+}
+/* a warp's 16 × 8 tile c (tri_mma3's layout) times f to dst (row stride LDN); and c from src */
+__device__ __forceinline__ void tri_put_c(float *dst, const float (&c)[4], float f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    *reinterpret_cast<float2 *>(dst + g * LDN + 2 * t) = make_float2(f * c[0], f * c[1]);
+    *reinterpret_cast<float2 *>(dst + (g + 8) * LDN + 2 * t) = make_float2(f * c[2], f * c[3]);
+}
+__device__ __forceinline__ void tri_get_c(float (&c)[4], const float *src) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const float2 a = *reinterpret_cast<const float2 *>(src + g * LDN + 2 * t);
+    const float2 b = *reinterpret_cast<const float2 *>(src + (g + 8) * LDN + 2 * t);
+    c[0] = a.x;
+    c[1] = a.y;
+    c[2] = b.x;
+    c[3] = b.y;
+}
+
 /* A = (I + L)⁻¹ (see the header). Call with blockDim.x == 256 after a barrier that completes Ls;
  * returns after a barrier. Ls needs L only at j < i of the lower blocks (what tri_tile covers). */
 __device__ __forceinline__ void tri_inverse64(float *Ls, float *As, int n) {
@@ -139,48 +170,59 @@ __device__ __forceinline__ void tri_inverse64(float *Ls, float *As, int n) {
         }
     }
     __syncthreads();
-    /* P1: T = L_{b+1,b} A_bb into As block (b+1, b), b = 0, 2 (the A block is written in P2, into Ls) */
-    const int blk = tid >> 6, ii = (tid >> 2) & 15, jc = (tid & 3) * 4, o = 32 * blk;
-    if (tid < 128) {
-        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
-        tri_mac<16>(t, Ls + (o + 16 + ii) * LDN + o, As + o * LDN + o + jc);
-        *reinterpret_cast<float4 *>(As + (o + 16 + ii) * LDN + o + jc) = t;
+    /* P1–P4 on the tensor cores, one 16 × 8 tile a warp (tri_mma3) */
+    const int w = tid >> 5;
+    /* P1: warps 0–3: T = L_{b+1,b} A_bb into As block (b+1, b), b = 0, 2 (its 8-column half w & 1; the A block is
+     *     written in P2, into Ls); warps 4–7: the part of T2 = L[32:64, 0:32] A[0:32, 0:32] (P3) that needs A_00 alone,
+     *     L[32:64, 0:16] A_00, into As rows 32…63, columns 0…15 (free: As holds the diagonal blocks and T) */
+    if (w < 4) {
+        const int o = 32 * (w >> 1), j = o + 8 * (w & 1);
+        float c[4] = {};
+        tri_mma3<16>(c, Ls + (o + 16) * LDN + o, As + o * LDN + j);
+        tri_put_c(As + (o + 16) * LDN + j, c, 1.f);
+    } else {
+        const int i = 32 + 16 * ((w - 4) >> 1), j = 8 * (w & 1);
+        float c[4] = {};
+        tri_mma3<16>(c, Ls + i * LDN, As + j);
+        tri_put_c(As + i * LDN + j, c, 1.f);
     }
     __syncthreads();
-    /* P2: A_{b+1,b} = −A_{b+1,b+1} T into Ls block (b+1, b) (L_{b+1,b} is dead) */
-    if (tid < 128) {
-        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
-        tri_mac<16>(t, As + (o + 16 + ii) * LDN + o + 16, As + (o + 16) * LDN + o + jc);
-        *reinterpret_cast<float4 *>(Ls + (o + 16 + ii) * LDN + o + jc) = make_float4(-t.x, -t.y, -t.z, -t.w);
+    /* P2: warps 0–3: A_{b+1,b} = −A_{b+1,b+1} T into Ls block (b+1, b) (L_{b+1,b} is dead); warps 4–7: T2's columns
+     *     16…31, L[32:64, 16:32] A_11 (whole: A[0:16, 16:32] is zero) */
+    if (w < 4) {
+        const int o = 32 * (w >> 1), j = o + 8 * (w & 1);
+        float c[4] = {};
+        tri_mma3<16>(c, As + (o + 16) * LDN + o + 16, As + (o + 16) * LDN + j);
+        tri_put_c(Ls + (o + 16) * LDN + j, c, -1.f);
+    } else {
+        const int i = 32 + 16 * ((w - 4) >> 1), j = 16 + 8 * (w & 1);
+        float c[4] = {};
+        tri_mma3<16>(c, Ls + i * LDN + 16, As + 16 * LDN + j);
+        tri_put_c(As + i * LDN + j, c, 1.f);
     }
     __syncthreads();
-    /* P3: T2 = L[32:64, 0:32] · A[0:32, 0:32] into As rows 32…63, columns 0…31.
-     * A[0:32, 0:32] = [A_00 0; A_10 A_11]: A_00, A_11 in As, A_10 in Ls. Warps 0–3 columns 0…15, 4–7 16…31. */
+    /* P3: T2's columns 0…15 += L[32:64, 16:32] A_10 (A_10 from P2, in Ls), warps 0–3; T2 is then whole in As rows
+     * 32…63, columns 0…31 */
+    if (w < 4) {
+        const int i = 32 + 16 * (w >> 1), j = 8 * (w & 1);
+        float c[4];
+        tri_get_c(c, As + i * LDN + j);
+        tri_mma3<16>(c, Ls + i * LDN + 16, Ls + 16 * LDN + j);
+        tri_put_c(As + i * LDN + j, c, 1.f);
+    }
+    __syncthreads();
+    /* P4: A[32:64, 0:32] = −A[32:64, 32:64] T2 into Ls (L[32:64, 0:32] is dead), A[32:64, 32:64] = [A_22 0; A_32 A_33]
+     * (A_22, A_33 in As, A_32 in Ls); warps 0–3 rows 32…47, 4–7 rows 48…63, 8 columns each */
     {
-        const int jb = tid >> 7, i = (tid >> 2) & 31, j = 16 * jb + (tid & 3) * 4;
-        const float *lr = Ls + (32 + i) * LDN;
-        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (jb == 0) {
-            tri_mac<16>(t, lr, As + j);                  /* L[32+i, 0:16] A_00[:, j] */
-            tri_mac<16>(t, lr + 16, Ls + 16 * LDN + j);  /* L[32+i, 16:32] A_10[:, j] */
+        const int j = 8 * (w & 3);
+        float c[4] = {};
+        if (w < 4) {
+            tri_mma3<16>(c, As + 32 * LDN + 32, As + 32 * LDN + j); /* A_22 · T2[0:16] */
         } else {
-            tri_mac<16>(t, lr + 16, As + 16 * LDN + j);  /* L[32+i, 16:32] A_11[:, j−16] */
+            tri_mma3<16>(c, Ls + 48 * LDN + 32, As + 32 * LDN + j); /* A_32 · T2[0:16] */
+            tri_mma3<16>(c, As + 48 * LDN + 48, As + 48 * LDN + j); /* A_33 · T2[16:32] */
         }
-        *reinterpret_cast<float4 *>(As + (32 + i) * LDN + j) = t;
-    }
-    __syncthreads();
-    /* P4: A[32+i, 0:32] = −A[32+i, 32:64] T2 into Ls (L[32:64, 0:32] is dead).
-     * A[32:64, 32:64] = [A_22 0; A_32 A_33]: A_22, A_33 in As, A_32 in Ls. Warps 0–3 rows 32…47. */
-    {
-        const int i = tid >> 3, j = (tid & 7) * 4;
-        float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (i < 16) {
-            tri_mac<16>(t, As + (32 + i) * LDN + 32, As + 32 * LDN + j);  /* A_22 · T2[0:16] */
-        } else {
-            tri_mac<16>(t, Ls + (32 + i) * LDN + 32, As + 32 * LDN + j);  /* A_32 · T2[0:16] */
-            tri_mac<16>(t, As + (32 + i) * LDN + 48, As + 48 * LDN + j);  /* A_33 · T2[16:32] */
-        }
-        *reinterpret_cast<float4 *>(Ls + (32 + i) * LDN + j) = make_float4(-t.x, -t.y, -t.z, -t.w);
+        tri_put_c(Ls + (32 + 16 * (w >> 2)) * LDN + j, c, -1.f);
     }
     __syncthreads();
 }
