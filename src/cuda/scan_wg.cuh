@@ -122,14 +122,16 @@ __device__ __forceinline__ void wg_copy_at(float *dst, const float *A, const Pro
         for (int e = 0; e < 8; e++) dst[cm_t<MAXBT>(j0 + e, i)] = x[e];
     });
 }
-/* A of chunk cj, value head hv as the tf32 K-major tile cm_t<64> (element (i, j) = A[i][j]: rows of 16 B), by NT
- * threads (t: this one's index among them) */
+/* The bf16 saved A (Prob::a16) of chunk cj, value head hv as the K-major tile cm_k<64> (element (i, j) = A[i][j]),
+ * the A operand of A X (state_scan_wg), by the block's NT threads, one 16-byte cp.async a row's 8 elements */
 template <int NT>
-__device__ __forceinline__ void wg_copy_a(float *dst, const float *A, const Prob &p, int hv, int cj, int t) {
-    wg_widen_a16<NT>(A, p, hv, cj, t, [&](int i, int j0, const float (&x)[8]) {
-        *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(i, j0)) = make_float4(x[0], x[1], x[2], x[3]);
-        *reinterpret_cast<float4 *>(dst + cm_t<MAXBT>(i, j0 + 4)) = make_float4(x[4], x[5], x[6], x[7]);
-    });
+__device__ __forceinline__ void wg_copy_a16(wg_bf16 *dst, const float *A, const Prob &p, int hv, int cj) {
+    const wg_bf16 *src = a16_of(A) + ((size_t)cj * p.HV + hv) * MAXBT * MAXBT;
+#pragma unroll 1
+    for (int m = 0; m < MAXBT * MAXBT / 8 / NT; m++) {
+        const int q = threadIdx.x + NT * m, r = q / (MAXBT / 8), c = (q % (MAXBT / 8)) * 8;
+        cp_async16(dst + cm_k<MAXBT>(r, c), src + r * MAXBT + c, true);
+    }
 }
 /* G, β of chunk cj, value head hv (the GB table) */
 __device__ __forceinline__ void wg_copy_gates(float *dst, const float *GB, const Prob &p, int hv, int cj) {

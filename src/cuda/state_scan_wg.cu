@@ -1,6 +1,7 @@
 /* state_scan_wg.cu: the forward chunk scan (MATH §2; the stage: state_scan.cuh) on Hopper's warpgroup
  * products, for scalar gates (DeltaNet, GDN), bf16 inputs, chunk 64, K of 64 or 128 (K % 8 == 0):
- *   store S_c;   X = Z − E S = diag(β) (V − diag(e^{G}) K S);   R = A X (stored);
+ *   store S_c;   X = Z − E S = diag(β) (V − diag(e^{G}) K S);   R = A X (stored; bf16 operands: the saved A is bf16
+ *   on this path, Layout::a16, and X is rounded as the forward chain rounds Y);
  *   S ← e^{G_n} S + Kᵀ diag(e^{G_n − G_j}) R
  * One warpgroup (4 warps) per (sequence, value head, tile of BVT value columns), the state's KPC × BVT
  * fp32 tile in its registers as the accumulator of the third product, the other two in registers too.
@@ -12,8 +13,8 @@
  * Operands in shared memory (wgmma.cuh's layouts):
  *   K   [token][feature] K-major, two buffers: A of K S (k = feature) and, read MN-major, of Kᵀ R̃ (k = token)
  *   S   bf16 [feature][column] MN-major: B of K S (the once-per-chunk copy of the register state)
- *   X   tf32 [column][token] K-major: B of A X (A is fp32 by contract, so this product is tf32), in S's space
- *   A   tf32 [token][token] K-major
+ *   X   bf16 [token][column] MN-major: B of A X, in S's space
+ *   A   bf16 [token][token] K-major (the saved bf16 A by cp.async: a tf32 product widened it first, session 51)
  *   R̃   bf16 [token][column] MN-major: B of Kᵀ R̃
  * V, G, β are read by the epilogues. Each chunk: five barriers of 128 threads, three product groups.
  * The forward's sequence split (segments.cu, MATH §11b step 1) runs its local walks here too: with nwin > 0 the blocks
@@ -50,26 +51,26 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
     constexpr int MB = KPC / 64, NA = BVT / 2; /* state: MB row blocks of 64 features; NA registers each */
     extern __shared__ __align__(128) char smc[];
     T *const Kb0 = reinterpret_cast<T *>(smc + L::K0), *const Kb1 = Kb0 + MAXBT * KPC;
-    float *const As = reinterpret_cast<float *>(smc + L::A);
+    T *const As = reinterpret_cast<T *>(smc + L::A); /* (its region keeps the fp32 tile's 16 KB) */
     float *const GBs = reinterpret_cast<float *>(smc + L::GB);
     const int wgi = threadIdx.x >> 7; /* this thread's warpgroup */
     char *const wgs = smc + L::WG + wgi * L::WGB;
     T *const Vs = reinterpret_cast<T *>(wgs + L::V);
     T *const Ss = reinterpret_cast<T *>(wgs + L::SX), *const Rs = Ss, *const Ro = Rs + MAXBT * BVT; /* R̃, R */
-    float *const Xs = reinterpret_cast<float *>(wgs + L::SX);
+    T *const Xs = reinterpret_cast<T *>(wgs + L::SX);
 
     /* blocks from hom0 on: the homogeneous walk (segments, MATH §11a), from S = I with V = 0, whose end state is T */
     const bool hom = (int)blockIdx.x >= hom0;
     const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, hom ? blockIdx.x - hom0 : blockIdx.x);
-    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G, tid = threadIdx.x;
+    const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G;
     if (nwin > 0 && sq % nwin == (hom ? 0 : nwin - 1)) return; /* the whole block: not read */
 
-    /* cp.async copies of chunk cj's tiles (scan_wg.cuh; A here: its rows as tf32 K-major cm_t, wg_copy_a) */
+    /* cp.async copies of chunk cj's tiles (scan_wg.cuh; A here: the bf16 tile as cm_k<64>, wg_copy_a16) */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) { wg_copy_kq<KPC, NT>(dst, k, p, cj, h); };
     auto issue_v = [&](const ChunkInfo &cj) {
         if (!hom) wg_copy_cols<BVT>(Vs, v, p, cj, hv, v0);
     };
-    auto issue_a = [&](int cj) { wg_copy_a<NT>(As, A, p, hv, cj, tid); };
+    auto issue_a = [&](int cj) { wg_copy_a16<NT>(As, A, p, hv, cj); };
     auto issue_gb = [&](float *dst, int cj) { wg_copy_gates(dst, GB, p, hv, cj); };
 
     /* the state: feature 64·mb + wg_row(e), column wg_col(e) */
@@ -125,14 +126,14 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
         wg_commit();
         wg_wait();
         __syncthreads(); /* every warp is done reading S before X overwrites it */
-        /* X = diag(β) (V − diag(e^{G}) X') as tf32, the B operand of A X */
+        /* X = diag(β) (V − diag(e^{G}) X') in bf16, the B operand of A X */
 #pragma unroll
         for (int e = 0; e < NA; e += 2) {
             const int i = wg_row(e), j = wg_col(e);
             const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(Vs + cm_mn<BVT>(j, i)));
             const float gi = gexp(p, Gs[i]), bi = bs[i];
-            Xs[cm_t<MAXBT>(j, i)] = __uint_as_float(to_tf32(bi * (vv.x - gi * x[e])));
-            Xs[cm_t<MAXBT>(j + 1, i)] = __uint_as_float(to_tf32(bi * (vv.y - gi * x[e + 1])));
+            *reinterpret_cast<__nv_bfloat162 *>(Xs + cm_mn<BVT>(j, i)) =
+                __floats2bfloat162_rn(bi * (vv.x - gi * x[e]), bi * (vv.y - gi * x[e + 1]));
         }
         wg_proxy_fence();
         __syncthreads(); /* X is in; V is consumed */
@@ -140,10 +141,10 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
             issue_v(cn);
             cp_async_commit();
         }
-        /* R = A X (tf32, k over the tokens) */
-        const uint32_t alo = wg_lo<W::T_LBO>(As), xlo = wg_lo<W::T_LBO>(Xs);
+        /* R = A X (k over the tokens: A K-major, X MN-major, as chain_ws's A Y) */
+        const uint32_t alo = wg_lo<W::K_LBO>(As), xlo = wg_lo<W::N_LBO>(Xs);
         wg_arrive();
-        wg_tf32_product<BVT>(x, alo, xlo);
+        wg_k_times_state<MAXBT, BVT>(x, alo, xlo);
         wg_commit();
         wg_wait();
         __syncthreads(); /* every warp is done reading X before R̃ overwrites it */
@@ -208,7 +209,7 @@ bool wgmma_binary_ok() { return wg_kernel_ok<state_scan_wg_kernel<128, 64, 1>>()
 /* nwin > 0, tout: the forward's segment walks (the file-top comment), the homogeneous grid after the ordinary one */
 static cudaError_t launch_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A, const float *h0,
                              float *ht, state_t *Sc, rp_t *R, int nwin, float *tout, cudaStream_t s) {
-    if (!p.a16) return cudaErrorInvalidValue; /* the bf16 saved A (state_scan_wg_ok's problems have it; wg_copy_a) */
+    if (!p.a16) return cudaErrorInvalidValue; /* the bf16 saved A (state_scan_wg_ok's problems have it) */
     auto go = [&](auto kp, auto bv, auto nwg) {
         constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value, NWG = decltype(nwg)::value;
         constexpr size_t smem = WgScanLayout<KPC, BVT, NWG>::BYTES;
