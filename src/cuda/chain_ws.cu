@@ -40,7 +40,14 @@
  * tensor copy as the forward's, so the recomputed S_c and R are the forward chain's own; the O warpgroup has no output
  * to form and only keeps the meetings. (Until session 49 the saved A was fp32, and that warpgroup rounded a bulk copy
  * of it to bf16 while K S ran.) It takes the place of state_scan_wg.cu's recompute (two 64-column chains a block, tf32
- * A X, every copy by the math warps' cp.async). */
+ * A X, every copy by the math warps' cp.async).
+ *
+ * The segments' walks (REC with nwin > 0; MATH §11b step 1, the forward's sequence split): the recompute form over the
+ * segments (the sequences of segment_prob's problem), storing nothing but each segment's end state: X_w from the start
+ * state (the caller's h0 for a sequence's first segment, zero for the others) into ht; and from block hom0 on a second
+ * grid of homogeneous blocks from S = I (the block's columns of it) with V = 0 (never copied: Y = −diag(β) γ ⊙ K S) to
+ * T_w in tout. Blocks whose result no combine reads return at once: the last segment's ordinary ones, the first
+ * segment's homogeneous ones (as state_scan_wg.cu's walks, which these replace where the tensor maps can be made). */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 #include "tma.cuh"
@@ -126,6 +133,18 @@ template <int KPC, int NH = 2> struct WsState {
     }
     __device__ __forceinline__ void load(const Prob &p, const float *src) {
         each(p, [&](int hf, int e, int d) { s[hf][e] = src ? src[s0 + d] : 0.f; });
+    }
+    /* from another state's place: base instead of the walk's sbase (a segment's start, its sequence's h0) */
+    __device__ __forceinline__ void load_at(const Prob &p, const float *src, size_t base) {
+        const size_t b0 = base + st_idx(p, 64 * wg + wg_row(0), v0 + wg_col(0));
+        each(p, [&](int hf, int e, int d) { s[hf][e] = src ? src[b0 + d] : 0.f; });
+    }
+    /* the block's columns of the identity: feature 64·wg + wg_row(e), column v0 + 64·hf + wg_col(e) */
+    __device__ __forceinline__ void identity() {
+#pragma unroll
+        for (int hf = 0; hf < NH; hf++)
+#pragma unroll
+            for (int e = 0; e < 32; e++) s[hf][e] = 64 * wg + wg_row(e) == v0 + 64 * hf + wg_col(e) ? 1.f : 0.f;
     }
     __device__ __forceinline__ void save(const Prob &p, float *dst) {
         each(p, [&](int hf, int e, int d) { dst[s0 + d] = s[hf][e]; });
@@ -263,7 +282,7 @@ template <int KPC, bool REC = false, int NH = 2>
 __global__ void __launch_bounds__(WsLayout<KPC, NH>::NT, 1)
 chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                 const __nv_bfloat16 *v, const float *GB, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R,
-                __nv_bfloat16 *o) {
+                __nv_bfloat16 *o, int nwin = 0, int hom0 = INT_MAX, float *tout = nullptr) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WsLayout<KPC, NH>;
@@ -274,13 +293,30 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
     constexpr int WS_BAR_CQ = WS_BAR_SC + MB;            /* the O warpgroup's own: its C_q tile is in */
     extern __shared__ __align__(1024) char smc[]; /* the copied boxes: 1024-B aligned */
     const int wg = threadIdx.x >> 7;
-    const int nvt = p.V / VT, sh = blockIdx.x / nvt, sq = sh / p.HV, hv = sh % p.HV, h = hv / p.G;
-    const int v0 = (blockIdx.x % nvt) * VT;
+    const bool hom = REC && (int)blockIdx.x >= hom0; /* the segments' homogeneous walk (the file-top comment) */
+    const int bx = hom ? (int)blockIdx.x - hom0 : (int)blockIdx.x;
+    const int nvt = p.V / VT, sh = bx / nvt, sq = sh / p.HV, hv = sh % p.HV, h = hv / p.G;
+    const int v0 = (bx % nvt) * VT;
+    if (REC && nwin > 0 && sq % nwin == (hom ? 0 : nwin - 1)) return; /* the whole block: no combine reads it */
     int c_begin, c_end;
     seq_chunks(p, sq, c_begin, c_end);
-    if (c_end <= c_begin) return; /* the whole block */
-    const int nch = c_end - c_begin;
     const size_t rsv = (size_t)p.HV * p.V, sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
+    /* the state warpgroups' start state: the identity's columns (the homogeneous walk), a segment's start, or h0 */
+    auto start = [&](WsState<KPC, NH> &S) {
+        if (hom) S.identity();
+        else if (REC && nwin > 0) /* a segment: the caller's h0 (its sequence's) for the first, zero for the others */
+            S.load_at(p, sq % nwin ? nullptr : h0, ((size_t)(sq / nwin) * p.HV + hv) * p.K * p.V);
+        else S.load(p, h0);
+    };
+    if (c_end <= c_begin) { /* the whole block; an empty segment's walk still leaves its end state (its start) */
+        if (REC && nwin > 0 && wg < MB) {
+            WsState<KPC, NH> S(p, sbase, v0, wg);
+            start(S);
+            S.save(p, hom ? tout : ht);
+        }
+        return;
+    }
+    const int nch = c_end - c_begin;
     auto stage = [&](int b) { return smc + b * L::STAGE; };
     auto gates = [&](int b) { return reinterpret_cast<float *>(smc + L::oGB + b * GB_BYTES); }; /* stage b's G, then β */
     const unsigned mb = smem_u32(smc + L::oMB); /* stage b's mbarrier: mb + 8·b */
@@ -296,11 +332,11 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
         const bool full = cj.n == MAXBT;
         bulk_fence(); /* the block's earlier reads of the stage come before these writes */
         constexpr unsigned all = REC ? L::BYTES_REC : L::BYTES, rows = REC ? L::ROW_BYTES_REC : L::ROW_BYTES;
-        mbar_expect(mbb, full ? all : all - rows);
+        mbar_expect(mbb, full ? all - (hom ? NH * L::HT : 0) : all - rows); /* (a tail's rows: by cp.async) */
         if (full) {
             tma_tile<KPC>(st + L::oK, &m.k, h * KPC, cj.tok0, mbb);
             if constexpr (!REC) tma_tile<KPC>(st + L::oQ, &m.q, h * KPC, cj.tok0, mbb);
-            tma_tile<VT>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
+            if (!hom) tma_tile<VT>(st + L::oV, &m.x, hv * p.V + v0, cj.tok0, mbb);
         }
         tma_tile<64>(st + L::oA, &m.a, 0, (int)(cw * MAXBT), mbb);
         bulk_g2s(smem_u32(gates(b)), GB + cw * 2 * MAXBT, GB_BYTES, mbb);
@@ -310,7 +346,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
         if (cj.n == MAXBT) return;
         ws_copy_tail<KPC, NL>(stage(b) + L::oK, k, rsk, (size_t)h * p.K, cj);
         if constexpr (!REC) ws_copy_tail<KPC, NL>(stage(b) + L::oQ, q, rsk, (size_t)h * p.K, cj);
-        ws_copy_tail<VT, NL>(stage(b) + L::oV, v, rsv, (size_t)hv * p.V + v0, cj);
+        if (!hom) ws_copy_tail<VT, NL>(stage(b) + L::oV, v, rsv, (size_t)hv * p.V + v0, cj);
         cp_async_commit();
     };
     ws_stages_begin(mb, [&] { issue_tma(c_begin, 0); });
@@ -322,7 +358,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
          * copies; every thread of these warpgroups copies a tail chunk's token tiles) */
         WsState<KPC, NH> S(p, sbase, v0, wg);
         issue_tail(c_begin, 0);
-        S.load(p, h0);
+        start(S);
         for (int it = 0; it < nch; it++) {
             const int c = c_begin + it, b = it & 1;
             const char *st = stage(b);
@@ -349,7 +385,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             wg_wait();
             if (float *ck = window_checkpoint(p, c_begin, c, c_end)) S.save(p, ck); /* a time window's start state */
         }
-        if (ht) S.save(p, ht);
+        if (float *const out = hom ? tout : ht) S.save(p, out);
         if (Sc) S.drain(); /* the last stores have read the copy before the block ends */
     } else if (wg == MB) {
         /* ---- the R warpgroup: tokens wg_row(e), columns 64·hf + wg_col(e) */
@@ -366,7 +402,14 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
             /* V's fragments and the row factors while K S runs: read after the wait, these loads stalled the bracket
              * below (session 35's source counters: a third of this warpgroup's time) */
             __nv_bfloat162 vf[NH][16];
-            ws_get_rows(vf, Vs);
+            if (hom) { /* V = 0 */
+#pragma unroll
+                for (int hf = 0; hf < NH; hf++)
+#pragma unroll
+                    for (int e = 0; e < 16; e++) vf[hf][e] = __floats2bfloat162_rn(0.f, 0.f);
+            } else {
+                ws_get_rows(vf, Vs);
+            }
             const float g0 = gexp(p, Gs[i0]), g1 = gexp(p, Gs[i0 + 8]), b0 = bs[i0], b1 = bs[i0 + 8];
             wg_wait();
             ws_arrive(WS_BAR_K, 256); /* the O warpgroup's Q S may start */
@@ -440,6 +483,7 @@ chain_ws_kernel(Prob p, const __grid_constant__ WsMaps m, const __nv_bfloat16 *q
     }
 #else
     (void)p, (void)m, (void)q, (void)k, (void)v, (void)GB, (void)Cq, (void)h0, (void)ht, (void)Sc, (void)R, (void)o;
+    (void)nwin, (void)hom0, (void)tout;
 #endif
 }
 
@@ -678,15 +722,16 @@ bool chain_forward_ws(const Prob &p, rewy_dtype dt, bool vec, const void *q, con
 template <int KPC, bool REC>
 static cudaError_t launch_chain_ws(int VT, const Prob &p, const WsMaps &m, const void *q, const void *k, const void *v,
                                    const float *GB, cq_t *Cq, const float *h0, float *ht, state_t *Sc, rp_t *R, void *o,
-                                   cudaStream_t s) {
+                                   cudaStream_t s, int nwin = 0, float *tout = nullptr) {
     auto go = [&](auto nh) -> cudaError_t {
         constexpr int NH = decltype(nh)::value;
         using L = WsLayout<KPC, NH>;
         cudaError_t e = ensure_smem<chain_ws_kernel<KPC, REC, NH>>(L::TOTAL);
         if (e != cudaSuccess) return e;
-        chain_ws_kernel<KPC, REC, NH><<<p.N * p.HV * (p.V / (64 * NH)), L::NT, L::TOTAL, s>>>(
+        const int nb = p.N * p.HV * (p.V / (64 * NH)); /* (the segments' walks: twice, the homogeneous grid after) */
+        chain_ws_kernel<KPC, REC, NH><<<tout ? 2 * nb : nb, L::NT, L::TOTAL, s>>>(
             p, m, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, Cq, h0, ht, Sc, R,
-            (__nv_bfloat16 *)o);
+            (__nv_bfloat16 *)o, nwin, tout ? nb : INT_MAX, tout);
         return cudaGetLastError();
     };
     return VT == 64 ? go(std::integral_constant<int, 1>{}) : go(std::integral_constant<int, 2>{});
@@ -723,6 +768,21 @@ cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, con
         !ws_slot_map(enc, &m.sc, Sc, (uint64_t)chunk_slots(p) * p.HV * p.K, 128))
         return cudaErrorInvalidValue;
     return launch_chain_ws<128, true>(p.plan.rec_vt, p, m, nullptr, k, v, GB, nullptr, h0, nullptr, Sc, R, nullptr, s);
+}
+
+/* The segments' walks (the file-top comment) as the recompute form, 128 value columns a block: X_w into xs, T_w into t.
+ * cudaErrorNotSupported where the tensor maps cannot be made (unaligned k or v; the caller then walks on
+ * state_scan_wg.cu). Its problem ps: segment_prob's (each segment a sequence). */
+cudaError_t launch_seg_walks_ws(const Prob &ps, int nwin, const void *k, const void *v, const float *GB, const float *A,
+                                const float *h0, float *xs, float *t, cudaStream_t s) {
+    if (ps.V != 128 || ps.K != 128 || ps.Kp != 128 || !ps.a16 || nwin < 1 || !xs || !t) return cudaErrorInvalidValue;
+    const TmaEncoder enc;
+    WsMaps m{};
+    if (!ws_token_map(enc, &m.k, ps, k, ps.H, ps.K) || !ws_token_map(enc, &m.x, ps, v, ps.HV, ps.V) ||
+        !ws_slot_map(enc, &m.a, A, (uint64_t)ps.NC * ps.HV * MAXBT, MAXBT)) /* the saved A, bf16 (Prob::a16) */
+        return cudaErrorNotSupported;
+    return launch_chain_ws<128, true>(128, ps, m, nullptr, k, v, GB, nullptr, h0, xs, nullptr, nullptr, nullptr, s, nwin,
+                                      t);
 }
 
 /* Whether policy R's two chains run as chain_pair_ws_kernel (Plan::chain_ws; the plan then takes the register chains'

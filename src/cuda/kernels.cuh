@@ -76,6 +76,9 @@ cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, co
  * (from h0 for the first segment of a sequence, zero for the others) and its map T into t, those seg_combine_fwd reads */
 cudaError_t launch_seg_walks(const Prob &ps, int nwin, const void *k, const void *v, const float *GB, const float *A,
                              const float *h0, float *xs, float *t, cudaStream_t s);
+/* chain_ws.cu: the same walks as its recompute form (Plan::seg_walk_ws; K = V = 128, the saved bf16 A) */
+cudaError_t launch_seg_walks_ws(const Prob &ps, int nwin, const void *k, const void *v, const float *GB, const float *A,
+                                const float *h0, float *xs, float *t, cudaStream_t s);
 
 /* output.cu: O = Q_g S_c + C_q R per chunk, in parallel (after the scan stored S_c and R).
  * vo NULL: scalar gates (Q_g from q and GB); else Q_g from the vector-gate operands. */
