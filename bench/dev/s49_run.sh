@@ -1,30 +1,22 @@
 #!/bin/bash
 # Sessions 49 to 52's device calls (the earlier modes went with their patches and archives; `git log` has them).
-# Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried as one archive (xz with a large dictionary
-# and the same file of each build side by side, so that builds differing in a few kernels cost little more than one):
-#   session 50, .carry/s50all.tar.xz (25.5 MB): build/q main 06d04ab; t: the trace build's variant_time (and the builds
-#     of session 50's patches, gone since)
+# Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried as one archive .carry/$ARCH.tar.xz (xz with
+# a large dictionary and the same file of each build side by side, so that builds differing in a few kernels cost
+# little more than one), unpacked under build/<letter>:
+#   s50all (25.5 MB): build/q main 06d04ab; t: the trace build's variant_time
 # Modes, in the order given:
 #   trace  build/t (in .carry/s50all.tar.xz: variant_time alone): main 06d04ab with bench/dev/s50_trace.patch
 #          (clock64 at each role's meeting points in block 0 of the forward chain, printed after each launch: never to
 #          land); one forward and backward at the three large grids, the mean step and each event's offset from BAR_S
-#   s52    next session's, .carry/s52.tar.xz (25.3 MB; with .peers 62.3 MB and the tree about 3 more): m = main (the bf16 A
-#          landed); four patches on it, each built here and not yet run: x = bench/dev/s51_tri.patch (tri_inverse64's
-#          T2 split over P1–P3; branch dev/s51-tri), k = s51_trimma.patch (the same split with P1–P4 on the tensor cores
-#          as tf32 hi/lo pairs; dev/s51-trimma; it replaces x where it wins), y = s51_swbf.patch (state_scan_wg's A X
-#          on bf16 operands; dev/s51-swbf), z = s51_walkws.patch (the forward segments' walks on chain_ws's recompute
-#          form, Plan::seg_walk_ws; dev/s51-walkws). The matrix of x, k, y and z; GPU-bound ms of all five (x, k: every
-#          forward's kkt, and KDA's intra, which variant_time does not time; y: the SCAN_WG scan and, without z, the
-#          segments' walks; z: the segments' forward); kernel sums of m, k and z at two shapes; FlashQLA compiled
-#          beside (with .peers), for s52bench next on the same warm machine. Session 52 rebuilt all five on main 6d3de73
-#          and added s = k, y and z stacked (dev/s52-stack): the matrix of s and x (MATS), timings of all six
-#          (s52san: the sanitizers on s, whose kernels are k's, y's and z's)
-#   s52san the sanitizers of s52's builds where each reaches
-#   s52bench  with .peers too: FlashQLA compiled (warm_bg, or already, on the same warm machine), then issue 24's
-#          benchmark (rewy and FlashQLA) on each build of BUILDS (default "m k z"), twice
+#   check  GPU-bound ms (variant_time, C API) of each build of BUILDS (default "m") at seven shapes, then make
+#          test-cuda's matrix of settings on build $MAT (default m), then its sanitizers (memcheck and racecheck with
+#          segments and with the forward's warp-specialized chain); session 52 ran it (as s52lean) on main 6d3de73's
+#          m and five builds of patches, landed since (PERF.md, session 52)
+#   fqbench  with .peers too: FlashQLA compiled (or already, on the same warm machine), then issue 24's benchmark
+#          (rewy and FlashQLA) on each build of BUILDS (default "m"), twice
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz and .peers;
 #          s50all too only where it is not unpacked yet: the three come near the 64 MiB a call carries with the tree)
-#   bench  issue 24's benchmark on build/$AB (m by default: carry .carry/s52.tar.xz), rewy and FlashQLA
+#   bench  issue 24's benchmark on build/$AB (m by default), rewy and FlashQLA
 #          (IMPLS=rewy,fla,flashqla: FLA too, after warmfla), GDN and DeltaNet at the six shapes
 set -u; cd "$(dirname "$0")/../.."; OUT=${OUT:-/tmp/out}; mkdir -p $OUT; t0=$(date +%s)
 exec > >(tee -a $OUT/run.log) 2>&1 # the log comes back in $OUT from a call that runs past its limit
@@ -45,7 +37,7 @@ MATRIX=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0
     "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0" REWY_CUDA_PB_WS=0
     "REWY_CUDA_WIN=3 REWY_CUDA_PB_WS=0" REWY_CUDA_REV_WS=1 "REWY_CUDA_REV_WS=1 REWY_CUDA_SCAN_WG=1" REWY_CUDA_SEG=1
     REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0"
-    "REWY_CUDA_SEG=2 REWY_CUDA_SEG_WALK=0" "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128"
+    "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128"
     "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128"
     "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1")
 for mode in "$@"; do case $mode in
@@ -54,43 +46,22 @@ trace)
   for sh in "4 4096 16" "16 1024 16" "8 2048 32"; do echo "gdn $sh"
     timeout 60 build/t/bench/dev/variant_time gdn $sh once 2>&1 | grep -A20 -m1 "ws trace" | grep -v "^GDN"; done
   echo "traced $(el)" ;;
-s52)
-  [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
-  warm_bg
-  for b in ${MATS:-s x}; do oracle_par build/$b 6 "${MATRIX[@]}" | sed "s/^/$b /" | grep -v "^$b rc=0"; echo "matrix $b $(el)"; done
-  echo "| op | shape | m (main) | x (tri) | k (trimma) | y (swbf) | z (walkws) | s (k, y, z) |"
-  for sh in gdn:1x8192x16 gdn:2x16384x8 gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16; do
-    op=${sh%:*}; sh=${sh#*:}
-    r=$(for b in m x k y z s; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$r"
-  done
-  for b in m s; do echo "kernels $b gdn 4 4096 16"; kernel_table build/$b/bench/dev/variant_time gdn 4 4096 16 | kernel_sums | head -6; done
-  for b in m s; do echo "kernels $b gdn 1 8192 16"; kernel_table build/$b/bench/dev/variant_time gdn 1 8192 16 | kernel_sums | head -9; done
-  warm_wait; tail -1 /tmp/warm.log; echo "checked $(el)" ;;
-s52lean)
-  # s52's decisive part in one call (session 52: machine starts kept failing): timings of the six builds first, then
-  # the matrix of s, then s's sanitizers where its new kernels run
-  [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
-  echo "| op | shape | m (main) | x (tri) | k (trimma) | y (swbf) | z (walkws) | s (k, y, z) |"
+check)
+  [ -x build/${MAT:-m}/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s53}.tar.xz
+  echo "| op | shape |$(for b in ${BUILDS:-m}; do echo -n " $b |"; done)"
   for sh in gdn:4x4096x16 gdn:1x8192x16 gdn:2x16384x8 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16; do
     op=${sh%:*}; sh=${sh#*:}
-    r=$(for b in m x k y z s; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$r"
+    r=$(for b in ${BUILDS:-m}; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$r"
   done; echo "timed $(el)"
-  oracle_par build/s 6 "${MATRIX[@]}" | sed "s/^/s /" | grep -v "^s rc=0"; echo "matrix s $(el)"
-  TB=build/s SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/s SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
-  TB=build/s SAN_LIMIT=60 san memcheck -- --quick; TB=build/s SAN_LIMIT=60 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
+  M=${MAT:-m}; oracle_par build/$M 6 "${MATRIX[@]}" | sed "s/^/$M /" | grep -v "^$M rc=0"; echo "matrix $M $(el)"
+  TB=build/$M SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
+  TB=build/$M SAN_LIMIT=60 san memcheck -- --quick; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
   echo "checked $(el)" ;;
-s52san)
-  [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
-  TB=build/s SAN_LIMIT=60 san memcheck -- --quick; TB=build/s SAN_LIMIT=90 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
-  TB=build/s SAN_LIMIT=60 san memcheck REWY_CUDA_SCAN_WG=1 -- --quick
-  TB=build/s SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 REWY_CUDA_SEG_WALK=0 -- --v128
-  TB=build/s SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/s SAN_LIMIT=90 san racecheck REWY_CUDA_SEG=2 -- --v128
-  echo "checked $(el)" ;;
-s52bench)
-  [ -x build/z/tests/cuda/test_cuda ] || tar xJf .carry/s52.tar.xz
-  [ -f /tmp/warm.log ] || { warm_bg; warm_wait; } # (s52 compiled FlashQLA beside its checks on a warm machine)
+fqbench)
+  [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s53}.tar.xz
+  [ -f /tmp/warm.log ] || { warm_bg; warm_wait; } # FlashQLA's kernels, compiled once a warm machine
   tail -1 /tmp/warm.log
-  for ab in ${BUILDS:-m k z} ${BUILDS:-m k z}; do echo "== bench $ab"; REWY_LIB=$PWD/build/$ab/librewy.so OPS=gdn,deltanet \
+  for ab in ${BUILDS:-m} ${BUILDS:-m}; do echo "== bench $ab"; REWY_LIB=$PWD/build/$ab/librewy.so OPS=gdn,deltanet \
     API_LIMIT=100 bash bench/dev/s41_api.sh run | grep -E "^(gdn|deltanet) |PASS|FAIL"; cp $OUT/bench_api.jsonl $OUT/bench_$ab.$(el | tr -d ' ').jsonl; done ;;
 warmfla)
   # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
