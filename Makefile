@@ -285,8 +285,7 @@ test-cuda:
 	@# REWY_CUDA_REV_PAIR=0: one), the forward chain's 64-column tile (REWY_CUDA_FWD_WS=1 with
 	@# REWY_CUDA_FWD_CHAIN=64); policy R's sequence split (segments.cu; REWY_CUDA_SEG=n chunks a segment at K = V = 128,
 	@# the forward's too; with REWY_CUDA_REV_WS=0 its windows one after the other, the path of pointers the fused pass
-	@# cannot take; with REWY_CUDA_FWD_WS=0 the forward's one walk, the path of pointers its chain cannot take; with
-	@# REWY_CUDA_SEG_WALK=0 the forward segments' walks on the wgmma scan instead of the chain's recompute form)
+	@# cannot take; with REWY_CUDA_FWD_WS=0 the forward's one walk, the path of pointers its chain cannot take)
 	@set -eo pipefail; for t in $(CUDA_TESTS); do echo "== $$t"; $$t; \
 	  for e in REWY_CUDA_RECURRENT=1 REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0" \
 	    "REWY_CUDA_WIN=1 REWY_CUDA_CHAIN=1" "REWY_CUDA_WIN=3 REWY_CUDA_CHAIN=2" "REWY_CUDA_WIN=1 REWY_CUDA_FWD_CHAIN=1" \
@@ -295,7 +294,7 @@ test-cuda:
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=32" "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64" \
 	    "REWY_CUDA_SCAN_WG=1 REWY_CUDA_SCAN_BV=64 REWY_CUDA_SCAN_WG2=0" REWY_CUDA_PB_WS=0 "REWY_CUDA_WIN=3 REWY_CUDA_PB_WS=0" REWY_CUDA_REV_WS=1 "REWY_CUDA_REV_WS=1 REWY_CUDA_SCAN_WG=1" \
 	    REWY_CUDA_SEG=1 REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" \
-	    "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0" "REWY_CUDA_SEG=2 REWY_CUDA_SEG_WALK=0" "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" \
+	    "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0" "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=0" \
 	    "REWY_CUDA_WIN=2 REWY_CUDA_REC_VT=128" \
 	    "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" \
 	    "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1"; do \

@@ -37,7 +37,6 @@ static inline rewy_test_force env_force(void) {
     f.seg = env_force_int("REWY_CUDA_SEG");
     f.rec_vt = env_force_int("REWY_CUDA_REC_VT");
     f.rev_pair = env_force_int("REWY_CUDA_REV_PAIR");
-    f.seg_walk = env_force_int("REWY_CUDA_SEG_WALK");
     return f;
 }
 

@@ -280,9 +280,6 @@ inline Plan make_plan(const rewy_config *c, const rewy_test_force *force, const 
     pl.win = plan_segments(c, p, vec, &pl.nwin);
     pl.seg = pl.win > 0;
     pl.fwd_seg = plan_fwd_segments(c, p, vec, ptr);
-    /* its walks: chain_ws.cu's recompute form wherever the forward's segments run (K = V = 128 there, and the saved A
-     * in bf16; the chain's tensor maps as the forward chain's), unless told (force.seg_walk = 0: state_scan_wg.cu's) */
-    pl.seg_walk_ws = pl.fwd_seg && pl.force.seg_walk != 0 && p.K == 128 && p.V == 128 && p.Kp == 128;
     if (!pl.seg) pl.win = plan_windows(c, p, vec, &pl.nwin);
     pl.rev_ws = reverse_ws(p, pl.win);
     pl.rev_rf = pl.rev_ws && c->policy == REWY_POLICY_R;
@@ -565,8 +562,7 @@ template <class Op> rewy_status forward(const rewy_fwd_params *a, const Plan &pl
         const Prob ps = segment_prob(p, sco);
         REWY_TRY(Op::gates(p, a, L, Gc, A, nullptr, Gc, &sg, s));
         REWY_TRY(launch_seg_offsets(p, pl.win, pl.nwin, sco, s));
-        REWY_TRY(pl.seg_walk_ws ? launch_seg_walks_ws(ps, pl.nwin, a->k, a->v, sg.GB, A, a->h0, xs, t, s)
-                                : launch_seg_walks(ps, pl.nwin, a->k, a->v, sg.GB, A, a->h0, xs, t, s));
+        REWY_TRY(launch_seg_walks(ps, pl.nwin, a->k, a->v, sg.GB, A, a->h0, xs, t, s));
         REWY_TRY(cudaMemsetAsync(segok, 1, sizeof(int), s)); /* (bytes of 1: nonzero) */
         REWY_TRY(launch_seg_combine_fwd(p, pl.nwin, a->h0, t, xs, L.nwin > 1 ? at<float>(a->saved, L.wck) : nullptr, s));
         REWY_TRY(launch_chain_forward_ws(ps, a->q, a->k, a->v, sg.GB, A16, nullptr, xs, xs, nullptr, nullptr, a->o, s));

@@ -771,10 +771,11 @@ cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, con
 }
 
 /* The segments' walks (the file-top comment) as the recompute form, 128 value columns a block: X_w into xs, T_w into t.
- * cudaErrorNotSupported where the tensor maps cannot be made (unaligned k or v; the caller then walks on
- * state_scan_wg.cu). Its problem ps: segment_prob's (each segment a sequence). */
-cudaError_t launch_seg_walks_ws(const Prob &ps, int nwin, const void *k, const void *v, const float *GB, const float *A,
-                                const float *h0, float *xs, float *t, cudaStream_t s) {
+ * cudaErrorNotSupported where the tensor maps cannot be made (never where the plan runs the forward's segments:
+ * chain_forward_ws_fits checked the pointers). Its problem ps: segment_prob's (each segment a sequence). The wgmma
+ * scan's walks (state_scan_wg.cu) lost to it in session 52 and are gone. */
+cudaError_t launch_seg_walks(const Prob &ps, int nwin, const void *k, const void *v, const float *GB, const float *A,
+                             const float *h0, float *xs, float *t, cudaStream_t s) {
     if (ps.V != 128 || ps.K != 128 || ps.Kp != 128 || !ps.a16 || nwin < 1 || !xs || !t) return cudaErrorInvalidValue;
     const TmaEncoder enc;
     WsMaps m{};

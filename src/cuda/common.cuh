@@ -83,8 +83,6 @@ struct Plan {
                                     * in one wave, else 128 */
     int rev_rf;                    /* policy R's fused pass forms R from S_c itself, so the recompute stores S_c alone
                                     * (policy A's pass loads the R its forward saved; reverse_ws.cu's header) */
-    int seg_walk_ws;               /* the forward segments' local walks (X_w, T_w) as chain_ws.cu's recompute form, else
-                                    * state_scan_wg.cu's (plan_seg_walk_ws) */
     int rev_pair;                  /* that pass as two blocks a walk, each with the whole chain and every other chunk's
                                     * pullback (rev_pair_fits, backend_common.cuh; reverse_ws.cu's header) */
 };

@@ -207,7 +207,7 @@ extern "C" rewy_status rewy_test_get_plan(const rewy_config *cfg, const rewy_tes
     out->recurrent = pl.recurrent; out->fwd_chain = pl.fwd_chain; out->win = pl.win; out->chain_bulk = pl.chain_bulk;
     out->fwd_ws = pl.fwd_ws; out->chain_ws = pl.chain_ws; out->pb_ws = pl.pb_ws;
     out->rev_ws = pl.rev_ws; out->seg = pl.seg; out->fwd_seg = pl.fwd_seg; out->rev_rf = pl.rev_rf;
-    out->rec_vt = pl.rec_vt; out->rev_pair = pl.rev_pair; out->seg_walk_ws = pl.seg_walk_ws;
+    out->rec_vt = pl.rec_vt; out->rev_pair = pl.rev_pair;
     const rewy_sizes z = op_sizes(cfg, f); /* this plan's own layout (rewy_test_sizes reports at least the public one) */
     out->saved_bytes = z.saved; out->fwd_bytes = z.fwd; out->bwd_bytes = z.bwd;
     return REWY_OK;

@@ -72,13 +72,11 @@ bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v
 bool wgmma_binary_ok();
 cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
                                  const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s);
-/* the forward's segment walks (segments.cu's seg_walks; ps: segment_prob's, K = V): each segment's end state into xs
- * (from h0 for the first segment of a sequence, zero for the others) and its map T into t, those seg_combine_fwd reads */
+/* chain_ws.cu: the forward's segment walks (segments.cu's seg_walks; ps: segment_prob's, K = V = 128, the saved bf16
+ * A) as its recompute form: each segment's end state into xs (from h0 for the first segment of a sequence, zero for the
+ * others) and its map T into t, those seg_combine_fwd reads */
 cudaError_t launch_seg_walks(const Prob &ps, int nwin, const void *k, const void *v, const float *GB, const float *A,
                              const float *h0, float *xs, float *t, cudaStream_t s);
-/* chain_ws.cu: the same walks as its recompute form (Plan::seg_walk_ws; K = V = 128, the saved bf16 A) */
-cudaError_t launch_seg_walks_ws(const Prob &ps, int nwin, const void *k, const void *v, const float *GB, const float *A,
-                                const float *h0, float *xs, float *t, cudaStream_t s);
 
 /* output.cu: O = Q_g S_c + C_q R per chunk, in parallel (after the scan stored S_c and R).
  * vo NULL: scalar gates (Q_g from q and GB); else Q_g from the vector-gate operands. */

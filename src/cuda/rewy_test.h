@@ -53,16 +53,13 @@ typedef struct rewy_test_force {
     int rec_vt;      /* the value columns of that pass's recompute blocks: 64 or 128 (other values: the plan's) */
     int rev_pair;    /* that pass as two blocks a walk in time windows (by default where two blocks a sequence and head
                       * fit the SMs in one wave): 0 off, 1 on wherever windows run it */
-    int seg_walk;    /* the forward segments' local walks as chain_ws.cu's recompute form (the default wherever the
-                      * forward's segments run): 0 off (state_scan_wg.cu's walks) */
 } rewy_test_force;
 
 static inline rewy_test_force rewy_test_force_none(void) {
     rewy_test_force f = {REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
                          REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO,
-                         REWY_TEST_AUTO};
+                         REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO, REWY_TEST_AUTO};
     return f;
 }
 
@@ -85,7 +82,6 @@ typedef struct rewy_test_plan {
     int rev_rf;     /* the fused pass forms R from S_c (the recompute stores S_c alone) */
     int rec_vt;     /* the value columns of its recompute blocks */
     int rev_pair;   /* the fused pass as two blocks a walk (time windows) */
-    int seg_walk_ws; /* the forward segments' walks on chain_ws.cu's recompute form */
     size_t saved_bytes, fwd_bytes, bwd_bytes; /* the sizes of this plan's own layout (rewy_test_sizes: at least the
                                                * public query's) */
 } rewy_test_plan;

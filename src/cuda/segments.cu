@@ -12,7 +12,7 @@
  *                (launch_bwd_state_scan_wg's two grids); S̄_end(w) over X̄_w, which each thread reads just before at the
  *                same places (X̄_0 is not needed)
  * and the forward's (MATH §11b; Plan::fwd_seg):
- *   seg_walks    (state_scan_wg.cu) step 1: each segment's end state X_w from its start (h0 for the first, else zero)
+ *   seg_walks    (chain_ws.cu's recompute form) step 1: each segment's end state X_w from its start (h0 for the first, else zero)
  *                and its map T_w (the walk from S = I with V = 0), those the combines read
  *   seg_combine  (FWD) step 2: S at each segment's start, from the first: h0 (zero without it), then
  *                S_start(w + 1) = T_w S_start(w) + X_w, where X_0 is the first segment's end itself; S_start(w) over

@@ -17,13 +17,8 @@
  *   A   bf16 [token][token] K-major (the saved bf16 A by cp.async: a tf32 product widened it first, session 51)
  *   R̃   bf16 [token][column] MN-major: B of Kᵀ R̃
  * V, G, β are read by the epilogues. Each chunk: five barriers of 128 threads, three product groups.
- * The forward's sequence split (segments.cu, MATH §11b step 1) runs its local walks here too: with nwin > 0 the blocks
- * walk segments (sequences of p) and store nothing but their end state: X_w from the start state (the caller's h0 for
- * the first segment, zero for the others), and a second grid of homogeneous blocks walks from S = I with V = 0 (never
- * copied: its tile stays zero) to T_w. Blocks whose result no combine reads return at once: the last segment's
- * ordinary ones (its start comes from the combine), and the first segment's homogeneous ones (its X_w is already its
- * end, and the backward's combine reads T_w of w > 0 alone). The last segment's T is the backward's (Tᵀ of w > 0). */
-#include <limits.h>
+ * (The forward segments' local walks ran here until session 52; chain_ws.cu's recompute form took them, 14–19 %
+ * faster: docs/PERF.md.) */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 
@@ -42,8 +37,7 @@ template <int KPC, int BVT, int NWG> struct WgScanLayout {
 template <int KPC, int BVT, int NWG>
 __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_kernel(Prob p, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                                             const float *GB, const float *A, const float *h0,
-                                                            float *ht, state_t *Sc, rp_t *Rout, int nwin, int hom0,
-                                                            float *tout) {
+                                                            float *ht, state_t *Sc, rp_t *Rout) {
 #if REWY_WGMMA
     using T = __nv_bfloat16;
     using L = WgScanLayout<KPC, BVT, NWG>;
@@ -59,30 +53,19 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
     T *const Ss = reinterpret_cast<T *>(wgs + L::SX), *const Rs = Ss, *const Ro = Rs + MAXBT * BVT; /* R̃, R */
     T *const Xs = reinterpret_cast<T *>(wgs + L::SX);
 
-    /* blocks from hom0 on: the homogeneous walk (segments, MATH §11a), from S = I with V = 0, whose end state is T */
-    const bool hom = (int)blockIdx.x >= hom0;
-    const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, hom ? blockIdx.x - hom0 : blockIdx.x);
+    const ScanBlock blk = ScanBlock::get<BVT * NWG>(p, blockIdx.x);
     const int sq = blk.sq, hv = blk.hv, v0 = blk.v0 + wgi * BVT, h = hv / p.G;
-    if (nwin > 0 && sq % nwin == (hom ? 0 : nwin - 1)) return; /* the whole block: not read */
 
     /* cp.async copies of chunk cj's tiles (scan_wg.cuh; A here: the bf16 tile as cm_k<64>, wg_copy_a16) */
     auto issue_k = [&](T *dst, const ChunkInfo &cj) { wg_copy_kq<KPC, NT>(dst, k, p, cj, h); };
-    auto issue_v = [&](const ChunkInfo &cj) {
-        if (!hom) wg_copy_cols<BVT>(Vs, v, p, cj, hv, v0);
-    };
+    auto issue_v = [&](const ChunkInfo &cj) { wg_copy_cols<BVT>(Vs, v, p, cj, hv, v0); };
     auto issue_a = [&](int cj) { wg_copy_a16<NT>(As, A, p, hv, cj); };
     auto issue_gb = [&](float *dst, int cj) { wg_copy_gates(dst, GB, p, hv, cj); };
 
     /* the state: feature 64·mb + wg_row(e), column wg_col(e) */
     float s[MB][NA];
     const size_t sbase = ((size_t)sq * p.HV + hv) * p.K * p.V;
-    if (hom) {
-        wg_homogeneous_start<BVT>(s, Vs, v0);
-    } else if (nwin > 0) { /* the segment walks: the caller's h0 (sequence sq / nwin) for the first, zero for the others */
-        wg_state_load(s, sq % nwin ? nullptr : h0, p, ((size_t)(sq / nwin) * p.HV + hv) * p.K * p.V, v0);
-    } else {
-        wg_state_load(s, h0, p, sbase, v0);
-    }
+    wg_state_load(s, h0, p, sbase, v0);
 
     int c_begin, c_end; /* the sequence, or its part in the window (a windowed forward; never a window's backward) */
     seq_chunks(p, sq, c_begin, c_end);
@@ -181,10 +164,9 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
         ci = cn;
         cn = cnn;
     }
-    if (float *const out = hom ? tout : ht) wg_state_save(s, out, p, sbase, v0);
+    if (ht) wg_state_save(s, ht, p, sbase, v0);
 #else
-    (void)p, (void)k, (void)v, (void)GB, (void)A, (void)h0, (void)ht, (void)Sc, (void)Rout, (void)nwin, (void)hom0;
-    (void)tout;
+    (void)p, (void)k, (void)v, (void)GB, (void)A, (void)h0, (void)ht, (void)Sc, (void)Rout;
 #endif
 }
 
@@ -206,33 +188,19 @@ bool state_scan_wg_ok(const Prob &p, rewy_dtype dt, const void *k, const void *v
 /* one kernel stands for all: the library's .cu files are compiled for the same architectures */
 bool wgmma_binary_ok() { return wg_kernel_ok<state_scan_wg_kernel<128, 64, 1>>(); }
 
-/* nwin > 0, tout: the forward's segment walks (the file-top comment), the homogeneous grid after the ordinary one */
-static cudaError_t launch_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A, const float *h0,
-                             float *ht, state_t *Sc, rp_t *R, int nwin, float *tout, cudaStream_t s) {
+cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
+                                 const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
     if (!p.a16) return cudaErrorInvalidValue; /* the bf16 saved A (state_scan_wg_ok's problems have it) */
     auto go = [&](auto kp, auto bv, auto nwg) {
         constexpr int KPC = decltype(kp)::value, BVT = decltype(bv)::value, NWG = decltype(nwg)::value;
         constexpr size_t smem = WgScanLayout<KPC, BVT, NWG>::BYTES;
         cudaError_t e = ensure_smem<state_scan_wg_kernel<KPC, BVT, NWG>>(smem);
         if (e != cudaSuccess) return e;
-        const unsigned nb = scan_grid(p, BVT * NWG).x;
-        state_scan_wg_kernel<KPC, BVT, NWG><<<tout ? 2 * nb : nb, 128 * NWG, smem, s>>>(
-            p, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, A, h0, ht, Sc, R, nwin, tout ? (int)nb : INT_MAX,
-            tout);
+        state_scan_wg_kernel<KPC, BVT, NWG><<<scan_grid(p, BVT * NWG), 128 * NWG, smem, s>>>(
+            p, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v, GB, A, h0, ht, Sc, R);
         return cudaGetLastError();
     };
     return with_wg_tiles(p, go);
-}
-
-cudaError_t launch_state_scan_wg(const Prob &p, const void *k, const void *v, const float *GB, const float *A,
-                                 const float *h0, float *ht, state_t *Sc, rp_t *R, cudaStream_t s) {
-    return launch_wg(p, k, v, GB, A, h0, ht, Sc, R, 0, nullptr, s);
-}
-
-cudaError_t launch_seg_walks(const Prob &ps, int nwin, const void *k, const void *v, const float *GB, const float *A,
-                             const float *h0, float *xs, float *t, cudaStream_t s) {
-    if (ps.K != ps.V || !ps.plan.scan_wg || nwin < 1) return cudaErrorInvalidValue;
-    return launch_wg(ps, k, v, GB, A, h0, xs, nullptr, nullptr, nwin, t, s);
 }
 
 } // namespace rewy_cuda

@@ -406,10 +406,6 @@ static void test_forced_plan(test_counts *tc) {
     CHECK(tc, !p.fwd_seg && !p128.fwd_seg && pk.fwd_seg == (pk.seg && f.fwd_ws != 0 && f.fwd_chain != 0 && pk.wgmma),
           "plan: the forward's segments %d with segments %d (REWY_CUDA_FWD_WS %d, REWY_CUDA_FWD_CHAIN %d)", pk.fwd_seg,
           pk.seg, f.fwd_ws, f.fwd_chain);
-    /* their walks: the chain's recompute form wherever they run (K = V = 128 here), state_scan_wg's where told (=0) */
-    CHECK(tc, !p.seg_walk_ws && !p128.seg_walk_ws && pk.seg_walk_ws == (pk.fwd_seg && f.seg_walk != 0),
-          "plan: the segments' walks on the chain %d (forward's segments %d, REWY_CUDA_SEG_WALK %d)", pk.seg_walk_ws,
-          pk.fwd_seg, f.seg_walk);
     if (pk.seg) { /* the workspace holds every chunk's S_c and the segments' states, the saved buffer the checkpoints */
         rewy_test_force none = f;
         none.seg = 0; none.win = 0;
