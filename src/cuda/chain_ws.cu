@@ -47,7 +47,7 @@
  * state (the caller's h0 for a sequence's first segment, zero for the others) into ht; and from block hom0 on a second
  * grid of homogeneous blocks from S = I (the block's columns of it) with V = 0 (never copied: Y = −diag(β) γ ⊙ K S) to
  * T_w in tout. Blocks whose result no combine reads return at once: the last segment's ordinary ones, the first
- * segment's homogeneous ones (as state_scan_wg.cu's walks, which these replace where the tensor maps can be made). */
+ * segment's homogeneous ones (as state_scan_wg.cu's walks did, which these replaced in session 52). */
 #include "kernels.cuh"
 #include "scan_wg.cuh"
 #include "tma.cuh"
