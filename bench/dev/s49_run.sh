@@ -13,7 +13,7 @@
 #          (clock64 at each role's meeting points in block 0 of the forward chain, printed after each launch: never to
 #          land); one forward and backward at the three large grids, the mean step and each event's offset from BAR_S
 #   check  GPU-bound ms (variant_time, C API) of each build of BUILDS (default "m") at seven shapes, then make
-#          test-cuda's matrix of settings on build $MAT (default m), then its sanitizers (memcheck and racecheck with
+#          test-cuda's matrix of settings on each build of MAT (default m), then its sanitizers (memcheck and racecheck with
 #          segments and with the forward's warp-specialized chain); session 52 ran it (as s52lean) on main 6d3de73's
 #          m and five builds of patches, landed since (PERF.md, session 52)
 #   fqbench  with .peers too: FlashQLA compiled (or already, on the same warm machine), then issue 24's benchmark
@@ -51,16 +51,17 @@ trace)
     timeout 60 build/t/bench/dev/variant_time gdn $sh once 2>&1 | grep -A20 -m1 "ws trace" | grep -v "^GDN"; done
   echo "traced $(el)" ;;
 check)
-  [ -x build/${MAT:-m}/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s53}.tar.xz
+  [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s53}.tar.xz
   echo "| op | shape |$(for b in ${BUILDS:-m}; do echo -n " $b |"; done)"
   for sh in gdn:4x4096x16 gdn:1x8192x16 gdn:2x16384x8 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16; do
     op=${sh%:*}; sh=${sh#*:}
     r=$(for b in ${BUILDS:-m}; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$r"
   done; echo "timed $(el)"
-  M=${MAT:-m}; oracle_par build/$M 6 "${MATRIX[@]}" | sed "s/^/$M /" | grep -v "^$M rc=0"; echo "matrix $M $(el)"
-  TB=build/$M SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
-  TB=build/$M SAN_LIMIT=60 san memcheck -- --quick; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
-  echo "checked $(el)" ;;
+  for M in ${MAT:-m}; do
+    oracle_par build/$M 6 "${MATRIX[@]}" | sed "s/^/$M /" | grep -v "^$M rc=0"; echo "matrix $M $(el)"
+    TB=build/$M SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
+    TB=build/$M SAN_LIMIT=60 san memcheck -- --quick; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
+  done; echo "checked $(el)" ;;
 fqbench)
   [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s53}.tar.xz
   [ -f /tmp/warm.log ] || { warm_bg; warm_wait; } # FlashQLA's kernels, compiled once a warm machine
