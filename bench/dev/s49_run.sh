@@ -6,7 +6,7 @@
 #   s50all (25.5 MB): build/q main 06d04ab; t: the trace build's variant_time
 #   s53 (16.0 MB, the default): build/m, main 3bb25cd (session 52's landings and the walk mode's deletion; the code of
 #     main since), and c = m with bench/dev/s52_combmma.patch (seg_combine on the tensor cores; dev/s52-combmma); both
-#     compiled, neither run on a GPU: `BUILDS="m c" check` first (MAT=m, then MAT=c), with .peers for fqbench after it
+#     compiled, neither run on a GPU: `BUILDS="m c" MAT="m c" check` first, with .peers for fqbench after it
 #     on the same warm machine (about 58 MB with the tree)
 # Modes, in the order given:
 #   trace  build/t (in .carry/s50all.tar.xz: variant_time alone): main 06d04ab with bench/dev/s50_trace.patch
