@@ -3,15 +3,15 @@
 # Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried as one archive .carry/$ARCH.tar.xz (xz with
 # a large dictionary and the same file of each build side by side, so that builds differing in a few kernels cost
 # little more than one), unpacked under build/<letter>:
-#   s50all (25.5 MB): build/q main 06d04ab; t: the trace build's variant_time
-#   s53 (16.0 MB, the default): build/m, main 3bb25cd (session 52's landings and the walk mode's deletion; the code of
+#   s50all (25.5 MB): build/q main 06d04ab (and session 50's trace build, superseded by s53's t)
+#   s53 (18.5 MB, the default): build/m, main 3bb25cd (session 52's landings and the walk mode's deletion; the code of
 #     main since), and c = m with bench/dev/s52_combmma.patch (seg_combine on the tensor cores; dev/s52-combmma); both
 #     compiled, neither run on a GPU: `BUILDS="m c" MAT="m c" check` first, with .peers for fqbench after it
-#     on the same warm machine (about 58 MB with the tree)
+#     on the same warm machine (about 60 MB with the tree); and t, the trace build's variant_time (mode trace)
 # Modes, in the order given:
-#   trace  build/t (in .carry/s50all.tar.xz: variant_time alone): main 06d04ab with bench/dev/s50_trace.patch
-#          (clock64 at each role's meeting points in block 0 of the forward chain, printed after each launch: never to
-#          land); one forward and backward at the three large grids, the mean step and each event's offset from BAR_S
+#   trace  build/t (in .carry/s53.tar.xz: variant_time alone): main 882b525 with bench/dev/s50_trace.patch
+#          (branch dev/s52-trace; clock64 at each role's meeting points in block 0 of the forward chain, printed after
+#          each launch: never to land); one forward and backward at the three large grids, the mean step and each event's offset from BAR_S
 #   check  GPU-bound ms (variant_time, C API) of each build of BUILDS (default "m") at seven shapes, then make
 #          test-cuda's matrix of settings on each build of MAT (default m), then its sanitizers (memcheck and racecheck with
 #          segments and with the forward's warp-specialized chain); session 52 ran it (as s52lean) on main 6d3de73's
@@ -46,7 +46,7 @@ MATRIX=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0
     "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1")
 for mode in "$@"; do case $mode in
 trace)
-  [ -x build/t/bench/dev/variant_time ] || tar xJf .carry/s50all.tar.xz
+  [ -x build/t/bench/dev/variant_time ] || tar xJf .carry/${ARCH:-s53}.tar.xz
   for sh in "4 4096 16" "16 1024 16" "8 2048 32"; do echo "gdn $sh"
     timeout 60 build/t/bench/dev/variant_time gdn $sh once 2>&1 | grep -A20 -m1 "ws trace" | grep -v "^GDN"; done
   echo "traced $(el)" ;;
