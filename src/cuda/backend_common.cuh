@@ -338,7 +338,7 @@ template <class Op> Layout plan(const rewy_config *c, const Plan &pl) {
      * the forward chains and the fused reverse pass multiply by it in bf16 anyway: kkt then writes that one copy (8 KB a
      * chunk and value head, not 16 KB in fp32 and 8 again in bf16), and the other readers widen it, so that every path's
      * gradient is that of the forward computed; else fp32 */
-    L.a16 = !Op::vector_gates && c->dtype == REWY_BF16 && L.BT == MAXBT && (L.Kp == 64 || L.Kp == 128 || L.Kp == 256);
+    L.a16 = !Op::vector_gates && c->dtype == REWY_BF16 && fast_shape(L.BT, L.Kp);
     L.A = o; o += al((L.a16 ? sizeof(__nv_bfloat16) : sizeof(float)) * chh * nn);
     if (polA) cq_sc_r(L.Cq, L.Sc, L.R, chh);
     L.saved = o;

@@ -818,12 +818,12 @@ template <class Fn> inline cudaError_t with_dtype(rewy_dtype dt, Fn f) {
     }
 }
 
-/* The scans' compile-time fast path: K padded to 64, 128 or 256, chunk 64, a 2-byte input type.
- * Anything else runs the general instantiation (0). */
-template <class T> inline int fast_kp(const Prob &p) {
-    if (sizeof(T) != 2 || p.BT != MAXBT) return 0;
-    return (p.Kp == 64 || p.Kp == 128 || p.Kp == 256) ? p.Kp : 0;
-}
+/* The fast path's shapes: chunk 64, K padded to 64, 128 or 256 (the scans', kkt's, and so the bf16 saved A's:
+ * Layout::a16) */
+inline bool fast_shape(int BT, int Kp) { return BT == MAXBT && (Kp == 64 || Kp == 128 || Kp == 256); }
+/* The scans' compile-time fast path: those shapes with a 2-byte input type. Anything else runs the general
+ * instantiation (0). */
+template <class T> inline int fast_kp(const Prob &p) { return sizeof(T) == 2 && fast_shape(p.BT, p.Kp) ? p.Kp : 0; }
 /* Calls f(std::integral_constant<int, KPC>{}) with the fast-path KPC of p (0 = general). */
 template <class T, class Fn> inline cudaError_t with_fast_kp(const Prob &p, Fn f) {
     if constexpr (sizeof(T) == 2) {

@@ -353,7 +353,7 @@ template <class T>
 static cudaError_t run(const Prob &p, const void *q, const void *k, const float *g, const void *beta, float *GB,
                        float *A, cq_t *Cq, const void *v, const WuOut &wu, cudaStream_t s) {
     if constexpr (sizeof(T) == 2) {
-        if (p.BT == MAXBT && (p.Kp == 64 || p.Kp == 128 || p.Kp == 256)) {
+        if (fast_kp<T>(p)) {
             auto go = [&](auto ks, auto vs, auto wa) -> cudaError_t {
                 constexpr int KS = decltype(ks)::value, VS = decltype(vs)::value;
                 constexpr bool WA = decltype(wa)::value;
