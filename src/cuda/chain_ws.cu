@@ -744,7 +744,7 @@ cudaError_t launch_chain_forward_ws(const Prob &p, const void *q, const void *k,
     const TmaEncoder enc;
     WsMaps m{};
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
-        !ws_token_map(enc, &m.x, p, v, p.HV, p.V) || !ws_slot_map(enc, &m.a, Ab, (uint64_t)p.NC * p.HV * MAXBT, MAXBT) ||
+        !ws_token_map(enc, &m.x, p, v, p.HV, p.V) || !ws_a_map(enc, &m.a, p, Ab) ||
         (Sc && !ws_slot_map(enc, &m.sc, Sc, (uint64_t)p.NC * p.HV * p.K, 128)))
         return cudaErrorInvalidValue;
     /* the plan's value tile (Plan::fwd_chain): 64 columns, two blocks a head, where 128 would leave SMs idle */
@@ -764,7 +764,7 @@ cudaError_t launch_recompute_ws(const Prob &p, const void *k, const void *v, con
     const TmaEncoder enc;
     WsMaps m{};
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.x, p, v, p.HV, p.V) ||
-        !ws_slot_map(enc, &m.a, A, (uint64_t)p.NC * p.HV * MAXBT, MAXBT) || /* the saved A, bf16 (Prob::a16) */
+        !ws_a_map(enc, &m.a, p, A) ||
         !ws_slot_map(enc, &m.sc, Sc, (uint64_t)chunk_slots(p) * p.HV * p.K, 128))
         return cudaErrorInvalidValue;
     return launch_chain_ws<128, true>(p.plan.rec_vt, p, m, nullptr, k, v, GB, nullptr, h0, nullptr, Sc, R, nullptr, s);
@@ -780,7 +780,7 @@ cudaError_t launch_seg_walks(const Prob &ps, int nwin, const void *k, const void
     const TmaEncoder enc;
     WsMaps m{};
     if (!ws_token_map(enc, &m.k, ps, k, ps.H, ps.K) || !ws_token_map(enc, &m.x, ps, v, ps.HV, ps.V) ||
-        !ws_slot_map(enc, &m.a, A, (uint64_t)ps.NC * ps.HV * MAXBT, MAXBT)) /* the saved A, bf16 (Prob::a16) */
+        !ws_a_map(enc, &m.a, ps, A))
         return cudaErrorNotSupported;
     return launch_chain_ws<128, true>(128, ps, m, nullptr, k, v, GB, nullptr, h0, xs, nullptr, nullptr, nullptr, s, nwin,
                                       t);

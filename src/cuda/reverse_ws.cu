@@ -584,7 +584,7 @@ cudaError_t launch_reverse_ws(const Prob &p, const void *q, const void *k, const
     if (!ws_token_map(enc, &m.k, p, k, p.H, p.K) || !ws_token_map(enc, &m.q, p, q, p.H, p.K) ||
         !ws_token_map(enc, &m.v, p, v, p.HV, p.V) || !ws_token_map(enc, &m.o, p, do_, p.HV, p.V) ||
         (!rf && !ws_slot_map(enc, &m.r, R, rows, p.V)) || !ws_slot_map(enc, &m.sc, Sc, rows / MAXBT * p.K, p.V) ||
-        !ws_slot_map(enc, &m.a, A, (uint64_t)p.NC * p.HV * MAXBT, MAXBT))
+        !ws_a_map(enc, &m.a, p, A))
         return cudaErrorInvalidValue;
     /* dv, k̄, q̄ of full chunks by tensor stores where dv, dk, dq take a map (16-B aligned); per-thread stores otherwise */
     const int stage = ws_token_map(enc, &m.dk, p, dk, p.H, p.K) && ws_token_map(enc, &m.dq, p, dq, p.H, p.K) &&

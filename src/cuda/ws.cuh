@@ -285,6 +285,10 @@ inline bool ws_token_map(const TmaEncoder &enc, CUtensorMap *m, const Prob &p, c
 inline bool ws_slot_map(const TmaEncoder &enc, CUtensorMap *m, const void *x, uint64_t rows, int C) {
     return enc.map(m, x, rows, C, C);
 }
+/* and of the saved A in bf16 (Prob::a16; [chunk][hv][64][64]), the A of R = A Y in every chain that reads it */
+inline bool ws_a_map(const TmaEncoder &enc, CUtensorMap *m, const Prob &p, const void *A) {
+    return ws_slot_map(enc, m, A, (uint64_t)p.NC * p.HV * MAXBT, MAXBT);
+}
 
 } // namespace rewy_cuda
 #endif
