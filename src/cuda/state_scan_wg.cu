@@ -8,7 +8,7 @@
  * Why: the mma.sync scans are chains of dependent products whose warps issue ~0.4 instructions per cycle
  * (Nsight); one wgmma instruction does a warpgroup's 64 × BVT × 16 step, and its chain step measured
  * half as long as mma.sync's (bench/dev/wgmma_probe.cu: 0.31 against 0.62 µs for a 64³ product).
- * Shared memory is small enough (67 KB at K = 128, 64 columns) for three chains per SM.
+ * Shared memory is small enough (65 KB at K = 128, 64 columns) for three chains per SM.
  *
  * Operands in shared memory (wgmma.cuh's layouts):
  *   K   [token][feature] K-major, two buffers: A of K S (k = feature) and, read MN-major, of Kᵀ R̃ (k = token)
@@ -30,7 +30,7 @@ template <int KPC, int BVT, int NWG> struct WgScanLayout {
     static constexpr int KT = MAXBT * KPC * 2;
     static constexpr int SXB = KPC * BVT * 2 > BVT * MAXBT * 4 ? KPC * BVT * 2 : BVT * MAXBT * 4;
     static constexpr int WGB = MAXBT * BVT * 2 + SXB;  /* one warpgroup's V and S / X / R̃ */
-    static constexpr int K0 = 0, A = 2 * KT, GB = A + MAXBT * MAXBT * 4, WG = GB + 4 * MAXBT * 4, BYTES = WG + NWG * WGB;
+    static constexpr int K0 = 0, A = 2 * KT, GB = A + MAXBT * MAXBT * 2, WG = GB + 4 * MAXBT * 4, BYTES = WG + NWG * WGB;
     static constexpr int V = 0, SX = MAXBT * BVT * 2;   /* inside a warpgroup's part */
 };
 
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 2 ? 2 : 1) state_scan_wg_ker
     constexpr int MB = KPC / 64, NA = BVT / 2; /* state: MB row blocks of 64 features; NA registers each */
     extern __shared__ __align__(128) char smc[];
     T *const Kb0 = reinterpret_cast<T *>(smc + L::K0), *const Kb1 = Kb0 + MAXBT * KPC;
-    T *const As = reinterpret_cast<T *>(smc + L::A); /* (its region keeps the fp32 tile's 16 KB) */
+    T *const As = reinterpret_cast<T *>(smc + L::A);
     float *const GBs = reinterpret_cast<float *>(smc + L::GB);
     const int wgi = threadIdx.x >> 7; /* this thread's warpgroup */
     char *const wgs = smc + L::WG + wgi * L::WGB;
