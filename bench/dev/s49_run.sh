@@ -4,12 +4,12 @@
 # a large dictionary and the same file of each build side by side, so that builds differing in a few kernels cost
 # little more than one), unpacked under build/<letter>:
 #   s50all (25.5 MB): build/q main 06d04ab (and session 50's trace build, superseded by s53's t)
-#   s53 (18.5 MB, the default): build/m, main 3bb25cd (session 52's landings and the walk mode's deletion; the code of
-#     main since), and c = m with bench/dev/s52_combmma.patch (seg_combine on the tensor cores; dev/s52-combmma); both
+#   s53 (about 18.5 MB, the default): build/m, main 6c1cb1b (session 52's landings, the walk mode's deletion and the
+#     review's mends; the code of main since), and c = m with bench/dev/s52_combmma.patch (seg_combine on the tensor cores; dev/s52-combmma); both
 #     compiled, neither run on a GPU: `BUILDS="m c" MAT="m c" check` first, with .peers for fqbench after it
 #     on the same warm machine (about 60 MB with the tree); and t, the trace build's variant_time (mode trace)
 # Modes, in the order given:
-#   trace  build/t (in .carry/s53.tar.xz: variant_time alone): main 882b525 with bench/dev/s50_trace.patch
+#   trace  build/t (in .carry/s53.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
 #          (branch dev/s52-trace; clock64 at each role's meeting points in block 0 of the forward chain, printed after
 #          each launch: never to land); one forward and backward at the three large grids, the mean step and each event's offset from BAR_S
 #   check  GPU-bound ms (variant_time, C API) of each build of BUILDS (default "m") at seven shapes, then make
