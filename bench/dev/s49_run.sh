@@ -9,11 +9,12 @@
 #     compiled, neither run on a GPU: `BUILDS="m c" MAT="m c" check` first, with .peers for fqbench after it
 #     on the same warm machine (about 60 MB with the tree); and t, the trace build's variant_time (mode trace)
 # Modes, in the order given:
-#   s54    session 53's builds (.carry/s54all.tar.xz, 27 MB: carry it without .peers): m (main 6c1cb1b's code), f = m with
-#          bench/dev/s53_fwdtr.patch (branch dev/s53-fwdtr: chain_tr_kernel, the forward chain with Sᵀ in registers; in
-#          f REWY_CUDA_FWD_TR=0 runs the old chain_ws_kernel, =2 the new one with C_q first), c = m with combmma, t (trace):
-#          f's --v128 under both new forms first (a hang shows there), GPU-bound ms of m, f, f =2, f =0 and c at seven
-#          shapes, f's whole matrix (with its four new settings), c's segment settings, sanitizers of f (both forms)
+#   s54    session 53's builds (.carry/s54all.tar.xz, about 27 MB: carry it without .peers): m (main 6c1cb1b's code), f = m
+#          with bench/dev/s53_fwdtr.patch (branch dev/s53-fwdtr: chain_tr_kernel, the forward chain with Sᵀ in registers,
+#          and chain_tr_rec_kernel, the recompute form likewise; in f REWY_CUDA_FWD_TR=0 and REWY_CUDA_REC_TR=0 run the old
+#          chain_ws_kernel, FWD_TR=2 the new forward with C_q first), c = m with combmma, t (trace): f's --v128 under
+#          the new forms first (a hang shows there), then GPU-bound ms of m, f, f FWD_TR=2, f with the old kernels, c
+#   s54check  f's whole matrix (with its new settings), c's segment settings, sanitizers of f
 #   trace  build/t (in .carry/s53.tar.xz or s54all.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
 #          (branch dev/s52-trace; clock64 at each role's meeting points in block 0 of the forward chain, printed after
 #          each launch: never to land); one forward and backward at the three large grids, the mean step and each event's offset from BAR_S
@@ -51,7 +52,8 @@ MATRIX=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0
     "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_WIN=2 REWY_CUDA_REV_PAIR=0" "REWY_CUDA_WIN=1 REWY_CUDA_REV_PAIR=1")
 # and dev/s53-fwdtr's (its Makefile has them): the old forward chain, the transposed one with C_q first
 MATRIX_TR=("REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=0" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_FWD_TR=0"
-    "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_TR=2")
+    "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_TR=2"
+    "REWY_CUDA_WIN=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=3 REWY_CUDA_REC_TR=0")
 for mode in "$@"; do case $mode in
 trace)
   [ -x build/t/bench/dev/variant_time ] || tar xJf .carry/${ARCH:-s53}.tar.xz
@@ -60,21 +62,24 @@ trace)
   echo "traced $(el)" ;;
 s54)
   [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54all.tar.xz
-  for e in " " REWY_CUDA_FWD_TR=2; do
+  for e in " " REWY_CUDA_FWD_TR=2 "REWY_CUDA_SEG=2 REWY_CUDA_FWD_TR=2"; do
     env $e timeout 60 build/f/tests/cuda/test_cuda --v128 > /tmp/v.log 2>&1; echo "f [$e] --v128 rc=$? $(tail -1 /tmp/v.log) $(el)"
     grep -m6 FAIL /tmp/v.log; done
-  echo "| op | shape | m | f | f FWD_TR=2 | f FWD_TR=0 | c |"
+  echo "| op | shape | m | f | f FWD_TR=2 | f old (FWD_TR=0 REC_TR=0) | c |"
   for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 delta:4x4096x16 delta:8x2048x32; do
     op=${sh%:*}; sh=${sh#*:}; a="$op ${sh//x/ }"
     echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) | $(gb build/f/bench/dev/variant_time $a) |" \
-      "$(gb REWY_CUDA_FWD_TR=2 build/f/bench/dev/variant_time $a) | $(gb REWY_CUDA_FWD_TR=0 build/f/bench/dev/variant_time $a) |" \
+      "$(gb REWY_CUDA_FWD_TR=2 build/f/bench/dev/variant_time $a) | $(gb REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0 build/f/bench/dev/variant_time $a) |" \
       "$(gb build/c/bench/dev/variant_time $a) |"
-  done; echo "timed $(el)"
+  done; echo "timed $(el)" ;;
+s54check)
+  [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54all.tar.xz
   oracle_par build/f 6 "${MATRIX[@]}" "${MATRIX_TR[@]}" | sed "s/^/f /" | grep -v "^f rc=0"; echo "matrix f $(el)"
   oracle_par build/c 6 REWY_CUDA_SEG=1 REWY_CUDA_SEG=2 "REWY_CUDA_SEG=3 REWY_CUDA_FWD_WS=1" "REWY_CUDA_SEG=2 REWY_CUDA_REV_WS=0" \
     "REWY_CUDA_SEG=2 REWY_CUDA_FWD_WS=0" "REWY_CUDA_SEG=2 REWY_CUDA_REC_VT=128" | sed "s/^/c /" | grep -v "^c rc=0"; echo "segments c $(el)"
   TB=build/f SAN_LIMIT=90 san memcheck -- --v128; TB=build/f SAN_LIMIT=90 san racecheck -- --v128
   TB=build/f SAN_LIMIT=90 san racecheck REWY_CUDA_FWD_TR=2 -- --v128; TB=build/f SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128
+  TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128; TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_WIN=2 -- --v128
   echo "checked $(el)" ;;
 check)
   [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s53}.tar.xz
