@@ -65,6 +65,11 @@ s54)
   for e in " " REWY_CUDA_FWD_TR=2 "REWY_CUDA_SEG=2 REWY_CUDA_FWD_TR=2"; do
     env $e timeout 60 build/f/tests/cuda/test_cuda --v128 > /tmp/v.log 2>&1; echo "f [$e] --v128 rc=$? $(tail -1 /tmp/v.log) $(el)"
     grep -m6 FAIL /tmp/v.log; done
+  # f's new kernels against its old ones on the same inputs (variant_time diff): where an output differs
+  for e in "REWY_CUDA_FWD_WS=1:gdn" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64:gdn" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2:gdn" \
+      "REWY_CUDA_FWD_WS=1:delta" "REWY_CUDA_SEG=2:gdn" "REWY_CUDA_WIN=2:gdn"; do
+    echo "diff [${e%:*}] ${e#*:} 2 1000 4"; env ${e%:*} timeout 30 build/f/bench/dev/variant_time ${e#*:} 2 1000 4 diff 2>&1 | tail -9
+  done
   echo "| op | shape | m | f | f FWD_TR=2 | f old (FWD_TR=0 REC_TR=0) | c |"
   for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 delta:4x4096x16 delta:8x2048x32; do
     op=${sh%:*}; sh=${sh#*:}; a="$op ${sh//x/ }"
