@@ -14,6 +14,7 @@
 #          and chain_tr_rec_kernel, the recompute form likewise; in f REWY_CUDA_FWD_TR=0 and REWY_CUDA_REC_TR=0 run the old
 #          chain_ws_kernel, FWD_TR=2 the new forward with C_q first), c = m with combmma, t (trace): f's --v128 under
 #          the new forms first (a hang shows there), then GPU-bound ms of m, f, f FWD_TR=2, f with the old kernels, c
+#          (LEAN=1: only m, f and f FWD_TR=2, for a short budget)
 #   s54check  f's whole matrix (with its new settings), c's segment settings, sanitizers of f
 #   trace  build/t (in .carry/s53.tar.xz or s54all.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
 #          (branch dev/s52-trace; clock64 at each role's meeting points in block 0 of the forward chain, printed after
@@ -75,7 +76,9 @@ s54)
   echo "| op | shape | m | f | f FWD_TR=2 | f old (FWD_TR=0 REC_TR=0) | c |"
   for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 delta:4x4096x16 delta:8x2048x32; do
     op=${sh%:*}; sh=${sh#*:}; a="$op ${sh//x/ }"
-    if [ $FOK = 1 ]; then echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) | $(gb build/f/bench/dev/variant_time $a) |" \
+    if [ -n "${LEAN:-}" ]; then echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) |" \
+      "$(gb build/f/bench/dev/variant_time $a) | $(gb REWY_CUDA_FWD_TR=2 build/f/bench/dev/variant_time $a) |"
+    elif [ $FOK = 1 ]; then echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) | $(gb build/f/bench/dev/variant_time $a) |" \
       "$(gb REWY_CUDA_FWD_TR=2 build/f/bench/dev/variant_time $a) | $(gb REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0 build/f/bench/dev/variant_time $a) |" \
       "$(gb build/c/bench/dev/variant_time $a) |"
     else echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) | – | – | – | $(gb build/c/bench/dev/variant_time $a) |"; fi
