@@ -76,7 +76,7 @@ s54)
   echo "| op | shape | m | f | f FWD_TR=2 | f old (FWD_TR=0 REC_TR=0) | c |"
   for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 delta:4x4096x16 delta:8x2048x32; do
     op=${sh%:*}; sh=${sh#*:}; a="$op ${sh//x/ }"
-    if [ -n "${LEAN:-}" ]; then echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) |" \
+    if [ -n "${LEAN:-}" ] && [ $FOK = 1 ]; then echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) |" \
       "$(gb build/f/bench/dev/variant_time $a) | $(gb REWY_CUDA_FWD_TR=2 build/f/bench/dev/variant_time $a) |"
     elif [ $FOK = 1 ]; then echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) | $(gb build/f/bench/dev/variant_time $a) |" \
       "$(gb REWY_CUDA_FWD_TR=2 build/f/bench/dev/variant_time $a) | $(gb REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0 build/f/bench/dev/variant_time $a) |" \
