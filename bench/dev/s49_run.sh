@@ -73,6 +73,7 @@ s54)
       "REWY_CUDA_FWD_WS=1:delta" "REWY_CUDA_SEG=2:gdn" "REWY_CUDA_WIN=2:gdn"; do
     echo "diff [${e%:*}] ${e#*:} 2 1000 4"; env ${e%:*} timeout 30 build/f/bench/dev/variant_time ${e#*:} 2 1000 4 diff 2>&1 | tail -9
   done
+  [ -n "${NOTIME:-}" ] && { echo "smoked $(el)"; exit 0; } # (NOTIME=1: the smoke and diff runs alone)
   echo "| op | shape | m | f | f FWD_TR=2 | f old (FWD_TR=0 REC_TR=0) | c |"
   for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 delta:4x4096x16 delta:8x2048x32; do
     op=${sh%:*}; sh=${sh#*:}; a="$op ${sh//x/ }"
