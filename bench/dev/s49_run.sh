@@ -1,13 +1,13 @@
 #!/bin/bash
-# Sessions 49 to 52's device calls (the earlier modes went with their patches and archives; `git log` has them).
+# Sessions 49 to 53's device calls (the earlier modes went with their patches and archives; `git log` has them).
 # Builds for sm_90a made here (librewy.so, test_cuda, variant_time), carried as one archive .carry/$ARCH.tar.xz (xz with
 # a large dictionary and the same file of each build side by side, so that builds differing in a few kernels cost
 # little more than one), unpacked under build/<letter>:
-#   s50all (25.5 MB): build/q main 06d04ab (and session 50's trace build, superseded by s53's t)
-#   s53 (about 18.5 MB, the default): build/m, main 6c1cb1b (session 52's landings, the walk mode's deletion and the
-#     review's mends; the code of main since), and c = m with bench/dev/s52_combmma.patch (seg_combine on the tensor cores; dev/s52-combmma); both
-#     compiled, neither run on a GPU: `BUILDS="m c" MAT="m c" check` first, with .peers for fqbench after it
-#     on the same warm machine (about 60 MB with the tree); and t, the trace build's variant_time (mode trace)
+#   s54all (about 27 MB, the default): build/m, main 6c1cb1b's code (session 52's landings, the walk mode's deletion and
+#     the review's mends; the code of main since); f = m with bench/dev/s53_fwdtr.patch (the transposed chains); c = m
+#     with bench/dev/s52_combmma.patch (seg_combine on the tensor cores; dev/s52-combmma); t, the trace build's
+#     variant_time (mode trace). None has run on a GPU. Carry it without .peers (the two come to about 69 MB)
+#   s54f (about 12 MB): f alone, for fqbench with .peers (about 54 MB with the tree)
 # Modes, in the order given:
 #   s54    session 53's builds (.carry/s54all.tar.xz, about 27 MB: carry it without .peers): m (main 6c1cb1b's code), f = m
 #          with bench/dev/s53_fwdtr.patch (branch dev/s53-fwdtr: chain_tr_kernel, the forward chain with Sᵀ in registers,
@@ -16,7 +16,7 @@
 #          the new forms first (a hang shows there), then GPU-bound ms of m, f, f FWD_TR=2, f with the old kernels, c
 #          (LEAN=1: only m, f and f FWD_TR=2, for a short budget)
 #   s54check  f's whole matrix (with its new settings), c's segment settings, sanitizers of f
-#   trace  build/t (in .carry/s53.tar.xz or s54all.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
+#   trace  build/t (in .carry/s54all.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
 #          (branch dev/s52-trace; clock64 at each role's meeting points in block 0 of the forward chain, printed after
 #          each launch: never to land); one forward and backward at the three large grids, the mean step and each event's offset from BAR_S
 #   check  GPU-bound ms (variant_time, C API) of each build of BUILDS (default "m") at seven shapes, then make
@@ -57,7 +57,7 @@ MATRIX_TR=("REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=0" "REWY_CUDA_FWD_WS=1 REWY_CUDA
     "REWY_CUDA_WIN=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=3 REWY_CUDA_REC_TR=0")
 for mode in "$@"; do case $mode in
 trace)
-  [ -x build/t/bench/dev/variant_time ] || tar xJf .carry/${ARCH:-s53}.tar.xz
+  [ -x build/t/bench/dev/variant_time ] || tar xJf .carry/${ARCH:-s54all}.tar.xz
   for sh in "4 4096 16" "16 1024 16" "8 2048 32"; do echo "gdn $sh"
     timeout 60 build/t/bench/dev/variant_time gdn $sh once 2>&1 | grep -A20 -m1 "ws trace" | grep -v "^GDN"; done
   echo "traced $(el)" ;;
@@ -94,7 +94,7 @@ s54check)
   TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128; TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_WIN=2 -- --v128
   echo "checked $(el)" ;;
 check)
-  [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s53}.tar.xz
+  [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s54all}.tar.xz
   echo "| op | shape |$(for b in ${BUILDS:-m}; do echo -n " $b |"; done)"
   for sh in gdn:4x4096x16 gdn:1x8192x16 gdn:2x16384x8 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16; do
     op=${sh%:*}; sh=${sh#*:}
@@ -106,7 +106,7 @@ check)
     TB=build/$M SAN_LIMIT=60 san memcheck -- --quick; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
   done; echo "checked $(el)" ;;
 fqbench)
-  for b in ${BUILDS:-m}; do [ -f build/$b/librewy.so ] || tar xJf .carry/${ARCH:-s53}.tar.xz; done
+  for b in ${BUILDS:-m}; do [ -f build/$b/librewy.so ] || tar xJf .carry/${ARCH:-s54all}.tar.xz; done
   [ -f /tmp/warm.log ] || { warm_bg; warm_wait; } # FlashQLA's kernels, compiled once a warm machine
   tail -1 /tmp/warm.log
   for ab in ${BUILDS:-m} ${BUILDS:-m}; do echo "== bench $ab"; REWY_LIB=$PWD/build/$ab/librewy.so OPS=gdn,deltanet \
