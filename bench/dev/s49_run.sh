@@ -74,15 +74,14 @@ s54)
     echo "diff [${e%:*}] ${e#*:} 2 1000 4"; env ${e%:*} timeout 30 build/f/bench/dev/variant_time ${e#*:} 2 1000 4 diff 2>&1 | tail -9
   done
   [ -n "${NOTIME:-}" ] && { echo "smoked $(el)"; exit 0; } # (NOTIME=1: the smoke and diff runs alone)
-  echo "| op | shape | m | f | f FWD_TR=2 | f old (FWD_TR=0 REC_TR=0) | c |"
+  # the timed columns, "ENV…|build" (- for none): f's only where all its smoke runs passed; f's old kernels and c unless LEAN
+  cols=("-|m"); [ $FOK = 1 ] && cols+=("-|f" "REWY_CUDA_FWD_TR=2|f")
+  [ -z "${LEAN:-}" ] && { [ $FOK = 1 ] && cols+=("REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0|f"); cols+=("-|c"); }
+  echo "| op | shape |$(for c in "${cols[@]}"; do l=${c#*|}; [ "${c%|*}" = - ] || l+=" ${c%|*}"; echo -n " $l |"; done)"
   for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 delta:4x4096x16 delta:8x2048x32; do
-    op=${sh%:*}; sh=${sh#*:}; a="$op ${sh//x/ }"
-    if [ -n "${LEAN:-}" ] && [ $FOK = 1 ]; then echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) |" \
-      "$(gb build/f/bench/dev/variant_time $a) | $(gb REWY_CUDA_FWD_TR=2 build/f/bench/dev/variant_time $a) |"
-    elif [ $FOK = 1 ]; then echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) | $(gb build/f/bench/dev/variant_time $a) |" \
-      "$(gb REWY_CUDA_FWD_TR=2 build/f/bench/dev/variant_time $a) | $(gb REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0 build/f/bench/dev/variant_time $a) |" \
-      "$(gb build/c/bench/dev/variant_time $a) |"
-    else echo "| $op | $sh | $(gb build/m/bench/dev/variant_time $a) | – | – | – | $(gb build/c/bench/dev/variant_time $a) |"; fi
+    op=${sh%:*}; sh=${sh#*:}; a="$op ${sh//x/ }"; r=""
+    for c in "${cols[@]}"; do e=${c%|*}; r+=" $(gb ${e#-} build/${c#*|}/bench/dev/variant_time $a) |"; done
+    echo "| $op | $sh |$r"
   done; echo "timed $(el)" ;;
 s54check)
   [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54all.tar.xz
