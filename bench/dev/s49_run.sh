@@ -15,6 +15,7 @@
 #          chain_ws_kernel, FWD_TR=2 the new forward with C_q first), c = m with combmma, t (trace): f's --v128 under
 #          the new forms first (a hang shows there), then GPU-bound ms of m, f, f FWD_TR=2, f with the old kernels, c
 #          (LEAN=1: only m, f and f FWD_TR=2, for a short budget)
+#   s54quick  f's default and new settings' matrix (14 of them), memcheck and racecheck: s54check for a short budget
 #   s54check  f's whole matrix (with its new settings), c's segment settings, sanitizers of f
 #   trace  build/t (in .carry/s54all.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
 #          (branch dev/s52-trace; clock64 at each role's meeting points in block 0 of the forward chain, printed after
@@ -91,6 +92,12 @@ s54check)
   TB=build/f SAN_LIMIT=90 san memcheck -- --v128; TB=build/f SAN_LIMIT=90 san racecheck -- --v128
   TB=build/f SAN_LIMIT=90 san racecheck REWY_CUDA_FWD_TR=2 -- --v128; TB=build/f SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128
   TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128; TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_WIN=2 -- --v128
+  echo "checked $(el)" ;;
+s54quick) # the short budget's check of f: its default and new settings' matrix, then memcheck and racecheck
+  oracle_par build/f 6 " " "${MATRIX_TR[@]}" REWY_CUDA_SEG=1 REWY_CUDA_FWD_WS=1 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" \
+    | sed "s/^/f /" | grep -v "^f rc=0"; echo "matrix f (short) $(el)"
+  TB=build/f SAN_LIMIT=80 san memcheck REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 -- --v128
+  TB=build/f SAN_LIMIT=80 san racecheck REWY_CUDA_FWD_WS=1 -- --v128; TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
   echo "checked $(el)" ;;
 check)
   [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s54all}.tar.xz
