@@ -15,6 +15,7 @@
 #          chain_ws_kernel, FWD_TR=2 the new forward with C_q first), c = m with combmma, t (trace): f's --v128 under
 #          the new forms first (a hang shows there), then GPU-bound ms of m, f, f FWD_TR=2, f with the old kernels, c
 #          (LEAN=1: only m, f and f FWD_TR=2, for a short budget)
+#   s54min  the least budget's s54: f's --v128 under FWD_WS=1 and SEG=2, GPU-bound ms of m and f at five shapes
 #   s54quick  f's default and new settings' matrix (14 of them), memcheck and racecheck: s54check for a short budget
 #   s54check  f's whole matrix (with its new settings), c's segment settings, sanitizers of f
 #   trace  build/t (in .carry/s54all.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
@@ -93,6 +94,14 @@ s54check)
   TB=build/f SAN_LIMIT=90 san racecheck REWY_CUDA_FWD_TR=2 -- --v128; TB=build/f SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128
   TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128; TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_WIN=2 -- --v128
   echo "checked $(el)" ;;
+s54min) # the least budget's s54: f's --v128 under its two new kernels, then GPU-bound ms of m and f at five shapes
+  [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54all.tar.xz
+  for e in REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2; do env $e timeout 60 build/f/tests/cuda/test_cuda --v128 > /tmp/v.log 2>&1
+    echo "f [$e] --v128 rc=$? $(tail -1 /tmp/v.log) $(el)"; grep -m6 FAIL /tmp/v.log; done
+  echo "| op | shape | m | f |"
+  for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 delta:4x4096x16; do a="${sh%:*} $(echo ${sh#*:} | tr x ' ')"
+    echo "| ${sh%:*} | ${sh#*:} | $(gb build/m/bench/dev/variant_time $a) | $(gb build/f/bench/dev/variant_time $a) |"; done
+  echo "timed $(el)" ;;
 s54quick) # the short budget's check of f: its default and new settings' matrix, then memcheck and racecheck
   oracle_par build/f 6 " " "${MATRIX_TR[@]}" REWY_CUDA_SEG=1 REWY_CUDA_FWD_WS=1 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" \
     | sed "s/^/f /" | grep -v "^f rc=0"; echo "matrix f (short) $(el)"
