@@ -16,6 +16,8 @@
 #          the new forms first (a hang shows there), then GPU-bound ms of m, f, f FWD_TR=2, f with the old kernels, c
 #          (LEAN=1: only m, f and f FWD_TR=2, for a short budget)
 #   s54min  the least budget's s54: f's --v128 under FWD_WS=1 and SEG=2, GPU-bound ms of m and f at five shapes
+#   s54fq  all of f's steps in one call (with .peers; s54f.tar.xz): smoke, GPU-bound ms against its old kernels,
+#          s54quick, issue 24's benchmark beside FlashQLA
 #   s54quick  f's default and new settings' matrix (14 of them), memcheck and racecheck: s54check for a short budget
 #   s54check  f's whole matrix (with its new settings), c's segment settings, sanitizers of f
 #   trace  build/t (in .carry/s54all.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
@@ -57,6 +59,14 @@ MATRIX=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0
 MATRIX_TR=("REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=0" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_FWD_TR=0"
     "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_TR=2"
     "REWY_CUDA_WIN=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=3 REWY_CUDA_REC_TR=0")
+# f's short check (s54quick, s54fq): its default and new settings' matrix, then memcheck and racecheck of the new kernels
+s54quick() {
+  oracle_par build/f 6 " " "${MATRIX_TR[@]}" REWY_CUDA_SEG=1 REWY_CUDA_FWD_WS=1 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" \
+    | sed "s/^/f /" | grep -v "^f rc=0"; echo "matrix f (short) $(el)"
+  TB=build/f SAN_LIMIT=80 san memcheck REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 -- --v128
+  TB=build/f SAN_LIMIT=80 san racecheck REWY_CUDA_FWD_WS=1 -- --v128; TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
+  echo "checked $(el)"
+}
 for mode in "$@"; do case $mode in
 trace)
   [ -x build/t/bench/dev/variant_time ] || tar xJf .carry/${ARCH:-s54all}.tar.xz
@@ -102,12 +112,24 @@ s54min) # the least budget's s54: f's --v128 under its two new kernels, then GPU
   for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 delta:4x4096x16; do a="${sh%:*} $(echo ${sh#*:} | tr x ' ')"
     echo "| ${sh%:*} | ${sh#*:} | $(gb build/m/bench/dev/variant_time $a) | $(gb build/f/bench/dev/variant_time $a) |"; done
   echo "timed $(el)" ;;
-s54quick) # the short budget's check of f: its default and new settings' matrix, then memcheck and racecheck
-  oracle_par build/f 6 " " "${MATRIX_TR[@]}" REWY_CUDA_SEG=1 REWY_CUDA_FWD_WS=1 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" \
-    | sed "s/^/f /" | grep -v "^f rc=0"; echo "matrix f (short) $(el)"
-  TB=build/f SAN_LIMIT=80 san memcheck REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 -- --v128
-  TB=build/f SAN_LIMIT=80 san racecheck REWY_CUDA_FWD_WS=1 -- --v128; TB=build/f SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
-  echo "checked $(el)" ;;
+s54fq) # all of f's steps in one call (carry .carry/s54f.tar.xz and .peers; AB=f): FlashQLA compiled in the background
+  # while f's --v128 runs under its new kernels, f's GPU-bound ms beside its old kernels (REWY_CUDA_FWD_TR=0
+  # REWY_CUDA_REC_TR=0: main's), and s54quick's checks; then issue 24's benchmark of f and FlashQLA, twice
+  [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54f.tar.xz
+  export REWY_LIB=$PWD/build/f/librewy.so; [ -f /tmp/warm.log ] || warm_bg
+  for e in REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2"; do
+    env $e timeout 60 build/f/tests/cuda/test_cuda --v128 > /tmp/v.log 2>&1
+    echo "f [$e] --v128 rc=$? $(tail -1 /tmp/v.log) $(el)"; grep -m6 FAIL /tmp/v.log; done
+  echo "| op | shape | f old | f | f FWD_TR=2 |"; VT=build/f/bench/dev/variant_time
+  for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 gdn:1x2048x4 delta:4x4096x16; do
+    a="${sh%:*} $(echo ${sh#*:} | tr x ' ')"
+    echo "| ${sh%:*} | ${sh#*:} | $(gb REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0 $VT $a) | $(gb $VT $a) | $(gb REWY_CUDA_FWD_TR=2 $VT $a) |"
+  done; echo "timed $(el)"
+  s54quick
+  warm_wait; tail -1 /tmp/warm.log
+  for r in 1 2; do echo "== bench f ($r)"; REWY_LIB=$PWD/build/f/librewy.so OPS=gdn,deltanet API_LIMIT=100 \
+    bash bench/dev/s41_api.sh run | grep -E "^(gdn|deltanet) |PASS|FAIL"; cp $OUT/bench_api.jsonl $OUT/bench_f$r.jsonl; done ;;
+s54quick) s54quick ;;
 check)
   [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s54all}.tar.xz
   echo "| op | shape |$(for b in ${BUILDS:-m}; do echo -n " $b |"; done)"
