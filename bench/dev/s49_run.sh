@@ -18,6 +18,7 @@
 #   s54min  the least budget's s54: f's --v128 under FWD_WS=1 and SEG=2, GPU-bound ms of m and f at five shapes
 #   s54fq  all of f's steps in one call (with .peers; s54f.tar.xz): smoke, GPU-bound ms against its old kernels,
 #          s54quick, issue 24's benchmark beside FlashQLA
+#   landcheck  build l (.carry/s55l.tar.xz: main with s54_land.patch): GPU-bound ms, the whole matrix, sanitizers
 #   s54quick  f's default and new settings' matrix (14 of them), memcheck and racecheck: s54check for a short budget
 #   s54check  f's whole matrix (with its new settings), c's segment settings, sanitizers of f
 #   trace  build/t (in .carry/s54all.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
@@ -130,6 +131,17 @@ s54fq) # all of f's steps in one call (carry .carry/s54f.tar.xz and .peers; AB=f
   for r in 1 2; do echo "== bench f ($r)"; REWY_LIB=$PWD/build/f/librewy.so OPS=gdn,deltanet API_LIMIT=100 \
     bash bench/dev/s41_api.sh run | grep -E "^(gdn|deltanet) |PASS|FAIL"; cp $OUT/bench_api.jsonl $OUT/bench_f$r.jsonl; done ;;
 s54quick) s54quick ;;
+landcheck) # build l (.carry/s55l.tar.xz): main with bench/dev/s54_land.patch, the transposed chains as the only forms;
+  # its GPU-bound ms (against f's of s54fq: the same default kernels), make test-cuda's matrix and the sanitizers
+  [ -x build/l/tests/cuda/test_cuda ] || tar xJf .carry/s55l.tar.xz
+  echo "| op | shape | l |"
+  for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 gdn:1x2048x4 delta:4x4096x16; do
+    echo "| ${sh%:*} | ${sh#*:} | $(gb build/l/bench/dev/variant_time ${sh%:*} $(echo ${sh#*:} | tr x ' ')) |"; done
+  echo "timed $(el)"
+  oracle_par build/l 6 "${MATRIX[@]}" | sed "s/^/l /" | grep -v "^l rc=0"; echo "matrix l $(el)"
+  TB=build/l SAN_LIMIT=80 san memcheck REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 -- --v128; TB=build/l SAN_LIMIT=60 san memcheck -- --quick
+  TB=build/l SAN_LIMIT=80 san racecheck REWY_CUDA_FWD_WS=1 -- --v128; TB=build/l SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
+  TB=build/l SAN_LIMIT=60 san racecheck REWY_CUDA_WIN=2 -- --v128; echo "checked $(el)" ;;
 check)
   [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s54all}.tar.xz
   echo "| op | shape |$(for b in ${BUILDS:-m}; do echo -n " $b |"; done)"
