@@ -60,6 +60,22 @@ MATRIX=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0
 MATRIX_TR=("REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=0" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_FWD_TR=0"
     "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_TR=2"
     "REWY_CUDA_WIN=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=3 REWY_CUDA_REC_TR=0")
+# the suite's GDN shapes and DeltaNet's (4,4096,16), for gb_table
+SHAPES7="gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 gdn:1x2048x4 delta:4x4096x16"
+# smoke_f SETTING…: f's test_cuda --v128 under each setting (an ENV list), its last line and first failures; FOK=0
+# where one fails (f's kernels forced where --v128's small shapes would not take them)
+smoke_f() {
+  local e r; for e in "$@"; do env $e timeout 60 build/f/tests/cuda/test_cuda --v128 > /tmp/v.log 2>&1; r=$?
+    [ $r = 0 ] || FOK=0; echo "f [$e] --v128 rc=$r $(tail -1 /tmp/v.log) $(el)"; grep -m6 FAIL /tmp/v.log; done
+}
+# gb_table COLUMN… -- SHAPE…: gb's fwd/bwd ms, a row per shape (op:BxTxH), a column per "ENV…|build" (- for no ENV)
+gb_table() {
+  local cols=() c e sh op r; while [ "$1" != -- ]; do cols+=("$1"); shift; done; shift
+  echo "| op | shape |$(for c in "${cols[@]}"; do l=${c#*|}; [ "${c%|*}" = - ] || l+=" ${c%|*}"; echo -n " $l |"; done)"
+  for sh in "$@"; do op=${sh%:*}; sh=${sh#*:}; r=""
+    for c in "${cols[@]}"; do e=${c%|*}; r+=" $(gb ${e#-} build/${c#*|}/bench/dev/variant_time $op ${sh//x/ }) |"; done
+    echo "| $op | $sh |$r"; done; echo "timed $(el)"
+}
 # f's short check (s54quick, s54fq): its default and new settings' matrix, then memcheck and racecheck of the new kernels
 s54quick() {
   oracle_par build/f 6 " " "${MATRIX_TR[@]}" REWY_CUDA_SEG=1 REWY_CUDA_FWD_WS=1 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" \
@@ -76,11 +92,8 @@ trace)
   echo "traced $(el)" ;;
 s54)
   [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54all.tar.xz
-  FOK=1 # f's kernels each forced where --v128's small shapes would not take them; f is timed only if all pass
-  for e in REWY_CUDA_FWD_WS=1 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2" \
-      REWY_CUDA_SEG=2 "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=1"; do
-    env $e timeout 60 build/f/tests/cuda/test_cuda --v128 > /tmp/v.log 2>&1; r=$?; [ $r = 0 ] || FOK=0
-    echo "f [$e] --v128 rc=$r $(tail -1 /tmp/v.log) $(el)"; grep -m6 FAIL /tmp/v.log; done
+  FOK=1; smoke_f REWY_CUDA_FWD_WS=1 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2" \
+    REWY_CUDA_SEG=2 "REWY_CUDA_WIN=2 REWY_CUDA_REV_WS=1" # (f is timed only if all pass)
   # f's new kernels against its old ones on the same inputs (variant_time diff): where an output differs
   for e in "REWY_CUDA_FWD_WS=1:gdn" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64:gdn" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2:gdn" \
       "REWY_CUDA_FWD_WS=1:delta" "REWY_CUDA_SEG=2:gdn" "REWY_CUDA_WIN=2:gdn"; do
@@ -90,12 +103,8 @@ s54)
   # the timed columns, "ENV…|build" (- for none): f's only where all its smoke runs passed; f's old kernels and c unless LEAN
   cols=("-|m"); [ $FOK = 1 ] && cols+=("-|f" "REWY_CUDA_FWD_TR=2|f")
   [ -z "${LEAN:-}" ] && { [ $FOK = 1 ] && cols+=("REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0|f"); cols+=("-|c"); }
-  echo "| op | shape |$(for c in "${cols[@]}"; do l=${c#*|}; [ "${c%|*}" = - ] || l+=" ${c%|*}"; echo -n " $l |"; done)"
-  for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 delta:4x4096x16 delta:8x2048x32; do
-    op=${sh%:*}; sh=${sh#*:}; a="$op ${sh//x/ }"; r=""
-    for c in "${cols[@]}"; do e=${c%|*}; r+=" $(gb ${e#-} build/${c#*|}/bench/dev/variant_time $a) |"; done
-    echo "| $op | $sh |$r"
-  done; echo "timed $(el)" ;;
+  gb_table "${cols[@]}" -- gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 delta:4x4096x16 \
+    delta:8x2048x32 ;;
 s54check)
   [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54all.tar.xz
   oracle_par build/f 6 "${MATRIX[@]}" "${MATRIX_TR[@]}" | sed "s/^/f /" | grep -v "^f rc=0"; echo "matrix f $(el)"
@@ -107,25 +116,15 @@ s54check)
   echo "checked $(el)" ;;
 s54min) # the least budget's s54: f's --v128 under its two new kernels, then GPU-bound ms of m and f at five shapes
   [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54all.tar.xz
-  for e in REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2; do env $e timeout 60 build/f/tests/cuda/test_cuda --v128 > /tmp/v.log 2>&1
-    echo "f [$e] --v128 rc=$? $(tail -1 /tmp/v.log) $(el)"; grep -m6 FAIL /tmp/v.log; done
-  echo "| op | shape | m | f |"
-  for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 delta:4x4096x16; do a="${sh%:*} $(echo ${sh#*:} | tr x ' ')"
-    echo "| ${sh%:*} | ${sh#*:} | $(gb build/m/bench/dev/variant_time $a) | $(gb build/f/bench/dev/variant_time $a) |"; done
-  echo "timed $(el)" ;;
+  smoke_f REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2
+  gb_table "-|m" "-|f" -- gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 delta:4x4096x16 ;;
 s54fq) # all of f's steps in one call (carry .carry/s54f.tar.xz and .peers; AB=f): FlashQLA compiled in the background
   # while f's --v128 runs under its new kernels, f's GPU-bound ms beside its old kernels (REWY_CUDA_FWD_TR=0
   # REWY_CUDA_REC_TR=0: main's), and s54quick's checks; then issue 24's benchmark of f and FlashQLA, twice
   [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54f.tar.xz
   export REWY_LIB=$PWD/build/f/librewy.so; [ -f /tmp/warm.log ] || warm_bg
-  for e in REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2"; do
-    env $e timeout 60 build/f/tests/cuda/test_cuda --v128 > /tmp/v.log 2>&1
-    echo "f [$e] --v128 rc=$? $(tail -1 /tmp/v.log) $(el)"; grep -m6 FAIL /tmp/v.log; done
-  echo "| op | shape | f old | f | f FWD_TR=2 |"; VT=build/f/bench/dev/variant_time
-  for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 gdn:1x2048x4 delta:4x4096x16; do
-    a="${sh%:*} $(echo ${sh#*:} | tr x ' ')"
-    echo "| ${sh%:*} | ${sh#*:} | $(gb REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0 $VT $a) | $(gb $VT $a) | $(gb REWY_CUDA_FWD_TR=2 $VT $a) |"
-  done; echo "timed $(el)"
+  smoke_f REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2"
+  gb_table "REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0|f" "-|f" "REWY_CUDA_FWD_TR=2|f" -- $SHAPES7
   s54quick
   warm_wait; tail -1 /tmp/warm.log
   for r in 1 2; do echo "== bench f ($r)"; REWY_LIB=$PWD/build/f/librewy.so OPS=gdn,deltanet API_LIMIT=100 \
@@ -134,21 +133,15 @@ s54quick) s54quick ;;
 landcheck) # build l (.carry/s55l.tar.xz): main with bench/dev/s54_land.patch, the transposed chains as the only forms;
   # its GPU-bound ms (against f's of s54fq: the same default kernels), make test-cuda's matrix and the sanitizers
   [ -x build/l/tests/cuda/test_cuda ] || tar xJf .carry/s55l.tar.xz
-  echo "| op | shape | l |"
-  for sh in gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 gdn:1x2048x4 delta:4x4096x16; do
-    echo "| ${sh%:*} | ${sh#*:} | $(gb build/l/bench/dev/variant_time ${sh%:*} $(echo ${sh#*:} | tr x ' ')) |"; done
-  echo "timed $(el)"
+  gb_table "-|l" -- $SHAPES7
   oracle_par build/l 6 "${MATRIX[@]}" | sed "s/^/l /" | grep -v "^l rc=0"; echo "matrix l $(el)"
   TB=build/l SAN_LIMIT=80 san memcheck REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 -- --v128; TB=build/l SAN_LIMIT=60 san memcheck -- --quick
   TB=build/l SAN_LIMIT=80 san racecheck REWY_CUDA_FWD_WS=1 -- --v128; TB=build/l SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
   TB=build/l SAN_LIMIT=60 san racecheck REWY_CUDA_WIN=2 -- --v128; echo "checked $(el)" ;;
 check)
   [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s54all}.tar.xz
-  echo "| op | shape |$(for b in ${BUILDS:-m}; do echo -n " $b |"; done)"
-  for sh in gdn:4x4096x16 gdn:1x8192x16 gdn:2x16384x8 gdn:8x2048x32 gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16; do
-    op=${sh%:*}; sh=${sh#*:}
-    r=$(for b in ${BUILDS:-m}; do echo -n " $(gb build/$b/bench/dev/variant_time $op ${sh//x/ }) |"; done); echo "| $op | $sh |$r"
-  done; echo "timed $(el)"
+  gb_table $(for b in ${BUILDS:-m}; do echo "-|$b"; done) -- gdn:4x4096x16 gdn:1x8192x16 gdn:2x16384x8 gdn:8x2048x32 \
+    gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16
   for M in ${MAT:-m}; do
     oracle_par build/$M 6 "${MATRIX[@]}" | sed "s/^/$M /" | grep -v "^$M rc=0"; echo "matrix $M $(el)"
     TB=build/$M SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
