@@ -18,7 +18,6 @@
 #   s54min  the least budget's s54: f's --v128 under FWD_WS=1 and SEG=2, GPU-bound ms of m and f at five shapes
 #   s54fq  all of f's steps in one call (with .peers; s54f.tar.xz): smoke, GPU-bound ms against its old kernels,
 #          s54quick, issue 24's benchmark beside FlashQLA
-#   landcheck  build l (.carry/s55l.tar.xz: main with s54_land.patch): GPU-bound ms, the whole matrix, sanitizers
 #   s54quick  f's default and new settings' matrix (14 of them), memcheck and racecheck: s54check for a short budget
 #   s54check  f's whole matrix (with its new settings), c's segment settings, sanitizers of f
 #   trace  build/t (in .carry/s54all.tar.xz: variant_time alone): main 6c1cb1b with bench/dev/s50_trace.patch
@@ -27,7 +26,8 @@
 #   check  GPU-bound ms (variant_time, C API) of each build of BUILDS (default "m") at seven shapes, then make
 #          test-cuda's matrix of settings on each build of MAT (default m), then its sanitizers (memcheck and racecheck with
 #          segments and with the forward's warp-specialized chain); session 52 ran it (as s52lean) on main 6d3de73's
-#          m and five builds of patches, landed since (PERF.md, session 52)
+#          m and five builds of patches, landed since (PERF.md, session 52). The landing build l (.carry/s55l.tar.xz:
+#          main with bench/dev/s54_land.patch): ARCH=s55l BUILDS=l MAT=l ... check
 #   fqbench  with .peers too: FlashQLA compiled (or already, on the same warm machine), then issue 24's benchmark
 #          (rewy and FlashQLA) on each build of BUILDS (default "m"), twice
 #   warmfla  FLA compiled and autotuned for the suite (carry .carry/e2e/fla.tar.xz and .peers;
@@ -60,8 +60,6 @@ MATRIX=(" " REWY_CUDA_WIN=1 REWY_CUDA_WIN=3 "REWY_CUDA_WIN=2 REWY_CUDA_SCAN_WF=0
 MATRIX_TR=("REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=0" "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_CHAIN=64 REWY_CUDA_FWD_TR=0"
     "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2" "REWY_CUDA_SEG=2 REWY_CUDA_FWD_TR=2"
     "REWY_CUDA_WIN=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=2 REWY_CUDA_REC_TR=0" "REWY_CUDA_SEG=3 REWY_CUDA_REC_TR=0")
-# the suite's GDN shapes and DeltaNet's (4,4096,16), for gb_table
-SHAPES7="gdn:4x4096x16 gdn:8x2048x32 gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 gdn:1x2048x4 delta:4x4096x16"
 # smoke_f SETTING…: f's test_cuda --v128 under each setting (an ENV list), its last line and first failures; FOK=0
 # where one fails (f's kernels forced where --v128's small shapes would not take them)
 smoke_f() {
@@ -75,6 +73,13 @@ gb_table() {
   for sh in "$@"; do op=${sh%:*}; sh=${sh#*:}; r=""
     for c in "${cols[@]}"; do e=${c%|*}; r+=" $(gb ${e#-} build/${c#*|}/bench/dev/variant_time $op ${sh//x/ }) |"; done
     echo "| $op | $sh |$r"; done; echo "timed $(el)"
+}
+# fq_bench BUILD…: issue 24's benchmark (rewy and $IMPLS' peers) of each build's librewy.so in turn, its table and
+# acceptance lines, its records in $OUT (FlashQLA compiled first: warm_bg)
+fq_bench() {
+  local ab; for ab in "$@"; do echo "== bench $ab"; REWY_LIB=$PWD/build/$ab/librewy.so OPS=gdn,deltanet API_LIMIT=100 \
+    bash bench/dev/s41_api.sh run | grep -E "^(gdn|deltanet) |PASS|FAIL"; cp $OUT/bench_api.jsonl $OUT/bench_$ab.$(el | tr -d ' ').jsonl
+  done
 }
 # f's short check (s54quick, s54fq): its default and new settings' matrix, then memcheck and racecheck of the new kernels
 s54quick() {
@@ -124,35 +129,27 @@ s54fq) # all of f's steps in one call (carry .carry/s54f.tar.xz and .peers; AB=f
   [ -x build/f/tests/cuda/test_cuda ] || tar xJf .carry/s54f.tar.xz
   export REWY_LIB=$PWD/build/f/librewy.so; [ -f /tmp/warm.log ] || warm_bg
   smoke_f REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 "REWY_CUDA_FWD_WS=1 REWY_CUDA_FWD_TR=2"
-  gb_table "REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0|f" "-|f" "REWY_CUDA_FWD_TR=2|f" -- $SHAPES7
+  gb_table "REWY_CUDA_FWD_TR=0 REWY_CUDA_REC_TR=0|f" "-|f" "REWY_CUDA_FWD_TR=2|f" -- gdn:4x4096x16 gdn:8x2048x32 \
+    gdn:16x1024x16 gdn:1x8192x16 gdn:2x16384x8 gdn:1x2048x4 delta:4x4096x16
   s54quick
   warm_wait; tail -1 /tmp/warm.log
-  for r in 1 2; do echo "== bench f ($r)"; REWY_LIB=$PWD/build/f/librewy.so OPS=gdn,deltanet API_LIMIT=100 \
-    bash bench/dev/s41_api.sh run | grep -E "^(gdn|deltanet) |PASS|FAIL"; cp $OUT/bench_api.jsonl $OUT/bench_f$r.jsonl; done ;;
+  fq_bench f f ;;
 s54quick) s54quick ;;
-landcheck) # build l (.carry/s55l.tar.xz): main with bench/dev/s54_land.patch, the transposed chains as the only forms;
-  # its GPU-bound ms (against f's of s54fq: the same default kernels), make test-cuda's matrix and the sanitizers
-  [ -x build/l/tests/cuda/test_cuda ] || tar xJf .carry/s55l.tar.xz
-  gb_table "-|l" -- $SHAPES7
-  oracle_par build/l 6 "${MATRIX[@]}" | sed "s/^/l /" | grep -v "^l rc=0"; echo "matrix l $(el)"
-  TB=build/l SAN_LIMIT=80 san memcheck REWY_CUDA_FWD_WS=1 REWY_CUDA_SEG=2 -- --v128; TB=build/l SAN_LIMIT=60 san memcheck -- --quick
-  TB=build/l SAN_LIMIT=80 san racecheck REWY_CUDA_FWD_WS=1 -- --v128; TB=build/l SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
-  TB=build/l SAN_LIMIT=60 san racecheck REWY_CUDA_WIN=2 -- --v128; echo "checked $(el)" ;;
 check)
-  [ -x build/m/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s54all}.tar.xz
+  for b in ${BUILDS:-m} ${MAT:-m}; do [ -x build/$b/tests/cuda/test_cuda ] || tar xJf .carry/${ARCH:-s54all}.tar.xz; done
   gb_table $(for b in ${BUILDS:-m}; do echo "-|$b"; done) -- gdn:4x4096x16 gdn:1x8192x16 gdn:2x16384x8 gdn:8x2048x32 \
     gdn:16x1024x16 delta:4x4096x16 delta:1x8192x16
   for M in ${MAT:-m}; do
     oracle_par build/$M 6 "${MATRIX[@]}" | sed "s/^/$M /" | grep -v "^$M rc=0"; echo "matrix $M $(el)"
     TB=build/$M SAN_LIMIT=60 san memcheck REWY_CUDA_SEG=2 -- --v128; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_SEG=2 -- --v128
     TB=build/$M SAN_LIMIT=60 san memcheck -- --quick; TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_FWD_WS=1 -- --v128
+    TB=build/$M SAN_LIMIT=60 san racecheck REWY_CUDA_WIN=2 -- --v128
   done; echo "checked $(el)" ;;
 fqbench)
   for b in ${BUILDS:-m}; do [ -f build/$b/librewy.so ] || tar xJf .carry/${ARCH:-s54all}.tar.xz; done
   [ -f /tmp/warm.log ] || { warm_bg; warm_wait; } # FlashQLA's kernels, compiled once a warm machine
   tail -1 /tmp/warm.log
-  for ab in ${BUILDS:-m} ${BUILDS:-m}; do echo "== bench $ab"; REWY_LIB=$PWD/build/$ab/librewy.so OPS=gdn,deltanet \
-    API_LIMIT=100 bash bench/dev/s41_api.sh run | grep -E "^(gdn|deltanet) |PASS|FAIL"; cp $OUT/bench_api.jsonl $OUT/bench_$ab.$(el | tr -d ' ').jsonl; done ;;
+  fq_bench ${BUILDS:-m} ${BUILDS:-m} ;;
 warmfla)
   # FLA's Triton kernels compiled (a process a shape) and then autotuned on the idle GPU (s41_api.sh warm; about 9
   # minutes; carry .carry/e2e/fla.tar.xz), for `IMPLS=rewy,fla,flashqla AB=a ... bench` on the same warm machine
